@@ -1,0 +1,50 @@
+// backend_with_compiler_demo: LibTorch's demo "compiler" backend written with torch-delegate.
+// Preprocess turns each method's graph into a textual instruction list with debug handles;
+// compile parses it; execute runs it over whole float tensors, with broadcasting.
+#pragma once
+
+#include <torch_delegate/torch_delegate.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace demo {
+
+/// One parsed instruction: `op out a b alpha handle` (add/sub), `const out value`,
+/// `ret slot...`.
+struct instruction {
+  std::string op;                // "add", "sub", "const", "ret"
+  std::vector<std::int64_t> slots;
+  double value = 0;              // const: the number; add/sub: unused
+  std::int64_t debug_handle = -1;
+};
+
+/// A compiled method: its instructions and how many value slots they use.
+struct program {
+  std::int64_t input_count = 0;
+  std::int64_t slot_count = 0;
+  std::vector<instruction> instructions;
+};
+
+struct DemoBackend {
+  static constexpr std::string_view name = "backend_with_compiler_demo";
+
+  /// The node kinds this compiler accepts; preprocess rejects every other.
+  static constexpr std::string_view supported_nodes[] = {"prim::Constant", "aten::add", "aten::sub",
+                                                         "prim::TupleConstruct"};
+
+  // host side (demo_backend_preprocess.cpp): graph -> instruction text
+  static std::string preprocess(const torch_delegate::method_to_lower& method);
+
+  // runtime side (demo_backend_runtime.hpp)
+  static bool is_available() { return true; }
+  static program compile(const std::string& payload);
+  using execute_signatures = torch_delegate::signatures<at::Tensor(at::Tensor, at::Tensor)>;
+  static at::Tensor execute(program& program, const at::Tensor& x, const at::Tensor& h);
+  static std::vector<c10::IValue> execute(program& program, torch_delegate::inputs inputs);
+};
+
+}  // namespace demo
+
+#include "demo_backend_runtime.hpp"

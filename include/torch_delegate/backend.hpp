@@ -1,0 +1,235 @@
+// The Backend concept: what a plain struct must declare to be a torch-delegate backend.
+#pragma once
+
+#include <torch_delegate/convert.hpp>
+
+#include <concepts>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace torch_delegate {
+
+class method_to_lower;  // preprocess.hpp: one method of the module being lowered
+
+/// What a generic `execute` receives: the method's arguments, in schema order.
+using inputs = std::span<const c10::IValue>;
+
+/// The list of typed `execute` signatures of a backend whose `execute` is overloaded:
+///   using execute_signatures = torch_delegate::signatures<at::Tensor(at::Tensor, at::Tensor), ...>;
+template <class... Signatures>
+struct signatures {};
+
+/// Options of a backend that declares none.
+struct no_options {};
+
+namespace detail {
+
+template <class F>
+struct callable_traits {
+  static constexpr bool deducible = false;
+};
+template <class R, class... A>
+struct callable_traits<R (*)(A...)> {
+  static constexpr bool deducible = true;
+  using result = R;
+  using arguments = std::tuple<A...>;
+};
+template <class R, class C, class... A>
+struct callable_traits<R (C::*)(A...)> : callable_traits<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct callable_traits<R (C::*)(A...) const> : callable_traits<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct callable_traits<R (C::*)(A...) noexcept> : callable_traits<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct callable_traits<R (C::*)(A...) const noexcept> : callable_traits<R (*)(A...)> {};
+template <class R, class... A>
+struct callable_traits<R (*)(A...) noexcept> : callable_traits<R (*)(A...)> {};
+
+// -- options --------------------------------------------------------------------------------
+template <class B>
+struct options_of {
+  using type = no_options;
+};
+template <class B>
+  requires requires { typename B::options; }
+struct options_of<B> {
+  using type = typename B::options;
+};
+
+// -- payload: declared (`using payload = ...`) or the first parameter of a unique `compile` ----
+template <class B>
+concept declares_payload = requires { typename B::payload; };
+template <class B>
+concept has_unique_compile = requires { &B::compile; } && callable_traits<decltype(&B::compile)>::deducible;
+
+template <class B>
+struct payload_of {
+  using type = void;
+};
+template <class B>
+  requires declares_payload<B>
+struct payload_of<B> {
+  using type = typename B::payload;
+};
+template <class B>
+  requires(!declares_payload<B> && has_unique_compile<B>)
+struct payload_of<B> {
+  using arguments = typename callable_traits<decltype(&B::compile)>::arguments;
+  using type = std::remove_cvref_t<std::tuple_element_t<0, arguments>>;
+};
+
+}  // namespace detail
+
+/// The options type of a backend (`B::options`, or `no_options`).
+template <class B>
+using options_t = typename detail::options_of<B>::type;
+
+/// The payload type that `preprocess` produces and `compile` consumes.
+template <class B>
+using payload_t = typename detail::payload_of<B>::type;
+
+// -- named sub-concepts ----------------------------------------------------------------------
+
+/// `static constexpr std::string_view name = "my_backend";`
+template <class B>
+concept backend_has_name = requires {
+  { B::name } -> std::convertible_to<std::string_view>;
+};
+
+/// `static bool is_available();` (or a member function).
+template <class B>
+concept backend_reports_availability = requires(B& backend) {
+  { backend.is_available() } -> std::same_as<bool>;
+};
+
+/// `compile(const Payload&, const Options&) -> Handle`, or `compile(const Payload&)`.
+template <class B>
+concept backend_compiles_with_options =
+    !std::is_void_v<payload_t<B>> && requires(B& backend, const payload_t<B>& p, const options_t<B>& o) {
+      { backend.compile(p, o) } -> std::move_constructible;
+    };
+template <class B>
+concept backend_compiles_without_options = !std::is_void_v<payload_t<B>> && requires(B& backend, const payload_t<B>& p) {
+  { backend.compile(p) } -> std::move_constructible;
+};
+template <class B>
+concept backend_compiles = backend_compiles_with_options<B> || backend_compiles_without_options<B>;
+
+namespace detail {
+template <class B>
+struct handle_of {
+  using type = void;
+};
+template <class B>
+  requires backend_compiles_with_options<B>
+struct handle_of<B> {
+  using type = std::remove_cvref_t<decltype(std::declval<B&>().compile(std::declval<const payload_t<B>&>(),
+                                                                      std::declval<const options_t<B>&>()))>;
+};
+template <class B>
+  requires(!backend_compiles_with_options<B> && backend_compiles_without_options<B>)
+struct handle_of<B> {
+  using type = std::remove_cvref_t<decltype(std::declval<B&>().compile(std::declval<const payload_t<B>&>()))>;
+};
+}  // namespace detail
+
+/// The backend's own compiled handle type: what `compile` returns.
+template <class B>
+using handle_t = typename detail::handle_of<B>::type;
+
+/// `std::vector<c10::IValue> execute(Handle&, torch_delegate::inputs)`: runs any signature.
+template <class B>
+concept backend_executes_generically = requires(B& backend, handle_t<B>& handle, inputs args) {
+  { backend.execute(handle, args) } -> std::same_as<std::vector<c10::IValue>>;
+};
+
+namespace detail {
+template <class B, class Signature>
+struct signature_is_executable : std::false_type {};
+template <class B, class R, class... A>
+struct signature_is_executable<B, R(A...)> {
+  static constexpr bool value = requires(B& backend, handle_t<B>& handle, A&&... args) {
+    { backend.execute(handle, std::forward<A>(args)...) } -> std::same_as<R>;
+  };
+};
+
+template <class B>
+struct listed_signatures {
+  using type = signatures<>;
+};
+template <class B>
+  requires requires { typename B::execute_signatures; }
+struct listed_signatures<B> {
+  using type = typename B::execute_signatures;
+};
+
+// A unique, non-template `execute(Handle&, Args...)` declares its own signature.
+template <class Arguments, class R>
+struct signature_from_arguments;
+template <class H, class... A, class R>
+struct signature_from_arguments<std::tuple<H, A...>, R> {
+  using type = R(std::remove_cvref_t<A>...);
+};
+
+template <class B>
+concept has_unique_execute =
+    requires { &B::execute; } && callable_traits<decltype(&B::execute)>::deducible;
+
+template <class B>
+struct deduced_signatures {
+  using type = typename listed_signatures<B>::type;
+};
+template <class B>
+  requires(!requires { typename B::execute_signatures; } && has_unique_execute<B> &&
+           !backend_executes_generically<B>)
+struct deduced_signatures<B> {
+  using traits = callable_traits<decltype(&B::execute)>;
+  using type = signatures<typename signature_from_arguments<typename traits::arguments, typename traits::result>::type>;
+};
+}  // namespace detail
+
+/// The typed `execute` signatures of a backend: listed in `B::execute_signatures`, or
+/// deduced from its single `execute`.
+template <class B>
+using execute_signatures_t = typename detail::deduced_signatures<B>::type;
+
+namespace detail {
+template <class B, class List>
+struct all_signatures_executable;
+template <class B, class... S>
+struct all_signatures_executable<B, signatures<S...>> {
+  static constexpr bool value = (signature_is_executable<B, S>::value && ...);
+  static constexpr std::size_t count = sizeof...(S);
+};
+}  // namespace detail
+
+/// Typed `execute` overloads, each listed or deduced, each callable as declared.
+template <class B>
+concept backend_executes_typed = detail::all_signatures_executable<B, execute_signatures_t<B>>::count > 0 &&
+                                 detail::all_signatures_executable<B, execute_signatures_t<B>>::value;
+
+template <class B>
+concept backend_executes = backend_executes_typed<B> || backend_executes_generically<B>;
+
+/// A torch-delegate backend, as seen by a runtime (a process that loads and runs lowered
+/// modules). See docs/backend-concept.md.
+template <class B>
+concept Backend = std::is_default_constructible_v<B> && backend_has_name<B> &&
+                  backend_reports_availability<B> && backend_compiles<B> && backend_executes<B>;
+
+/// `preprocess(const method_to_lower&, const Options&) -> Payload`, or without options.
+template <class B>
+concept backend_preprocesses =
+    requires(B& backend, const method_to_lower& method, const options_t<B>& options) {
+      { backend.preprocess(method, options) } -> std::convertible_to<payload_t<B>>;
+    } || requires(B& backend, const method_to_lower& method) {
+      { backend.preprocess(method) } -> std::convertible_to<payload_t<B>>;
+    };
+
+/// A backend with its host side: what `lower<B>` needs.
+template <class B>
+concept HostBackend = Backend<B> && backend_preprocesses<B>;
+
+}  // namespace torch_delegate

@@ -1,0 +1,131 @@
+// Diagnostics for the Backend concept: one static_assert per requirement, each naming the
+// member, its expected shape and the docs section, with the user's type on the first line.
+#pragma once
+
+#include <torch_delegate/backend.hpp>
+
+namespace torch_delegate::detail {
+
+// Incomplete on purpose: the compiler prints "<YourBackend>" next to the problem's name.
+template <class B> struct backend_is_not_default_constructible;
+template <class B> struct backend_is_missing_name;
+template <class B> struct backend_is_missing_is_available;
+template <class B> struct backend_payload_type_cannot_be_deduced;
+template <class B> struct backend_is_missing_compile;
+template <class B> struct backend_is_missing_execute;
+template <class B> struct backend_execute_is_overloaded_without_execute_signatures;
+template <class B, class Signature> struct backend_has_no_execute_overload_for_signature;
+template <class B> struct backend_is_missing_preprocess;
+
+// "Does B have any member named execute?", true also when it is overloaded or a template: the
+// name is then ambiguous between B and the probe.
+struct execute_name_probe {
+  int execute;
+};
+template <class B>
+struct execute_name_lookup : B, execute_name_probe {};
+template <class B>
+concept has_member_named_execute =
+    std::is_class_v<B> && !std::is_final_v<B> && !requires { &execute_name_lookup<B>::execute; };
+
+template <class B, class Signature>
+constexpr bool check_signature() {
+  if constexpr (!signature_is_executable<B, Signature>::value) {
+    backend_has_no_execute_overload_for_signature<B, Signature> listed_in_execute_signatures;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: a signature listed in execute_signatures has no execute overload: "
+                  "expected 'Result execute(Handle&, Args...)' returning exactly Result "
+                  "(docs/backend-concept.md#execute).");
+    return false;
+  } else {
+    using traits = callable_traits<Signature*>;
+    return []<class... A>(std::tuple<A...>*) {
+      return (require_convertible<A>() && ...) && require_convertible<typename traits::result>();
+    }(static_cast<typename traits::arguments*>(nullptr));
+  }
+}
+
+template <class B, class... S>
+constexpr bool check_signatures(signatures<S...>*) {
+  return (check_signature<B, S>() && ...);
+}
+
+/// Checks the runtime side of a backend; each failure explains itself. Returns true when `B`
+/// is a Backend.
+template <class B>
+constexpr bool check_backend() {
+  if constexpr (!std::is_default_constructible_v<B>) {
+    backend_is_not_default_constructible<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: a backend must be default-constructible: one instance is created "
+                  "per lowered module (docs/backend-concept.md#minimal-complete-definition).");
+  }
+  if constexpr (!backend_has_name<B>) {
+    backend_is_missing_name<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: the backend needs a compile-time name: add "
+                  "'static constexpr std::string_view name = \"my_backend\";' "
+                  "(docs/backend-concept.md#name).");
+  }
+  if constexpr (!backend_reports_availability<B>) {
+    backend_is_missing_is_available<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: the backend is missing 'static bool is_available();' (a member "
+                  "function returning exactly bool also works) (docs/backend-concept.md#is_available).");
+  }
+  if constexpr (std::is_void_v<payload_t<B>>) {
+    backend_payload_type_cannot_be_deduced<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: cannot find the backend's compile: expected "
+                  "'Handle compile(const Payload&, const Options&)' or 'Handle compile(const Payload&)'; "
+                  "if compile is overloaded or a template, declare 'using payload = ...;' "
+                  "(docs/backend-concept.md#compile).");
+  } else if constexpr (!backend_compiles<B>) {
+    backend_is_missing_compile<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: the backend's compile has the wrong shape: expected "
+                  "'Handle compile(const Payload&, const Options&)' or 'Handle compile(const Payload&)' "
+                  "returning a movable Handle (docs/backend-concept.md#compile).");
+  } else if constexpr (!backend_executes<B>) {
+    if constexpr (requires { &B::execute; } || requires { typename B::execute_signatures; }) {
+      check_signatures<B>(static_cast<execute_signatures_t<B>*>(nullptr));
+    } else if constexpr (has_member_named_execute<B>) {
+      backend_execute_is_overloaded_without_execute_signatures<B> error;
+      static_assert(dependent_false<B>,
+                    "torch-delegate: the backend's execute is overloaded or a template, so its signatures "
+                    "cannot be deduced: list them with 'using execute_signatures = "
+                    "torch_delegate::signatures<at::Tensor(at::Tensor, at::Tensor), ...>;' "
+                    "(docs/backend-concept.md#execute).");
+    } else {
+      backend_is_missing_execute<B> error;
+      static_assert(dependent_false<B>,
+                    "torch-delegate: the backend is missing execute: expected "
+                    "'Result execute(Handle&, Args...)' (one per signature) or "
+                    "'std::vector<c10::IValue> execute(Handle&, torch_delegate::inputs)' "
+                    "(docs/backend-concept.md#execute).");
+    }
+  } else {
+    check_signatures<B>(static_cast<execute_signatures_t<B>*>(nullptr));
+  }
+  return Backend<B>;
+}
+
+/// Checks the host side too (what `lower<B>` needs).
+template <class B>
+constexpr bool check_host_backend() {
+  if constexpr (!check_backend<B>()) {
+    return false;
+  } else if constexpr (!backend_preprocesses<B>) {
+    backend_is_missing_preprocess<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: lower<B> needs the backend's host side: add "
+                  "'static Payload preprocess(const torch_delegate::method_to_lower&, const Options&);' "
+                  "(or without Options). A runtime-only build registers with "
+                  "TORCH_DELEGATE_REGISTER_RUNTIME instead (docs/backend-concept.md#preprocess).");
+    return false;
+  } else {
+    return true;
+  }
+}
+
+}  // namespace torch_delegate::detail

@@ -1,0 +1,172 @@
+// The host half of a backend: preprocess, run per method on the machine that lowers, and its
+// registration in LibTorch's preprocess registry (so codegen_backend_module and Python's
+// torch._C._jit_to_backend accept a torch-delegate backend).
+#pragma once
+
+#include <torch_delegate/runtime.hpp>
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/backends/backend_detail.h>
+#include <torch/csrc/jit/passes/inliner.h>
+
+#include <sstream>
+
+namespace torch_delegate {
+
+/// One method of the module being lowered, as preprocess sees it: its inlined graph, its
+/// schema, and the debug handle of every node (nested blocks included).
+class method_to_lower {
+ public:
+  method_to_lower(const torch::jit::Module& module, std::string backend, std::string name,
+                  std::shared_ptr<torch::jit::Graph> graph, torch::jit::NodeToDebugHandle debug_handles,
+                  const c10::FunctionSchema& schema)
+      : module_(module),
+        backend_(std::move(backend)),
+        name_(std::move(name)),
+        graph_(std::move(graph)),
+        debug_handles_(std::move(debug_handles)),
+        schema_(schema) {}
+
+  /// The (cloned) module being lowered.
+  const torch::jit::Module& module() const { return module_; }
+  /// The method's name, e.g. "forward".
+  const std::string& name() const { return name_; }
+  /// The method's graph with every call inlined; a copy that preprocess may change.
+  const std::shared_ptr<torch::jit::Graph>& graph() const { return graph_; }
+  /// The method's schema, `self` first.
+  const c10::FunctionSchema& schema() const { return schema_; }
+
+  /// The debug handle of a node of graph(); it maps back to the node's source range.
+  torch::jit::DebugHandleType debug_handle(const torch::jit::Node* node) const {
+    auto found = debug_handles_.find(const_cast<torch::jit::Node*>(node));
+    if (found == debug_handles_.end())
+      detail::fail({backend_, name_}, "the node " + std::string(node->kind().toQualString()) +
+                                          " has no debug handle: it is not a node of this method's graph");
+    return found->second;
+  }
+
+  /// Rejects the method because of `node`: throws `message` followed by the node's source
+  /// lines and a `<--- HERE` marker.
+  [[noreturn]] void reject(const torch::jit::Node* node, std::string_view message) const {
+    std::ostringstream text;
+    text << message << '\n';
+    node->sourceRange().highlight(text);
+    throw c10::Error(text.str(), "");
+  }
+
+ private:
+  const torch::jit::Module& module_;
+  std::string backend_;
+  std::string name_;
+  std::shared_ptr<torch::jit::Graph> graph_;
+  torch::jit::NodeToDebugHandle debug_handles_;
+  const c10::FunctionSchema& schema_;
+};
+
+namespace detail {
+
+/// Preprocesses one method with a given backend: decodes its options, runs preprocess,
+/// converts the payload to an IValue.
+using preprocess_trampoline = c10::IValue (*)(const method_to_lower& method, const c10::IValue& options,
+                                              const error_context& where);
+
+inline std::string method_names(const torch::jit::Module& module) {
+  std::string names;
+  for (const auto& method : module.get_methods()) names += (names.empty() ? "" : ", ") + method.name();
+  return names.empty() ? std::string("(none)") : names;
+}
+
+/// Checks that `module` has `method` and returns its schema.
+inline const c10::FunctionSchema& schema_of(const torch::jit::Module& module, const std::string& method,
+                                            const error_context& where) {
+  auto found = module.find_method(method);
+  if (!found)
+    fail(where, "the module (" + module.type()->repr_str() + ") has no method '" + method +
+                    "' to lower; its methods are: " + method_names(module));
+  return found->function().getSchema();
+}
+
+/// The body of the preprocess function registered with LibTorch, shared by every backend:
+/// returns (backend name, format version, {method: (signature, argument names, output
+/// count, payload)}).
+inline c10::IValue preprocess_module(std::string_view backend, std::span<const signature_record> signatures,
+                                     preprocess_trampoline preprocess_method, const torch::jit::Module& module,
+                                     const c10::Dict<c10::IValue, c10::IValue>& method_compile_spec,
+                                     const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
+  c10::impl::GenericDict methods(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& entry : method_compile_spec) {
+    if (!entry.key().isString())
+      fail({backend, {}}, "method_compile_spec keys must be method names (str), got " +
+                              entry.key().type()->annotation_str());
+    const std::string& name = entry.key().toStringRef();
+    const error_context where{backend, name};
+    const c10::FunctionSchema& schema = schema_of(module, name, where);
+    const signature_record& signature = select_signature(signatures, schema, where);
+
+    auto graph = torch::jit::toGraphFunction(module.get_method(name).function()).graph()->copy();
+    torch::jit::Inline(*graph);
+    torch::jit::NodeToDebugHandle handles = generate_debug_handles(graph);
+    method_to_lower method(module, std::string(backend), name, graph, std::move(handles), schema);
+
+    c10::IValue payload;
+    try {
+      payload = preprocess_method(method, entry.value(), where);
+    } catch (...) {
+      rethrow_from_backend(where, "preprocess");
+    }
+    c10::List<std::string> argument_names;
+    for (std::size_t i = 1; i < schema.arguments().size(); ++i) argument_names.push_back(schema.arguments()[i].name());
+    methods.insert(name, c10::ivalue::Tuple::create({c10::IValue(std::string(signature.text)), c10::IValue(argument_names),
+                                                     c10::IValue(output_count_of(schema.returns()[0].type())),
+                                                     std::move(payload)}));
+  }
+  return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(processed_format_version),
+                                     c10::IValue(std::move(methods))});
+}
+
+template <class B>
+c10::IValue preprocess_one(const method_to_lower& method, const c10::IValue& options_value, const error_context& where) {
+  options_t<B> options = decode_backend_options<B>(options_value, where);
+  B backend;
+  if constexpr (requires { backend.preprocess(method, options); }) {
+    return ivalue_caster<payload_t<B>>::cast(payload_t<B>(backend.preprocess(method, options)));
+  } else {
+    return ivalue_caster<payload_t<B>>::cast(payload_t<B>(backend.preprocess(method)));
+  }
+}
+
+/// The preprocess function in LibTorch's signature, for LibTorch's registry.
+template <class B>
+c10::IValue preprocess_for_libtorch(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
+                                    const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
+  return preprocess_module(B::name, signature_records<B>, &preprocess_one<B>, module, spec, generate_debug_handles);
+}
+
+}  // namespace detail
+
+/// Registers both halves of `B`: its runtime and its preprocess (in LibTorch's preprocess
+/// registry). Idempotent; returns true. `lower<B>` calls it; a backend's shared library calls
+/// it once with TORCH_DELEGATE_REGISTER_BACKEND.
+template <class B>
+bool register_backend() {
+  static_assert(detail::check_host_backend<B>());
+  register_runtime<B>();
+  detail::register_part<B>(detail::registration_part::preprocess, [](const std::string& name) {
+    try {
+      torch::jit::detail::registerBackendPreprocessFunction(name, &detail::preprocess_for_libtorch<B>);
+    } catch (const c10::Error&) {
+      detail::fail({name, {}}, "a preprocess function for this name is already registered with LibTorch by a "
+                               "backend that is not this torch-delegate type.");
+    }
+  });
+  return true;
+}
+
+}  // namespace torch_delegate
+
+/// Registers a backend (runtime and preprocess) when its library is loaded: put it in one .cpp
+/// of the backend's shared library, e.g. TORCH_DELEGATE_REGISTER_BACKEND(DemoBackend);
+#define TORCH_DELEGATE_REGISTER_BACKEND(Backend)                                                  \
+  [[maybe_unused]] static const bool TORCH_DELEGATE_CONCAT(torch_delegate_registered_, __COUNTER__) = \
+      ::torch_delegate::register_backend<Backend>()

@@ -1,0 +1,318 @@
+// The runtime half of a backend: its TorchBind class in LibTorch's schema, compiled handles,
+// and the typed execute trampolines. Everything a process needs to load and run lowered modules.
+#pragma once
+
+#include <torch_delegate/backend.hpp>
+#include <torch_delegate/convert.hpp>
+#include <torch_delegate/detail/backend_check.hpp>
+#include <torch_delegate/detail/dispatch.hpp>
+#include <torch_delegate/detail/registry.hpp>
+#include <torch_delegate/options.hpp>
+
+#include <ATen/core/stack.h>
+#include <c10/util/Type.h>
+#include <torch/custom_class.h>
+
+#include <array>
+#include <string>
+#include <typeindex>
+
+namespace torch_delegate {
+
+/// The format of what torch-delegate stores in `__processed_module`; bumped on layout changes.
+inline constexpr std::int64_t processed_format_version = 1;
+
+namespace detail {
+
+inline constexpr const char* backends_namespace = "__backends__";        // LibTorch's, for compatibility
+inline constexpr const char* handles_namespace = "__torch_delegate__";   // our compiled-method class
+
+inline std::string backend_class_name(std::string_view backend) {
+  return "__torch__.torch.classes." + std::string(backends_namespace) + "." + std::string(backend);
+}
+inline std::string handle_class_basename(std::string_view backend) {
+  return std::string(backend) + "__compiled_method";
+}
+
+[[noreturn]] inline void fail_copy(std::string_view backend) {
+  fail({backend, {}}, "a lowered module cannot be deep-copied or cloned: its compiled handles belong to the "
+                      "backend and are not copyable. Save and load it, or lower the original module again.");
+}
+
+/// The TorchBind object behind `__backend`: one backend instance per lowered module.
+template <class B>
+struct backend_object : torch::CustomClassHolder {
+  B backend;
+};
+
+/// The TorchBind object behind `__handles[method]`: the backend's compiled handle plus what
+/// errors need to say.
+template <class B>
+struct compiled_method : torch::CustomClassHolder {
+  compiled_method(handle_t<B> h, method_info i) : handle(std::move(h)), info(std::move(i)) {}
+  handle_t<B> handle;
+  method_info info;
+};
+
+// -- typed trampolines ------------------------------------------------------------------------
+
+template <class R>
+void append_outputs(c10::impl::GenericList& outputs, R&& result) {
+  using plain = std::remove_cvref_t<R>;
+  if constexpr (requires { std::tuple_size<plain>::value; } && !std::is_same_v<plain, at::Tensor>) {
+    std::apply([&](auto&&... element) {
+      (outputs.push_back(caster_of<decltype(element)>::cast(std::forward<decltype(element)>(element))), ...);
+    }, std::forward<R>(result));
+  } else {
+    outputs.push_back(caster_of<R>::cast(std::forward<R>(result)));
+  }
+}
+
+template <class B, class Signature>
+struct typed_signature;
+
+template <class B, class R, class... A>
+struct typed_signature<B, R(A...)> {
+  static constexpr auto text =
+      "(" + join(caster_of<A>::name...) + ") -> " + caster_of<R>::name;
+  static constexpr std::array<std::string_view, sizeof...(A)> arguments{caster_of<A>::name.view()...};
+
+  static c10::impl::GenericList call(void* backend, void* handle, c10::ArrayRef<c10::IValue> args,
+                                     const method_info& method) {
+    if (args.size() != sizeof...(A)) fail_argument_count(method, args.size());
+    return call_with(backend, handle, args, method, std::index_sequence_for<A...>{});
+  }
+
+  template <std::size_t... I>
+  static c10::impl::GenericList call_with(void* backend, void* handle, c10::ArrayRef<c10::IValue> args,
+                                          const method_info& method, std::index_sequence<I...>) {
+    ((caster_of<A>::check(args[I]) ? void() : fail_argument_type(method, I, caster_of<A>::name.view(), args[I])), ...);
+    c10::impl::GenericList outputs(c10::AnyType::get());
+    try {
+      append_outputs(outputs, static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle),
+                                                                 caster_of<A>::load(args[I])...));
+    } catch (...) {
+      rethrow_from_backend(method.where(), "execute");
+    }
+    return outputs;
+  }
+
+  static constexpr signature_record record() {
+    return {text.view(), arguments, caster_of<R>::name.view(), false, &call};
+  }
+};
+
+template <class B>
+c10::impl::GenericList call_generic(void* backend, void* handle, c10::ArrayRef<c10::IValue> args,
+                                    const method_info& method) {
+  if (args.size() != method.argument_names.size()) fail_argument_count(method, args.size());
+  std::vector<c10::IValue> results;
+  try {
+    results = static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle), inputs(args.data(), args.size()));
+  } catch (...) {
+    rethrow_from_backend(method.where(), "execute");
+  }
+  if (static_cast<std::int64_t>(results.size()) != method.output_count) fail_output_count(method, results.size());
+  c10::impl::GenericList outputs(c10::AnyType::get());
+  outputs.reserve(results.size());
+  for (auto& result : results) outputs.push_back(std::move(result));
+  return outputs;
+}
+
+template <class B, class... S>
+constexpr auto make_signature_records(signatures<S...>*) {
+  constexpr std::size_t generic = backend_executes_generically<B> ? 1 : 0;
+  std::array<signature_record, sizeof...(S) + generic> records{typed_signature<B, S>::record()...};
+  if constexpr (generic) records.back() = {generic_signature_text, {}, "*", true, &call_generic<B>};
+  return records;
+}
+
+/// Every execute signature of `B`, typed overloads first, the generic execute (if any) last.
+template <class B>
+inline constexpr auto signature_records = make_signature_records<B>(static_cast<execute_signatures_t<B>*>(nullptr));
+
+// -- the boxed entry points, in LibTorch's schemas ----------------------------------------------
+
+inline c10::FunctionSchema is_available_schema() {
+  return c10::FunctionSchema("is_available", "", {c10::Argument("self", c10::AnyType::get())},
+                             {c10::Argument("available", c10::BoolType::get())});
+}
+inline c10::FunctionSchema compile_schema() {
+  auto any_dict = c10::DictType::create(c10::StringType::get(), c10::AnyType::get());
+  return c10::FunctionSchema("compile", "",
+                             {c10::Argument("self", c10::AnyType::get()), c10::Argument("processed", c10::AnyType::get()),
+                              c10::Argument("method_compile_spec", any_dict)},
+                             {c10::Argument("handles", any_dict)});
+}
+inline c10::FunctionSchema execute_schema() {
+  auto any_list = c10::ListType::create(c10::AnyType::get());
+  return c10::FunctionSchema("execute", "",
+                             {c10::Argument("self", c10::AnyType::get()), c10::Argument("handle", c10::AnyType::get()),
+                              c10::Argument("input", any_list)},
+                             {c10::Argument("output", any_list)});
+}
+
+/// One entry of `__processed_module`'s method table, unpacked.
+struct processed_method {
+  std::string signature;
+  std::vector<std::string> argument_names;
+  std::int64_t output_count;
+  c10::IValue payload;
+};
+
+[[noreturn]] inline void fail_processed(std::string_view backend, std::string_view method, const std::string& why) {
+  fail({backend, method}, "the processed module is not a torch-delegate payload of this backend: " + why);
+}
+
+/// Reads `__processed_module`: (backend name, format version, {method: (signature, argument
+/// names, output count, payload)}).
+inline processed_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method) {
+  if (!processed.isTuple() || processed.toTupleRef().elements().size() != 3)
+    fail_processed(backend, method, "expected a 3-tuple, got " + processed.type()->annotation_str());
+  const auto& top = processed.toTupleRef().elements();
+  if (!top[0].isString() || top[0].toStringRef() != backend)
+    fail_processed(backend, method, "it was made for backend '" + (top[0].isString() ? top[0].toStringRef() : "?") + "'");
+  if (!top[1].isInt() || top[1].toInt() != processed_format_version)
+    fail_processed(backend, method, "format version " + (top[1].isInt() ? std::to_string(top[1].toInt()) : "?") +
+                                        ", this build reads " + std::to_string(processed_format_version));
+  if (!top[2].isGenericDict()) fail_processed(backend, method, "no method table");
+  auto methods = top[2].toGenericDict();
+  auto found = methods.find(method);
+  if (found == methods.end()) fail_processed(backend, method, "no payload for this method");
+  const c10::IValue& entry = found->value();
+  if (!entry.isTuple() || entry.toTupleRef().elements().size() != 4) fail_processed(backend, method, "malformed method entry");
+  const auto& fields = entry.toTupleRef().elements();
+  processed_method out;
+  out.signature = fields[0].toStringRef();
+  for (const c10::IValue& name : fields[1].toListRef()) out.argument_names.push_back(name.toStringRef());
+  out.output_count = fields[2].toInt();
+  out.payload = fields[3];
+  return out;
+}
+
+template <class B>
+options_t<B> decode_backend_options(const c10::IValue& spec, const error_context& where) {
+  return decode_options<options_t<B>>(spec, where);
+}
+
+template <class B>
+handle_t<B> compile_one(B& backend, const payload_t<B>& payload, const options_t<B>& options) {
+  if constexpr (backend_compiles_with_options<B>) {
+    return backend.compile(payload, options);
+  } else {
+    return backend.compile(payload);
+  }
+}
+
+/// LibTorch's compile(processed, method_compile_spec) -> {method: handle}.
+template <class B>
+c10::impl::GenericDict compile_all(B& backend, const c10::IValue& processed, const c10::impl::GenericDict& spec) {
+  c10::impl::GenericDict handles(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& entry : spec) {
+    const std::string& method = entry.key().toStringRef();
+    const error_context where{B::name, method};
+    processed_method record = read_processed(processed, B::name, method);
+    const signature_record& signature = find_signature(signature_records<B>, record.signature, where);
+    using payload_caster = ivalue_caster<payload_t<B>>;
+    if (!payload_caster::check(record.payload))
+      fail_processed(B::name, method, "payload expects " + std::string(payload_caster::name.view()) + ", got " +
+                                          record.payload.type()->annotation_str());
+    options_t<B> options = decode_backend_options<B>(entry.value(), where);
+    method_info info{std::string(B::name), method, std::move(record.argument_names), record.output_count, &signature};
+    try {
+      handles.insert(method, c10::IValue(c10::make_intrusive<compiled_method<B>>(
+                                 compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options),
+                                 std::move(info))));
+    } catch (...) {
+      rethrow_from_backend(where, "compile");
+    }
+  }
+  return handles;
+}
+
+template <class B>
+bool backend_is_available(B& backend) {
+  return backend.is_available();
+}
+
+/// LibTorch's execute(handle, inputs) -> outputs. The handle is None when the module was
+/// lowered where the backend is unavailable.
+template <class B>
+void execute_boxed(torch::jit::Stack& stack) {
+  c10::IValue arguments = torch::jit::pop(stack);
+  c10::IValue handle = torch::jit::pop(stack);
+  auto self = torch::jit::pop(stack).toCustomClass<backend_object<B>>();
+  if (handle.isNone() || !backend_is_available(self->backend)) fail_not_available(nullptr, B::name);
+  auto compiled = handle.toCustomClass<compiled_method<B>>();
+  const method_info& info = compiled->info;
+  torch::jit::push(stack, info.signature->call(&self->backend, &compiled->handle, arguments.toListRef(), info));
+}
+
+template <class B>
+void register_runtime_classes() {
+  torch::class_<compiled_method<B>>(handles_namespace, handle_class_basename(B::name))
+      .def_pickle([](const c10::intrusive_ptr<compiled_method<B>>&) -> std::int64_t { fail_copy(B::name); },
+                  [](std::int64_t) -> c10::intrusive_ptr<compiled_method<B>> { fail_copy(B::name); });
+  torch::class_<backend_object<B>>(backends_namespace, std::string(B::name))
+      .def(torch::init<>())
+      ._def_unboxed("is_available",
+                    [](torch::jit::Stack& stack) {
+                      auto self = torch::jit::pop(stack).toCustomClass<backend_object<B>>();
+                      torch::jit::push(stack, backend_is_available(self->backend));
+                    },
+                    is_available_schema())
+      ._def_unboxed("compile",
+                    [](torch::jit::Stack& stack) {
+                      auto spec = torch::jit::pop(stack).toGenericDict();
+                      auto processed = torch::jit::pop(stack);
+                      auto self = torch::jit::pop(stack).toCustomClass<backend_object<B>>();
+                      torch::jit::push(stack, compile_all(self->backend, processed, spec));
+                    },
+                    compile_schema())
+      ._def_unboxed("execute", &execute_boxed<B>, execute_schema())
+      .def_pickle([](const c10::intrusive_ptr<backend_object<B>>&) -> std::int64_t { fail_copy(B::name); },
+                  [](std::int64_t) -> c10::intrusive_ptr<backend_object<B>> { fail_copy(B::name); });
+}
+
+/// Registers one part of `B` once; a second type with the same name is an error.
+template <class B, class Register>
+void register_part(registration_part part, Register&& do_register) {
+  const std::string name(B::name);
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  if (!claim_backend_name(name, typeid(B), c10::demangle(typeid(B).name()), part)) return;
+  try {
+    do_register(name);
+  } catch (...) {
+    release_backend_part(name, part);
+    throw;
+  }
+}
+
+}  // namespace detail
+
+/// Registers the runtime of `B` (its TorchBind class `__torch__.torch.classes.__backends__.<name>`)
+/// so that this process can load and run modules lowered to it. Idempotent; returns true.
+template <class B>
+bool register_runtime() {
+  static_assert(detail::check_backend<B>());
+  static_assert(detail::require_convertible<payload_t<B>>());
+  static_assert(detail::check_options<options_t<B>>());
+  detail::register_part<B>(detail::registration_part::runtime, [](const std::string& name) {
+    if (torch::getCustomClass(detail::backend_class_name(name)))
+      detail::fail({name, {}}, "the name is already registered with LibTorch by a backend that is not this "
+                               "torch-delegate type (torch::jit::backend<T> or another library).");
+    detail::register_runtime_classes<B>();
+  });
+  return true;
+}
+
+}  // namespace torch_delegate
+
+#define TORCH_DELEGATE_CONCAT_IMPL(a, b) a##b
+#define TORCH_DELEGATE_CONCAT(a, b) TORCH_DELEGATE_CONCAT_IMPL(a, b)
+
+/// Registers the runtime of a backend when its library is loaded: use it in exactly one .cpp
+/// of a runtime-only build (one that loads modules preprocessed elsewhere).
+#define TORCH_DELEGATE_REGISTER_RUNTIME(Backend)                                                  \
+  [[maybe_unused]] static const bool TORCH_DELEGATE_CONCAT(torch_delegate_registered_, __COUNTER__) = \
+      ::torch_delegate::register_runtime<Backend>()

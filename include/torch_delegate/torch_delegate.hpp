@@ -1,0 +1,9 @@
+// torch-delegate: write a LibTorch delegate backend as one plain struct. Include this header.
+#pragma once
+
+#include <torch_delegate/backend.hpp>
+#include <torch_delegate/convert.hpp>
+#include <torch_delegate/lower.hpp>
+#include <torch_delegate/options.hpp>
+#include <torch_delegate/preprocess.hpp>
+#include <torch_delegate/runtime.hpp>

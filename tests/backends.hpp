@@ -1,0 +1,135 @@
+// Backends used only by the tests: each exercises one part of the contract.
+#pragma once
+
+#include <torch_delegate/torch_delegate.hpp>
+
+#include <atomic>
+#include <mutex>
+
+#include <torch/csrc/jit/ir/irparser.h>
+
+namespace test_backends {
+
+// -- typed overloads and typed options ---------------------------------------------------------
+struct typed_options {
+  torch_delegate::required<std::string> target;
+  double scale = 1.0;
+  std::int64_t repeat = 1;
+  bool fast = false;
+};
+
+struct typed_handle {
+  std::string method;
+  typed_options options;
+};
+
+/// Records what compile received, to check that options survive save/load typed.
+inline std::mutex compiled_mutex;
+inline std::vector<typed_handle> compiled_log;
+
+struct TypedBackend {
+  static constexpr std::string_view name = "td_test_typed";
+  using options = typed_options;
+
+  static std::string preprocess(const torch_delegate::method_to_lower& method, const options&) { return method.name(); }
+
+  static bool is_available() { return true; }
+  static typed_handle compile(const std::string& payload, const options& options) {
+    std::lock_guard<std::mutex> lock(compiled_mutex);
+    compiled_log.push_back({payload, options});
+    return {payload, options};
+  }
+
+  using execute_signatures = torch_delegate::signatures<
+      at::Tensor(at::Tensor, at::Tensor), std::tuple<at::Tensor, at::Tensor>(at::Tensor, at::Tensor, bool),
+      std::tuple<at::Tensor>(at::Tensor), std::vector<at::Tensor>(at::Tensor, std::int64_t),
+      double(at::Tensor, at::Tensor, at::Tensor), at::Tensor(at::Tensor, double, std::int64_t)>;
+  // forward(x, h) = x + h, times the "scale" option
+  static at::Tensor execute(typed_handle& h, const at::Tensor& x, const at::Tensor& y) { return (x + y) * h.options.scale; }
+  // pair(x, h, swap) = (x + h, x - h), swapped if asked
+  static std::tuple<at::Tensor, at::Tensor> execute(typed_handle&, const at::Tensor& x, const at::Tensor& y, bool swap) {
+    return swap ? std::tuple{x - y, x + y} : std::tuple{x + y, x - y};
+  }
+  // single(x) = (x * 2,)
+  static std::tuple<at::Tensor> execute(typed_handle&, const at::Tensor& x) { return {x * 2}; }
+  // repeat(x, n) = [x] * n
+  static std::vector<at::Tensor> execute(typed_handle&, const at::Tensor& x, std::int64_t n) {
+    return std::vector<at::Tensor>(static_cast<std::size_t>(n), x);
+  }
+  // total(x, y, z) = float((x + y + z).sum())
+  static double execute(typed_handle&, const at::Tensor& x, const at::Tensor& y, const at::Tensor& z) {
+    return (x + y + z).sum().item<double>();
+  }
+  // affine(x, alpha=2.0, *, beta=3) = x * alpha + beta
+  static at::Tensor execute(typed_handle&, const at::Tensor& x, double alpha, std::int64_t beta) { return x * alpha + beta; }
+};
+
+// -- generic execute: a reference backend that runs the method's own graph -------------------
+struct graph_handle {
+  std::shared_ptr<torch::jit::GraphFunction> function;
+};
+
+struct GenericBackend {
+  static constexpr std::string_view name = "td_test_generic";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    auto graph = method.graph()->copy();
+    if (graph->inputs()[0]->hasUses()) method.reject(graph->inputs()[0]->node(), "uses self");
+    graph->eraseInput(0);
+    return graph->toString();
+  }
+  static bool is_available() { return true; }
+  static graph_handle compile(const std::string& payload) {
+    auto graph = std::make_shared<torch::jit::Graph>();
+    torch::jit::parseIR(payload, graph.get());
+    return {std::make_shared<torch::jit::GraphFunction>("td_test_generic", graph, nullptr)};
+  }
+  static std::vector<c10::IValue> execute(graph_handle& handle, torch_delegate::inputs inputs) {
+    torch::jit::Stack stack(inputs.begin(), inputs.end());
+    handle.function->run(stack);
+    if (stack.size() == 1 && stack[0].isTuple()) return stack[0].toTupleRef().elements().vec();
+    return stack;
+  }
+};
+
+// -- availability under the test's control ---------------------------------------------------
+inline std::atomic<bool> toggle_available{true};
+
+struct ToggleBackend {
+  static constexpr std::string_view name = "td_test_toggle";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return toggle_available.load(); }
+  static std::string compile(const std::string& payload) { return payload; }
+  static at::Tensor execute(std::string&, const at::Tensor& x, const at::Tensor& h) { return x + h; }
+};
+
+// -- two types, one name -----------------------------------------------------------------------
+struct ClashFirst {
+  static constexpr std::string_view name = "td_test_clash";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static std::string compile(const std::string& payload) { return payload; }
+  static at::Tensor execute(std::string&, const at::Tensor& x, const at::Tensor& h) { return x + h; }
+};
+struct ClashSecond : ClashFirst {};
+
+// -- failures inside the backend ----------------------------------------------------------------
+struct ThrowingBackend {
+  static constexpr std::string_view name = "td_test_throwing";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    if (method.name() == "bad_preprocess") throw std::runtime_error("preprocess exploded");
+    return method.name();
+  }
+  static bool is_available() { return true; }
+  static std::string compile(const std::string& payload) {
+    if (payload == "bad_compile") throw std::logic_error("compile exploded");
+    return payload;
+  }
+  static at::Tensor execute(std::string&, const at::Tensor& x, const at::Tensor&) {
+    throw std::out_of_range("execute exploded");
+    return x;
+  }
+};
+
+}  // namespace test_backends
+
+BOOST_HANA_ADAPT_STRUCT(test_backends::typed_options, target, scale, repeat, fast);

@@ -1,0 +1,100 @@
+// Each backend below breaks one requirement; check_diagnostics.py checks that the compiler
+// says which, naming the type. backend_concept.pass.cpp holds the fixed twin of each.
+#include <torch_delegate/torch_delegate.hpp>
+
+struct NoName {
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct NoIsAvailable {
+  static constexpr std::string_view name = "no_is_available";
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct NoCompile {
+  static constexpr std::string_view name = "no_compile";
+  static bool is_available() { return true; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct VoidCompile {
+  static constexpr std::string_view name = "void_compile";
+  static bool is_available() { return true; }
+  static void compile(const std::string&) {}
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct NoExecute {
+  static constexpr std::string_view name = "no_execute";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+};
+struct OverloadedExecute {
+  static constexpr std::string_view name = "overloaded_execute";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+  static at::Tensor execute(int&, const at::Tensor& x, double) { return x; }
+};
+struct ListedButMissing {
+  static constexpr std::string_view name = "listed_but_missing";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  using execute_signatures = torch_delegate::signatures<at::Tensor(at::Tensor), at::Tensor(at::Tensor, at::Tensor)>;
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct FloatArgument {
+  static constexpr std::string_view name = "float_argument";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x, float) { return x; }
+};
+struct NoPreprocess {
+  static constexpr std::string_view name = "no_preprocess";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct PlainOptions {
+  double scale = 1.0;
+};
+struct UnreflectedOptions {
+  static constexpr std::string_view name = "unreflected_options";
+  using options = PlainOptions;
+  static bool is_available() { return true; }
+  static int compile(const std::string&, const options&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+
+void register_all() {
+  torch_delegate::register_runtime<NoName>();
+  torch_delegate::register_runtime<NoIsAvailable>();
+  torch_delegate::register_runtime<NoCompile>();
+  torch_delegate::register_runtime<VoidCompile>();
+  torch_delegate::register_runtime<NoExecute>();
+  torch_delegate::register_runtime<OverloadedExecute>();
+  torch_delegate::register_runtime<ListedButMissing>();
+  torch_delegate::register_runtime<FloatArgument>();
+  torch_delegate::lower<NoPreprocess>(torch::jit::Module("m"));
+  torch_delegate::register_runtime<UnreflectedOptions>();
+}
+
+// expect: backend_is_missing_name<NoName>
+// expect: the backend needs a compile-time name: add 'static constexpr std::string_view name = "my_backend";'
+// expect: backend_is_missing_is_available<NoIsAvailable>
+// expect: the backend is missing 'static bool is_available();'
+// expect: backend_payload_type_cannot_be_deduced<NoCompile>
+// expect: cannot find the backend's compile: expected 'Handle compile(const Payload&, const Options&)'
+// expect: backend_is_missing_compile<VoidCompile>
+// expect: the backend's compile has the wrong shape
+// expect: backend_is_missing_execute<NoExecute>
+// expect: the backend is missing execute: expected 'Result execute(Handle&, Args...)'
+// expect: backend_execute_is_overloaded_without_execute_signatures<OverloadedExecute>
+// expect: list them with 'using execute_signatures = torch_delegate::signatures<at::Tensor(at::Tensor, at::Tensor), ...>;'
+// expect: backend_has_no_execute_overload_for_signature<ListedButMissing, at::Tensor(at::Tensor, at::Tensor)>
+// expect: a signature listed in execute_signatures has no execute overload
+// expect: unsupported argument or result type 'float'
+// expect: Please use double instead.
+// expect: backend_is_missing_preprocess<NoPreprocess>
+// expect: lower<B> needs the backend's host side
+// expect: options_are_not_a_hana_struct<PlainOptions>
+// expect: a backend's options type must be reflectable

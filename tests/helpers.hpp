@@ -1,0 +1,48 @@
+// Small helpers shared by the test TUs.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <torch/script.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace test_helpers {
+
+/// A scripted module with the given TorchScript source.
+inline torch::jit::Module script(const std::string& source, const std::string& name = "m") {
+  torch::jit::Module module(name);
+  module.define(source);
+  return module;
+}
+
+/// A path in the build's test directory, unique per test.
+inline std::string temp_path(const std::string& file) {
+  return (std::filesystem::temp_directory_path() / ("torch_delegate_test_" + std::to_string(::getpid()) + "_" + file))
+      .string();
+}
+
+/// The message of the exception `f` throws; fails the test when it throws nothing.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  FAIL("expected an exception");
+  return {};
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace test_helpers
+
+#define CHECK_CONTAINS(text, part)                                       \
+  do {                                                                   \
+    const std::string td_text_ = (text);                                 \
+    INFO("text: ", td_text_);                                            \
+    CHECK(test_helpers::contains(td_text_, (part)));                     \
+  } while (0)

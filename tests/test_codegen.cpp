@@ -1,0 +1,65 @@
+// The generated TorchScript, printed and compared with golden text.
+#include "helpers.hpp"
+
+#include <torch_delegate/detail/codegen.hpp>
+
+using namespace test_helpers;
+
+TEST_CASE("golden: lowered and wrapper methods, with defaults, keyword-only args and tuples") {
+  auto module = script(R"(
+def forward(self, x, h, alpha: float = 0.5, *, name: str = "a\"b", sizes: List[int] = [1, 2]) -> Tuple[Tensor, Tensor]:
+    return x, h
+def single(self, x: Tensor) -> Tuple[Tensor]:
+    return (x,)
+)");
+  const torch_delegate::detail::error_context where{"demo", "forward"};
+  const auto& schema = module.get_method("forward").function().getSchema();
+  CHECK(torch_delegate::detail::lowered_method_source("forward", schema, where) ==
+        "def forward(self, x: Tensor, h: Tensor, alpha: float = 0.5, *, name: str = \"a\\\"b\", sizes: List[int] = [1, 2]) -> Tuple[Tensor, Tensor]:\n"
+        "    td_inputs_: List[Any] = [x, h, alpha, name, sizes]\n"
+        "    td_outputs_ = self.__backend.execute(self.__handles[\"forward\"], td_inputs_)\n"
+        "    td_output_0_ = td_outputs_[0]\n"
+        "    assert isinstance(td_output_0_, Tensor)\n"
+        "    td_output_1_ = td_outputs_[1]\n"
+        "    assert isinstance(td_output_1_, Tensor)\n"
+        "    return (td_output_0_, td_output_1_)\n");
+  CHECK(torch_delegate::detail::wrapper_method_source("forward", schema, where) ==
+        "def forward(self, x: Tensor, h: Tensor, alpha: float = 0.5, *, name: str = \"a\\\"b\", sizes: List[int] = [1, 2]) -> Tuple[Tensor, Tensor]:\n"
+        "    return self.__loweredModule__.forward(x, h, alpha, name=name, sizes=sizes)\n");
+  CHECK(torch_delegate::detail::lowered_method_source("single", module.get_method("single").function().getSchema(), where)
+            .find("    return (td_output_0_,)\n") != std::string::npos);
+}
+
+TEST_CASE("golden: the common lowered-module methods") {
+  CHECK(torch_delegate::detail::lowered_module_common_source("__torch__.torch.classes.__backends__.demo") ==
+        "def __create_backend(self):\n"
+        "    self.__backend = __torch__.torch.classes.__backends__.demo()\n"
+        "\n"
+        "def __is_available(self) -> bool:\n"
+        "    return self.__backend.is_available()\n"
+        "\n"
+        "def __getstate__(self):\n"
+        "    return self.__method_compile_spec, self.__processed_module, True\n"
+        "\n"
+        "def __setstate__(self, state: Tuple[Dict[str, Any], Any, bool]):\n"
+        "    self.__method_compile_spec = state[0]\n"
+        "    self.__processed_module = state[1]\n"
+        "    if state[2]:\n"
+        "        self.__create_backend()\n"
+        "    if self.__backend.is_available():\n"
+        "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
+        "    else:\n"
+        "        raise Exception(\"Backend is not available.\")\n");
+}
+
+TEST_CASE("default literals round-trip exactly") {
+  const torch_delegate::detail::error_context where{"demo", "forward"};
+  using torch_delegate::detail::default_literal;
+  CHECK(default_literal(c10::IValue(0.1), where, "a") == "0.10000000000000001");
+  CHECK(default_literal(c10::IValue(2.0), where, "a") == "2.0");
+  CHECK(default_literal(c10::IValue(std::numeric_limits<double>::infinity()), where, "a") == "float(\"inf\")");
+  CHECK(default_literal(c10::IValue(), where, "a") == "None");
+  CHECK(default_literal(c10::IValue(false), where, "a") == "False");
+  CHECK_CONTAINS(error_of([&] { default_literal(c10::IValue(torch::ones({1})), where, "w"); }),
+                 "torch-delegate: backend 'demo', method 'forward': cannot reproduce the default value of argument 'w' (Tensor)");
+}
