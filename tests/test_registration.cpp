@@ -13,10 +13,14 @@ const char* const forward_source = "def forward(self, x, h):\n    return x + h\n
 /// Collects LibTorch warnings (TORCH_WARN) raised while alive.
 struct warning_capture : c10::WarningHandler {
   std::vector<std::string> messages;
-  c10::WarningHandler* previous = c10::WarningUtils::get_warning_handler();
-  warning_capture() { c10::WarningUtils::set_warning_handler(this); }
-  ~warning_capture() override { c10::WarningUtils::set_warning_handler(previous); }
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  c10::WarningHandler* previous = c10::Warning::get_warning_handler();
+  warning_capture() { c10::Warning::set_warning_handler(this); }
+  ~warning_capture() override { c10::Warning::set_warning_handler(previous); }
+  void process(const c10::SourceLocation&, const std::string& message, bool) override { messages.push_back(message); }
+};
+
+struct ForeignNamed : test_backends::ClashFirst {
+  static constexpr std::string_view name = "td_test_foreign";
 };
 
 struct availability_guard {
@@ -63,9 +67,6 @@ TEST_CASE("two different types with one name: a clear error, and the first keeps
 TEST_CASE("a name taken by a non-torch-delegate TorchBind class is refused") {
   struct Foreign : torch::CustomClassHolder {};
   static auto foreign = torch::class_<Foreign>("__backends__", "td_test_foreign").def(torch::init<>());
-  struct ForeignNamed : test_backends::ClashFirst {
-    static constexpr std::string_view name = "td_test_foreign";
-  };
   CHECK(error_of([] { torch_delegate::register_runtime<ForeignNamed>(); }) ==
         "torch-delegate: backend 'td_test_foreign': the name is already registered with LibTorch by a backend that is "
         "not this torch-delegate type (torch::jit::backend<T> or another library).");

@@ -87,7 +87,7 @@ inline torch::jit::Module assemble_lowered_module(std::string_view backend, cons
 }
 
 [[noreturn]] inline void fail_not_lowered(std::string_view backend, const torch::jit::Module& module, const std::string& why) {
-  fail({backend, {}}, "the module (" + module.type()->repr_str() + ") is not a module lowered to this backend: " + why);
+  fail({backend, {}}, "the module (" + module.type()->name()->qualifiedName() + ") is not a module lowered to this backend: " + why);
 }
 
 /// The lowered module inside a wrapper, checked to belong to `backend`.

@@ -82,7 +82,7 @@ inline const c10::FunctionSchema& schema_of(const torch::jit::Module& module, co
                                             const error_context& where) {
   auto found = module.find_method(method);
   if (!found)
-    fail(where, "the module (" + module.type()->repr_str() + ") has no method '" + method +
+    fail(where, "the module (" + module.type()->name()->qualifiedName() + ") has no method '" + method +
                     "' to lower; its methods are: " + method_names(module));
   return found->function().getSchema();
 }
