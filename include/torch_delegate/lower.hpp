@@ -45,11 +45,15 @@ inline std::string unavailable_warning(std::string_view backend) {
          "the backend is available.";
 }
 
+/// Compiles every method of a preprocessed module with the backend behind `backend_object`.
+using compile_function = c10::impl::GenericDict (*)(const c10::IValue& backend_object, const c10::IValue& processed,
+                                                    const c10::impl::GenericDict& spec);
+
 /// Builds LoweredModule + LoweredWrapper around a preprocessed module. Not a template: the
-/// backend is known here only by its name and its TorchBind object.
+/// backend is known here only by its name, its TorchBind object and its compile function.
 inline torch::jit::Module assemble_lowered_module(std::string_view backend, const torch::jit::Module& original,
                                                   const c10::impl::GenericDict& spec, const c10::IValue& processed,
-                                                  c10::IValue backend_object, bool available) {
+                                                  c10::IValue backend_object, bool available, compile_function compile) {
   const std::string backend_name(backend);
   const std::string module_name = original.type()->name()->name();
   torch::jit::Module lowered("torch.jit.LoweredModule." + backend_name + "." + module_name,
@@ -74,7 +78,9 @@ inline torch::jit::Module assemble_lowered_module(std::string_view backend, cons
   lowered.define(lowered_source, resolver);
 
   if (available) {
-    lowered.run_method("__setstate__", c10::ivalue::Tuple::create({spec, processed, false}));
+    // What __setstate__ does on load, called directly: errors stay c10::Errors without an
+    // interpreter traceback of generated code.
+    lowered.setattr("__handles", compile(backend_object, processed, spec));
   } else {
     TORCH_WARN(unavailable_warning(backend));
     c10::impl::GenericDict placeholders(c10::StringType::get(), c10::AnyType::get());
@@ -237,8 +243,11 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
       cloned, spec, [&](const std::shared_ptr<torch::jit::Graph>& graph) { return detail::assign_debug_handles(recorder, graph); });
   auto backend = c10::make_intrusive<detail::backend_object<B>>();
   const bool available = detail::backend_is_available(backend->backend);
-  return lowered_module<B>(
-      detail::assemble_lowered_module(B::name, cloned, spec, processed, c10::IValue(std::move(backend)), available));
+  auto compile = [](const c10::IValue& object, const c10::IValue& processed, const c10::impl::GenericDict& spec) {
+    return detail::compile_all(object.toCustomClass<detail::backend_object<B>>()->backend, processed, spec);
+  };
+  return lowered_module<B>(detail::assemble_lowered_module(B::name, cloned, spec, processed,
+                                                           c10::IValue(std::move(backend)), available, compile));
 }
 
 /// Lowers `module`'s methods to B with typed options per method (default: "forward" with
