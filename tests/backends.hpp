@@ -91,6 +91,16 @@ struct GenericBackend {
   }
 };
 
+/// Returns one output too many: the framework must say so, not unpack garbage.
+struct MiscountingBackend : GenericBackend {
+  static constexpr std::string_view name = "td_test_miscounting";
+  static std::vector<c10::IValue> execute(graph_handle& handle, torch_delegate::inputs inputs) {
+    auto outputs = GenericBackend::execute(handle, inputs);
+    outputs.push_back(outputs.front());
+    return outputs;
+  }
+};
+
 // -- availability under the test's control ---------------------------------------------------
 inline std::atomic<bool> toggle_available{true};
 

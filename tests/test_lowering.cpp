@@ -213,6 +213,15 @@ def forward(self, x, h):
   CHECK(std::get<0>(typed(x, h)).allclose(x * h + 1.0));
 }
 
+TEST_CASE("a generic execute returning the wrong number of outputs is reported") {
+  auto lowered = torch_delegate::lower<test_backends::MiscountingBackend>(script("def forward(self, x):\n    return x\n"));
+  CHECK_CONTAINS(error_of([&] { lowered.forward({torch::ones({1})}); }),
+                 "torch-delegate: backend 'td_test_miscounting', method 'forward': execute returned 2 outputs, the method "
+                 "returns 1");
+  CHECK_CONTAINS(error_of([&] { lowered.method<at::Tensor(at::Tensor)>("forward")(torch::ones({1})); }),
+                 "execute returned 2 outputs, the method returns 1");
+}
+
 TEST_CASE("no matching execute signature: the error lists the schema and every signature") {
   auto module = script(R"(
 def forward(self, x, s: str):
