@@ -46,6 +46,7 @@ TEST_CASE("golden: the common lowered-module methods") {
         "    self.__processed_module = state[1]\n"
         "    if state[2]:\n"
         "        self.__create_backend()\n"
+        "        self.__create_backend_debug_info()\n"
         "    if self.__backend.is_available():\n"
         "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
         "    else:\n"

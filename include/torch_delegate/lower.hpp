@@ -6,6 +6,7 @@
 #include <torch_delegate/preprocess.hpp>
 
 #include <torch/csrc/jit/backends/backend_debug_handler.h>
+#include <torch/csrc/jit/backends/backend_debug_info.h>
 #include <torch/csrc/jit/backends/backend_resolver.h>
 #include <torch/csrc/jit/serialization/import.h>
 
@@ -53,7 +54,8 @@ using compile_function = c10::impl::GenericDict (*)(const c10::IValue& backend_o
 /// backend is known here only by its name, its TorchBind object and its compile function.
 inline torch::jit::Module assemble_lowered_module(std::string_view backend, const torch::jit::Module& original,
                                                   const c10::impl::GenericDict& spec, const c10::IValue& processed,
-                                                  c10::IValue backend_object, bool available, compile_function compile) {
+                                                  c10::IValue backend_object, bool available, compile_function compile,
+                                                  torch::jit::BackendDebugInfoMapType debug_info) {
   const std::string backend_name(backend);
   const std::string module_name = original.type()->name()->name();
   torch::jit::Module lowered("torch.jit.LoweredModule." + backend_name + "." + module_name,
@@ -62,11 +64,24 @@ inline torch::jit::Module assemble_lowered_module(std::string_view backend, cons
   lowered.register_attribute("__method_compile_spec", any_dict_type(), spec);
   lowered.register_attribute("__backend", backend_object.type(), backend_object);
   lowered.register_attribute("__handles", any_dict_type(), c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+  // LibTorch's exporters read __backend_debug_info (handle -> source range and call stack) to
+  // save debug information with mobile modules; lite builds lack the class, then it is None.
+  const std::string debug_info_class = "__torch__.torch.classes." + std::string(torch::jit::kBackendUtilsNamespace) + "." +
+                                       std::string(torch::jit::kBackendDebugInfoClass);
+  std::string create_debug_info = "def __create_backend_debug_info(self):\n    self.__backend_debug_info = None\n";
+  if (auto debug_info_type = torch::getCustomClass(debug_info_class)) {
+    auto recorded = c10::make_intrusive<torch::jit::PyTorchBackendDebugInfo>();
+    recorded->setDebugInfoMap(std::move(debug_info));
+    lowered.register_attribute("__backend_debug_info", c10::OptionalType::create(debug_info_type), c10::IValue(recorded));
+    create_debug_info = "def __create_backend_debug_info(self):\n    self.__backend_debug_info = " + debug_info_class + "()\n";
+  } else {
+    lowered.register_attribute("__backend_debug_info", c10::NoneType::get(), c10::IValue());
+  }
 
   torch::jit::Module wrapper("torch.jit.LoweredWrapper." + backend_name + "." + module_name,
                              std::make_shared<torch::jit::CompilationUnit>(), /*shouldMangle=*/true);
   const auto resolver = torch::jit::loweredModuleResolver();
-  std::string lowered_source = lowered_module_common_source(backend_class_name(backend));
+  std::string lowered_source = lowered_module_common_source(backend_class_name(backend)) + "\n" + create_debug_info;
   std::string wrapper_source;
   for (const auto& entry : spec) {
     const std::string& name = entry.key().toStringRef();
@@ -247,7 +262,8 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
     return detail::compile_all(object.toCustomClass<detail::backend_object<B>>()->backend, processed, spec);
   };
   return lowered_module<B>(detail::assemble_lowered_module(B::name, cloned, spec, processed,
-                                                           c10::IValue(std::move(backend)), available, compile));
+                                                           c10::IValue(std::move(backend)), available, compile,
+                                                           recorder.stopRecording()));
 }
 
 /// Lowers `module`'s methods to B with typed options per method (default: "forward" with

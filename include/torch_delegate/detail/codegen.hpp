@@ -103,6 +103,7 @@ inline std::string lowered_module_common_source(const std::string& backend_class
          "    self.__processed_module = state[1]\n"
          "    if state[2]:\n"
          "        self.__create_backend()\n"
+         "        self.__create_backend_debug_info()\n"
          "    if self.__backend.is_available():\n"
          "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
          "    else:\n"

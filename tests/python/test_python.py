@@ -1,0 +1,203 @@
+"""torch-delegate backends from stock Python PyTorch (Debian's python3-torch 1.13).
+
+Run by `meson test` with /usr/bin/python3; the environment gives
+  TD_BACKEND_LIBRARY  libbackend_with_compiler_demo.so (registers the backend when loaded)
+  TD_DEMO             the C++ demo executable (lowers a module in C++ and saves it)
+  TD_WORKDIR          a directory for files
+"""
+import os
+import subprocess
+import unittest
+
+import torch
+from torch.jit.mobile import _load_for_lite_interpreter
+
+BACKEND = "backend_with_compiler_demo"
+torch.ops.load_library(os.environ["TD_BACKEND_LIBRARY"])
+WORKDIR = os.environ.get("TD_WORKDIR", ".")
+
+
+def path(name):
+    return os.path.join(WORKDIR, f"python_{os.getpid()}_{name}")
+
+
+def script_unshared(module):
+    """Scripts with one JIT type per module instance (what selective lowering needs)."""
+    return torch.jit._recursive.create_script_module(
+        module, torch.jit._recursive.infer_methods_to_compile, share_types=False)
+
+
+def to_demo(module, methods=("forward",)):
+    return torch._C._jit_to_backend(BACKEND, module, {m: {"": ""} for m in methods})
+
+
+class BasicModule(torch.nn.Module):
+    def forward(self, x, h):
+        return self.accum(x, h), self.sub_accum(x, h)
+
+    def accum(self, x, h):
+        return x + h
+
+    def sub_accum(self, x, h):
+        return x - h
+
+
+class AddModule(torch.nn.Module):
+    def forward(self, x, h):
+        return x + h
+
+
+class SubModule(torch.nn.Module):
+    def forward(self, x, h):
+        return x - h
+
+
+class MulModule(torch.nn.Module):
+    def forward(self, x, h):
+        return x * h
+
+
+class Composite(torch.nn.Module):
+    """An unlowered parent with two children to lower."""
+
+    def __init__(self):
+        super().__init__()
+        self.adder = AddModule()
+        self.subtractor = SubModule()
+
+    def forward(self, x, h):
+        return self.adder(x, h) * 2 + self.subtractor(x, h)
+
+
+class Nested(torch.nn.Module):
+    """Two children that share a module name at different depths ("inner")."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = AddModule()
+        self.outer = Composite()
+        self.outer.inner = SubModule()
+
+    def forward(self, x, h):
+        return self.inner(x, h) + self.outer(x, h)
+
+
+def inputs():
+    return torch.rand(2, 3), torch.rand(3)
+
+
+class CppSavedModules(unittest.TestCase):
+    def test_load_module_lowered_and_saved_by_cpp(self):
+        saved = path("cpp_lowered.pt")
+        subprocess.run([os.environ["TD_DEMO"], saved], check=True, capture_output=True)
+        loaded = torch.jit.load(saved)
+        x, h = inputs()
+        self.assertTrue(torch.allclose(loaded(x, h), x))  # forward = accum(x, h) - h
+        self.assertTrue(torch.allclose(loaded.accum(x, h), x + h))
+        self.assertIn("LoweredWrapper", loaded._c._type().qualified_name())
+
+
+class ToBackendFromPython(unittest.TestCase):
+    def test_jit_to_backend_outputs_and_round_trip(self):
+        original = torch.jit.script(BasicModule())
+        lowered = to_demo(original, ("forward", "accum", "sub_accum"))
+        x, h = inputs()
+        for method in ("forward", "accum", "sub_accum"):
+            got, want = getattr(lowered, method)(x, h), getattr(original, method)(x, h)
+            self.assertEqual(str(type(got)), str(type(want)))
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                self.assertTrue(torch.allclose(g, w))
+        saved = path("py_lowered.pt")
+        torch.jit.save(lowered, saved)
+        loaded = torch.jit.load(saved)
+        self.assertTrue(torch.allclose(loaded.accum(x, h), x + h))
+        # getattr: a literal "__name" inside a class body would be name-mangled by Python.
+        self.assertEqual(getattr(loaded.__loweredModule__, "__method_compile_spec"),
+                         {"forward": {"": ""}, "accum": {"": ""}, "sub_accum": {"": ""}})
+
+    def test_lowered_module_as_submodule_of_a_scripted_parent(self):
+        lowered = to_demo(torch.jit.script(AddModule()))
+
+        class Parent(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.child = lowered
+
+            def forward(self, x, h):
+                return self.child(x, h) * 3
+
+        parent = torch.jit.script(Parent())
+        x, h = inputs()
+        self.assertTrue(torch.allclose(parent(x, h), (x + h) * 3))
+        saved = path("parent.pt")
+        torch.jit.save(parent, saved)
+        self.assertTrue(torch.allclose(torch.jit.load(saved)(x, h), (x + h) * 3))
+
+    def test_selective_lowering_of_submodules(self):
+        original = script_unshared(Nested())
+        lowered = torch._C._jit_to_backend_selective(original, lambda m: to_demo(m), ["inner", "outer.adder"])
+        x, h = inputs()
+        self.assertTrue(torch.allclose(lowered(x, h), original(x, h)))
+        self.assertIn("LoweredWrapper", lowered.inner._c._type().qualified_name())
+        self.assertIn("LoweredWrapper", lowered.outer.adder._c._type().qualified_name())
+        self.assertNotIn("LoweredWrapper", lowered.outer.inner._c._type().qualified_name())
+        saved = path("selective.pt")
+        torch.jit.save(lowered, saved)
+        self.assertTrue(torch.allclose(torch.jit.load(saved)(x, h), original(x, h)))
+
+    def test_unsupported_op_raises_with_the_source_line(self):
+        with self.assertRaises(RuntimeError) as raised:
+            to_demo(torch.jit.script(MulModule()))
+        message = str(raised.exception)
+        self.assertIn("The node of aten::mul is not supported in this compiler.", message)
+        self.assertIn("return x * h", message)
+        self.assertIn("~~~~~ <--- HERE", message)
+        self.assertIn("backend 'backend_with_compiler_demo', method 'forward'", message)
+
+    def test_runtime_error_names_the_backend(self):
+        lowered = to_demo(torch.jit.script(AddModule()))
+        with self.assertRaises(RuntimeError) as raised:
+            lowered(torch.rand(2, 4), torch.rand(13, 9))
+        self.assertIn("shapes [2, 4] and [13, 9] are not broadcastable", str(raised.exception))
+
+
+class LiteInterpreter(unittest.TestCase):
+    def check_same(self, jit_module, x, h):
+        mobile_path = path("lite.ptl")
+        jit_module._save_for_lite_interpreter(mobile_path)
+        mobile = _load_for_lite_interpreter(mobile_path)
+        want = jit_module(x, h)
+        got = mobile(x, h)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            self.assertTrue(torch.allclose(g, w))
+        return mobile
+
+    def test_lowered_module_in_the_lite_interpreter(self):
+        lowered = to_demo(torch.jit.script(BasicModule()))
+        self.check_same(lowered, *inputs())
+
+    def test_composite_with_two_lowered_children(self):
+        original = script_unshared(Composite())
+        lowered = torch._C._jit_to_backend_selective(original, lambda m: to_demo(m), ["adder", "subtractor"])
+        x, h = inputs()
+        self.assertTrue(torch.allclose(lowered(x, h), original(x, h)))
+        self.check_same(lowered, x, h)
+        # load in the full JIT -> re-save for mobile -> load in the lite interpreter
+        saved = path("composite.pt")
+        torch.jit.save(lowered, saved)
+        self.check_same(torch.jit.load(saved), x, h)
+
+    def test_children_sharing_a_module_name(self):
+        original = script_unshared(Nested())
+        lowered = torch._C._jit_to_backend_selective(
+            original, lambda m: to_demo(m), ["inner", "outer.inner", "outer.adder"])
+        x, h = inputs()
+        self.assertTrue(torch.allclose(lowered(x, h), original(x, h)))
+        self.check_same(lowered, x, h)
+        saved = path("nested.pt")
+        torch.jit.save(lowered, saved)
+        self.check_same(torch.jit.load(saved), x, h)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
