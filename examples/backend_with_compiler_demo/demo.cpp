@@ -1,6 +1,8 @@
 // The demo: lower a scripted module to backend_with_compiler_demo, save it, load it, run it.
 #include "demo_backend.hpp"
 
+#include <torch_delegate/torch_delegate.hpp>
+
 #include <torch/script.h>
 
 #include <filesystem>

@@ -3,7 +3,9 @@
 // compile parses it; execute runs it over whole float tensors, with broadcasting.
 #pragma once
 
-#include <torch_delegate/torch_delegate.hpp>
+// Runtime headers only: the host side (lower.hpp, preprocess.hpp) is for binaries that lower.
+#include <torch_delegate/lowered_module.hpp>
+#include <torch_delegate/runtime.hpp>
 
 #include <string>
 #include <string_view>

@@ -2,6 +2,8 @@
 // lower modules link this file; a runtime-only build does not need it.
 #include "demo_backend.hpp"
 
+#include <torch_delegate/torch_delegate.hpp>
+
 #include <algorithm>
 #include <unordered_map>
 

@@ -2,4 +2,6 @@
 // preprocess), e.g. with torch.ops.load_library in Python.
 #include "demo_backend.hpp"
 
+#include <torch_delegate/torch_delegate.hpp>
+
 TORCH_DELEGATE_REGISTER_BACKEND(demo::DemoBackend);

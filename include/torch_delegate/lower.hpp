@@ -3,12 +3,12 @@
 #pragma once
 
 #include <torch_delegate/detail/codegen.hpp>
+#include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/preprocess.hpp>
 
 #include <torch/csrc/jit/backends/backend_debug_handler.h>
 #include <torch/csrc/jit/backends/backend_debug_info.h>
 #include <torch/csrc/jit/backends/backend_resolver.h>
-#include <torch/csrc/jit/serialization/import.h>
 
 #include <map>
 
@@ -107,133 +107,7 @@ inline torch::jit::Module assemble_lowered_module(std::string_view backend, cons
   return wrapper;
 }
 
-[[noreturn]] inline void fail_not_lowered(std::string_view backend, const torch::jit::Module& module, const std::string& why) {
-  fail({backend, {}}, "the module (" + module.type()->name()->qualifiedName() + ") is not a module lowered to this backend: " + why);
-}
-
-/// The lowered module inside a wrapper, checked to belong to `backend`.
-inline torch::jit::Module lowered_part(std::string_view backend, const torch::jit::Module& wrapper) {
-  auto lowered = wrapper.attr("__loweredModule__", c10::IValue());
-  if (!lowered.isModule()) fail_not_lowered(backend, wrapper, "it has no __loweredModule__");
-  torch::jit::Module module(lowered.toObject());
-  auto backend_attribute = module.attr("__backend", c10::IValue());
-  if (!backend_attribute.isObject() ||
-      backend_attribute.toObjectRef().type()->name()->qualifiedName() != backend_class_name(backend))
-    fail_not_lowered(backend, wrapper, "its __backend is " +
-                                           (backend_attribute.isNone() ? std::string("missing") : backend_attribute.type()->repr_str()));
-  return module;
-}
-
 }  // namespace detail
-
-template <class B, class Signature>
-class typed_method;
-
-/// A module lowered to backend B: a real torch::jit::Module (save it, load it, call it through
-/// TorchScript) plus typed C++ access to its methods.
-template <class B>
-class lowered_module {
- public:
-  /// Adopts a module lowered to B (e.g. one just loaded); throws if it is not one.
-  explicit lowered_module(torch::jit::Module module) : module_(std::move(module)) {
-    detail::lowered_part(B::name, module_);
-  }
-
-  /// The wrapper module: `torch.jit.LoweredWrapper.<backend>.<original>`.
-  const torch::jit::Module& module() const { return module_; }
-  torch::jit::Module& module() { return module_; }
-
-  /// Calls "forward" through the TorchScript interpreter, like module().forward(inputs).
-  c10::IValue forward(std::vector<c10::IValue> inputs) { return module_.forward(std::move(inputs)); }
-
-  /// A typed C++ entry to a lowered method that calls the backend's execute directly, e.g.
-  /// `lowered.method<at::Tensor(at::Tensor, at::Tensor)>("forward")`.
-  template <class Signature>
-  typed_method<B, Signature> method(const std::string& name) const {
-    return typed_method<B, Signature>(detail::lowered_part(B::name, module_), name);
-  }
-
-  void save(const std::string& path) const { module_.save(path); }
-
- private:
-  torch::jit::Module module_;
-};
-
-/// A lowered method called from C++ without the TorchScript interpreter. It keeps the
-/// backend instance and the compiled handle alive; calls are as thread-safe as B::execute.
-template <class B, class R, class... A>
-class typed_method<B, R(A...)> {
-  using signature = detail::typed_signature<B, R(A...)>;
-
- public:
-  typed_method(const torch::jit::Module& lowered, const std::string& name)
-      : backend_(lowered.attr("__backend").toCustomClass<detail::backend_object<B>>()) {
-    const detail::error_context where{B::name, name};
-    auto handles = lowered.attr("__handles").toGenericDict();
-    auto found = handles.find(name);
-    if (found == handles.end())
-      detail::fail(where, "the lowered module has no such method; it has: " + method_list(handles));
-    if (found->value().isNone()) detail::fail_not_available(nullptr, B::name);
-    compiled_ = found->value().toCustomClass<detail::compiled_method<B>>();
-    const detail::signature_record& compiled_signature = *compiled_->info.signature;
-    direct_ = compiled_signature.text == signature::text.view();
-    if (!direct_ && !compiled_signature.generic)
-      detail::fail(where, "requested as " + std::string(signature::text.view()) + " but compiled for execute" +
-                              std::string(compiled_signature.text));
-    if (!direct_ && compiled_->info.argument_names.size() != sizeof...(A)) {
-      detail::fail_argument_count(compiled_->info, sizeof...(A));
-    }
-  }
-
-  template <class... Args>
-  R operator()(Args&&... args) const {
-    static_assert(sizeof...(Args) == sizeof...(A), "torch-delegate: wrong number of arguments for this signature");
-    B& backend = backend_->backend;
-    if (!backend.is_available()) detail::fail_not_available(&compiled_->info, B::name);
-    if constexpr (detail::signature_is_executable<B, R(A...)>::value) {
-      if (direct_) return backend.execute(compiled_->handle, std::forward<Args>(args)...);
-    }
-    if constexpr (backend_executes_generically<B>) {
-      const std::array<c10::IValue, sizeof...(A)> packed{detail::caster_of<A>::cast(A(std::forward<Args>(args)))...};
-      c10::impl::GenericList outputs = compiled_->info.signature->call(&backend, &compiled_->handle, packed, compiled_->info);
-      return unpack(outputs);
-    } else {
-      TORCH_INTERNAL_ASSERT(false, "unreachable: signature checked at construction");
-    }
-  }
-
- private:
-  static std::string method_list(const c10::impl::GenericDict& handles) {
-    std::string names;
-    for (const auto& entry : handles) names += (names.empty() ? "" : ", ") + entry.key().toStringRef();
-    return names;
-  }
-
-  R unpack(const c10::impl::GenericList& outputs) const {
-    const detail::method_info& info = compiled_->info;
-    if constexpr (requires { std::tuple_size<R>::value; }) {
-      return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return R(check_output<std::tuple_element_t<I, R>>(outputs.get(I), I)...);
-      }(std::make_index_sequence<std::tuple_size_v<R>>{});
-    } else {
-      return check_output<R>(outputs.get(0), 0);
-    }
-    (void)info;
-  }
-
-  template <class T>
-  T check_output(const c10::IValue& value, std::size_t index) const {
-    if (!detail::caster_of<T>::check(value))
-      detail::fail(compiled_->info.where(), "output " + std::to_string(index) + " expects " +
-                                                std::string(detail::caster_of<T>::name.view()) + ", got " +
-                                                value.type()->annotation_str());
-    return T(detail::caster_of<T>::load(value));
-  }
-
-  c10::intrusive_ptr<detail::backend_object<B>> backend_;
-  c10::intrusive_ptr<detail::compiled_method<B>> compiled_;
-  bool direct_ = false;
-};
 
 /// Lowers `module`'s methods to B with an untyped method_compile_spec, exactly LibTorch's
 /// format: {"forward": {"key": value, ...}, ...}. The original module is not modified.
@@ -273,13 +147,6 @@ lowered_module<B> lower(const torch::jit::Module& module, const method_options<B
   c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
   for (const auto& [method, method_options] : options) spec.insert(method, encode_options(method_options));
   return lower<B>(module, spec);
-}
-
-/// Loads a module lowered to B (registering B's runtime first) and adopts it.
-template <class B>
-lowered_module<B> load(const std::string& path) {
-  register_runtime<B>();
-  return lowered_module<B>(torch::jit::load(path));
 }
 
 }  // namespace torch_delegate

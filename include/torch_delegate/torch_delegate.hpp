@@ -4,6 +4,7 @@
 #include <torch_delegate/backend.hpp>
 #include <torch_delegate/convert.hpp>
 #include <torch_delegate/lower.hpp>
+#include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/options.hpp>
 #include <torch_delegate/preprocess.hpp>
 #include <torch_delegate/runtime.hpp>
