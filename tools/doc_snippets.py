@@ -12,6 +12,11 @@ import re
 import sys
 
 MARKER = re.compile(r"^<!-- snippet: (?P<path>[^#\s]+)(#(?P<tag>[\w-]+))? -->$")
+COUNT = re.compile(r"(?P<n>\d+) <!-- count: (?P<path>[^#\s]+)(#(?P<tag>[\w-]+))? -->")
+
+
+def code_lines(lines):
+    return sum(1 for l in lines if l.strip() and not l.strip().startswith("//"))
 
 
 def extract(root, path, tag):
@@ -32,6 +37,14 @@ def process(root, doc, update):
     out, problems, i = [], [], 0
     while i < len(lines):
         line = lines[i]
+
+        def recount(m):
+            n = code_lines(extract(root, m["path"], m["tag"]))
+            if int(m["n"]) != n:
+                problems.append(f"{doc.name}:{i + 1}: says {m['n']} lines of {m['path']}#{m['tag']}, it has {n}")
+            return m.group(0).replace(m["n"], str(n), 1)
+
+        line = COUNT.sub(recount, line)
         match = MARKER.match(line.strip())
         if line.startswith("```cpp") and not (out and MARKER.match(out[-1].strip())):
             problems.append(f"{doc.name}:{i + 1}: a cpp block without a snippet marker (paste-free docs)")

@@ -29,6 +29,7 @@ struct program {
   std::vector<instruction> instructions;
 };
 
+// [struct]
 struct DemoBackend {
   static constexpr std::string_view name = "backend_with_compiler_demo";
 
@@ -46,6 +47,7 @@ struct DemoBackend {
   static at::Tensor execute(program& program, const at::Tensor& x, const at::Tensor& h);
   static std::vector<c10::IValue> execute(program& program, torch_delegate::inputs inputs);
 };
+// [struct]
 
 }  // namespace demo
 

@@ -9,6 +9,7 @@
 
 namespace demo {
 
+// [preprocess]
 std::string DemoBackend::preprocess(const torch_delegate::method_to_lower& method) {
   const auto& graph = *method.graph();
   std::unordered_map<const torch::jit::Value*, std::int64_t> slot_of;
@@ -54,5 +55,6 @@ std::string DemoBackend::preprocess(const torch_delegate::method_to_lower& metho
   text << '\n';
   return text.str();
 }
+// [preprocess]
 
 }  // namespace demo
