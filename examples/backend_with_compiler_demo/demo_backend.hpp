@@ -7,6 +7,9 @@
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/runtime.hpp>
 
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,9 +36,13 @@ struct program {
 struct DemoBackend {
   static constexpr std::string_view name = "backend_with_compiler_demo";
 
-  /// The node kinds this compiler accepts; preprocess rejects every other.
-  static constexpr std::string_view supported_nodes[] = {"prim::Constant", "aten::add", "aten::sub",
-                                                         "prim::TupleConstruct"};
+  /// What this compiler accepts, in one place: preprocess rejects every other node, and
+  /// torch_delegate::coverage<DemoBackend> reports on it before lowering.
+  static bool supports(const torch::jit::Node* node) {
+    static constexpr std::string_view kinds[] = {"prim::Constant", "aten::add", "aten::sub", "prim::TupleConstruct"};
+    const std::string_view kind = node->kind().toQualString();
+    return std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds);
+  }
 
   // host side (demo_backend_preprocess.cpp): graph -> instruction text
   static std::string preprocess(const torch_delegate::method_to_lower& method);

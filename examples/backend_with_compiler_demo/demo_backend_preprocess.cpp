@@ -30,8 +30,7 @@ std::string DemoBackend::preprocess(const torch_delegate::method_to_lower& metho
   std::vector<const torch::jit::Value*> returned{graph.outputs().begin(), graph.outputs().end()};
   for (const torch::jit::Node* node : graph.nodes()) {
     const std::string kind = node->kind().toQualString();
-    if (std::find(std::begin(supported_nodes), std::end(supported_nodes), kind) == std::end(supported_nodes))
-      method.reject(node, "The node of " + kind + " is not supported in this compiler.");
+    if (!supports(node)) method.reject(node, "The node of " + kind + " is not supported in this compiler.");
     if (node->kind() == c10::prim::Constant) {
       auto value = torch::jit::toIValue(node->output());
       if (!value || !(value->isDouble() || value->isInt())) continue;  // only numbers feed add/sub

@@ -27,8 +27,8 @@ inline c10::IValue add_or_subtract(const instruction& op, const c10::IValue& a, 
     if (!value.isTensor()) return at::scalar_tensor(value.toScalar().toDouble(), at::kFloat);
     const at::Tensor& tensor = value.toTensor();
     if (tensor.scalar_type() != at::kFloat)
-      fail("aten::" + op.op + " (debug handle " + std::to_string(op.debug_handle) + ") expects float tensors, " +
-           which + " is " + std::string(c10::toString(tensor.scalar_type())));
+      torch_delegate::raise_at(op.debug_handle, "backend_with_compiler_demo: aten::" + op.op + " expects float tensors, " +
+                                                    which + " is " + std::string(c10::toString(tensor.scalar_type())));
     return tensor;
   };
   at::Tensor left = as_float_tensor(a, "the first operand");
@@ -37,8 +37,9 @@ inline c10::IValue add_or_subtract(const instruction& op, const c10::IValue& a, 
   try {
     shape = at::infer_size(left.sizes(), right.sizes());
   } catch (const c10::Error&) {
-    fail("aten::" + op.op + " (debug handle " + std::to_string(op.debug_handle) + "): shapes " +
-         shape_text(left.sizes()) + " and " + shape_text(right.sizes()) + " are not broadcastable");
+    torch_delegate::raise_at(op.debug_handle, "backend_with_compiler_demo: aten::" + op.op + ": shapes " +
+                                                  shape_text(left.sizes()) + " and " + shape_text(right.sizes()) +
+                                                  " are not broadcastable");
   }
   at::Tensor l = left.expand(shape).contiguous();
   at::Tensor r = right.expand(shape).contiguous();
@@ -111,6 +112,7 @@ inline std::vector<c10::IValue> DemoBackend::execute(program& program, torch_del
       for (std::int64_t s : op.slots) outputs.push_back(slots[s]);
       return outputs;
     } else {
+      torch_delegate::instruction_timer timer(op.debug_handle);  // an op in the PyTorch profiler
       slots[op.slots[0]] = detail::add_or_subtract(op, slots[op.slots[1]], slots[op.slots[2]],
                                                    slots[op.slots[3]].toScalar().toDouble());
     }

@@ -219,13 +219,22 @@ template <class B>
 concept Backend = std::is_default_constructible_v<B> && backend_has_name<B> &&
                   backend_reports_availability<B> && backend_compiles<B> && backend_executes<B>;
 
-/// `preprocess(const method_to_lower&, const Options&) -> Payload`, or without options.
+template <class Payload>
+struct preprocess_result;  // debug.hpp
+
+namespace detail {
+template <class R, class Payload>
+concept preprocess_output = std::convertible_to<R, Payload> || std::same_as<std::remove_cvref_t<R>, preprocess_result<Payload>>;
+}  // namespace detail
+
+/// `preprocess(const method_to_lower&, const Options&) -> Payload` (or a preprocess_result<Payload>),
+/// or without options.
 template <class B>
 concept backend_preprocesses =
     requires(B& backend, const method_to_lower& method, const options_t<B>& options) {
-      { backend.preprocess(method, options) } -> std::convertible_to<payload_t<B>>;
+      { backend.preprocess(method, options) } -> detail::preprocess_output<payload_t<B>>;
     } || requires(B& backend, const method_to_lower& method) {
-      { backend.preprocess(method) } -> std::convertible_to<payload_t<B>>;
+      { backend.preprocess(method) } -> detail::preprocess_output<payload_t<B>>;
     };
 
 /// A backend with its host side: what `lower<B>` needs.

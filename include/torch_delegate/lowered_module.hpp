@@ -96,7 +96,14 @@ class typed_method<B, R(A...)> {
     B& backend = backend_->backend;
     if (!backend.is_available()) detail::fail_not_available(&compiled_->info, B::name);
     if constexpr (detail::signature_is_executable<B, R(A...)>::value) {
-      if (direct_) return backend.execute(compiled_->handle, std::forward<Args>(args)...);
+      if (direct_) {
+        try {
+          detail::running_method_scope running(&compiled_->info.running);
+          return backend.execute(compiled_->handle, std::forward<Args>(args)...);
+        } catch (...) {
+          detail::rethrow_from_backend(compiled_->info.where(), "execute", compiled_->info.debug.get());
+        }
+      }
     }
     if constexpr (backend_executes_generically<B>) {
       const std::array<c10::IValue, sizeof...(A)> packed{detail::caster_of<A>::cast(A(std::forward<Args>(args)))...};

@@ -8,8 +8,10 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/backends/backend_detail.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
+#include <map>
 #include <sstream>
 
 namespace torch_delegate {
@@ -32,7 +34,8 @@ class method_to_lower {
   const torch::jit::Module& module() const { return module_; }
   /// The method's name, e.g. "forward".
   const std::string& name() const { return name_; }
-  /// The method's graph with every call inlined; a copy that preprocess may change.
+  /// The method's graph with every call inlined and dead code removed; a copy that preprocess
+  /// may change.
   const std::shared_ptr<torch::jit::Graph>& graph() const { return graph_; }
   /// The method's schema, `self` first.
   const c10::FunctionSchema& schema() const { return schema_; }
@@ -66,10 +69,59 @@ class method_to_lower {
 
 namespace detail {
 
+/// What preprocess gave for one method, type-erased.
+struct preprocessed_method {
+  c10::IValue payload;
+  std::map<std::int64_t, std::vector<std::int64_t>> instruction_handles;  // empty: ids are debug handles
+};
+
 /// Preprocesses one method with a given backend: decodes its options, runs preprocess,
 /// converts the payload to an IValue.
-using preprocess_trampoline = c10::IValue (*)(const method_to_lower& method, const c10::IValue& options,
-                                              const error_context& where);
+using preprocess_trampoline = preprocessed_method (*)(const method_to_lower& method, const c10::IValue& options,
+                                                      const error_context& where);
+
+inline std::string highlighted(const torch::jit::SourceRange& range) {
+  if (!range.source()) return {};
+  std::ostringstream out;
+  range.highlight(out);
+  return out.str();
+}
+
+/// A class name as the user wrote it: without the "___torch_mangle_N" segments that cloning
+/// and scripting add.
+inline std::string demangled_name(const std::string& qualified) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= qualified.size()) {
+    std::size_t end = qualified.find('.', start);
+    if (end == std::string::npos) end = qualified.size();
+    const std::string part = qualified.substr(start, end - start);
+    if (part.rfind("___torch_mangle_", 0) != 0) out += (out.empty() ? "" : ".") + part;
+    start = end + 1;
+  }
+  return out;
+}
+
+/// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
+/// frame per submodule or function call, outermost first) and its own source lines.
+inline debug_location locate(const torch::jit::Node* node) {
+  debug_location where;
+  where.node_kind = node->kind().toQualString();
+  if (auto position = node->sourceRange().file_line_col())
+    where.file_line = std::get<0>(*position) + ":" + std::to_string(std::get<1>(*position));
+  if (auto call_stack = node->callstack()) {
+    for (const auto& [function, call_site, module] : (*call_stack)->vec()) {
+      std::string frame = "  called here";
+      if (module && module->class_type())
+        frame += ", entering submodule '" + module->instance_name() + "' (" +
+                 demangled_name(module->class_type()->name()->qualifiedName()) + ")";
+      if (function) frame += ", method " + function->name();
+      where.call_stack.push_back(frame + ":\n" + highlighted(call_site));
+    }
+  }
+  where.source = highlighted(node->sourceRange());
+  return where;
+}
 
 inline std::string method_names(const torch::jit::Module& module) {
   std::string names;
@@ -106,33 +158,47 @@ inline c10::IValue preprocess_module(std::string_view backend, std::span<const s
 
     auto graph = torch::jit::toGraphFunction(module.get_method(name).function()).graph()->copy();
     torch::jit::Inline(*graph);
-    torch::jit::NodeToDebugHandle handles = generate_debug_handles(graph);
-    method_to_lower method(module, std::string(backend), name, graph, std::move(handles), schema);
+    torch::jit::EliminateDeadCode(graph);  // inlining leaves the submodules' prim::GetAttr behind
+    torch::jit::NodeToDebugHandle handles_of_nodes = generate_debug_handles(graph);
+    method_to_lower method(module, std::string(backend), name, graph, handles_of_nodes, schema);
 
-    c10::IValue payload;
+    preprocessed_method preprocessed;
     try {
-      payload = preprocess_method(method, entry.value(), where);
+      preprocessed = preprocess_method(method, entry.value(), where);
     } catch (...) {
       rethrow_from_backend(where, "preprocess");
     }
+    method_debug_info debug;
+    for (const auto& [node, handle] : handles_of_nodes) debug.locations.emplace(handle, locate(node));
+    debug.instruction_handles = std::move(preprocessed.instruction_handles);
     c10::List<std::string> argument_names;
     for (std::size_t i = 1; i < schema.arguments().size(); ++i) argument_names.push_back(schema.arguments()[i].name());
     methods.insert(name, c10::ivalue::Tuple::create({c10::IValue(std::string(signature.text)), c10::IValue(argument_names),
                                                      c10::IValue(output_count_of(schema.returns()[0].type())),
-                                                     std::move(payload)}));
+                                                     std::move(preprocessed.payload), encode_debug_info(debug)}));
   }
   return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(processed_format_version),
                                      c10::IValue(std::move(methods))});
 }
 
+template <class Payload, class Result>
+preprocessed_method erase_preprocessed(Result&& result) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<Result>, preprocess_result<Payload>>) {
+    return {ivalue_caster<Payload>::cast(std::move(result.payload)), std::move(result.instruction_handles)};
+  } else {
+    return {ivalue_caster<Payload>::cast(Payload(std::forward<Result>(result))), {}};
+  }
+}
+
 template <class B>
-c10::IValue preprocess_one(const method_to_lower& method, const c10::IValue& options_value, const error_context& where) {
+preprocessed_method preprocess_one(const method_to_lower& method, const c10::IValue& options_value,
+                                   const error_context& where) {
   options_t<B> options = decode_backend_options<B>(options_value, where);
   B backend;
   if constexpr (requires { backend.preprocess(method, options); }) {
-    return ivalue_caster<payload_t<B>>::cast(payload_t<B>(backend.preprocess(method, options)));
+    return erase_preprocessed<payload_t<B>>(backend.preprocess(method, options));
   } else {
-    return ivalue_caster<payload_t<B>>::cast(payload_t<B>(backend.preprocess(method)));
+    return erase_preprocessed<payload_t<B>>(backend.preprocess(method));
   }
 }
 

@@ -89,10 +89,11 @@ struct typed_signature<B, R(A...)> {
     ((caster_of<A>::check(args[I]) ? void() : fail_argument_type(method, I, caster_of<A>::name.view(), args[I])), ...);
     c10::impl::GenericList outputs(c10::AnyType::get());
     try {
+      running_method_scope running(&method.running);
       append_outputs(outputs, static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle),
                                                                  caster_of<A>::load(args[I])...));
     } catch (...) {
-      rethrow_from_backend(method.where(), "execute");
+      rethrow_from_backend(method.where(), "execute", method.debug.get());
     }
     return outputs;
   }
@@ -108,9 +109,10 @@ c10::impl::GenericList call_generic(void* backend, void* handle, c10::ArrayRef<c
   if (args.size() != method.argument_names.size()) fail_argument_count(method, args.size());
   std::vector<c10::IValue> results;
   try {
+    running_method_scope running(&method.running);
     results = static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle), inputs(args.data(), args.size()));
   } catch (...) {
-    rethrow_from_backend(method.where(), "execute");
+    rethrow_from_backend(method.where(), "execute", method.debug.get());
   }
   if (static_cast<std::int64_t>(results.size()) != method.output_count) fail_output_count(method, results.size());
   c10::impl::GenericList outputs(c10::AnyType::get());
@@ -158,14 +160,46 @@ struct processed_method {
   std::vector<std::string> argument_names;
   std::int64_t output_count;
   c10::IValue payload;
+  std::shared_ptr<method_debug_info> debug;
 };
+
+/// debug_location <-> Tuple[str, str, List[str], str]; the table is Dict[int, that tuple].
+inline c10::IValue encode_debug_info(const method_debug_info& debug) {
+  c10::impl::GenericDict locations(c10::IntType::get(), c10::AnyType::get());
+  for (const auto& [handle, where] : debug.locations) {
+    c10::List<std::string> frames;
+    for (const auto& frame : where.call_stack) frames.push_back(frame);
+    locations.insert(handle, c10::ivalue::Tuple::create({where.node_kind, where.file_line, frames, where.source}));
+  }
+  c10::Dict<std::int64_t, c10::List<std::int64_t>> instructions;
+  for (const auto& [instruction, handles] : debug.instruction_handles)
+    instructions.insert(instruction, c10::List<std::int64_t>(handles));
+  return c10::ivalue::Tuple::create({c10::IValue(locations), c10::IValue(instructions)});
+}
+
+inline std::shared_ptr<method_debug_info> decode_debug_info(const c10::IValue& value) {
+  auto debug = std::make_shared<method_debug_info>();
+  const auto& parts = value.toTupleRef().elements();
+  for (const auto& entry : parts.at(0).toGenericDict()) {
+    const auto& fields = entry.value().toTupleRef().elements();
+    debug_location where{fields.at(0).toStringRef(), fields.at(1).toStringRef(), {}, fields.at(3).toStringRef()};
+    for (const c10::IValue& frame : fields.at(2).toListRef()) where.call_stack.push_back(frame.toStringRef());
+    debug->locations.emplace(entry.key().toInt(), std::move(where));
+  }
+  for (const auto& entry : parts.at(1).toGenericDict()) {
+    std::vector<std::int64_t> handles;
+    for (const c10::IValue& handle : entry.value().toListRef()) handles.push_back(handle.toInt());
+    debug->instruction_handles.emplace(entry.key().toInt(), std::move(handles));
+  }
+  return debug;
+}
 
 [[noreturn]] inline void fail_processed(std::string_view backend, std::string_view method, const std::string& why) {
   fail({backend, method}, "the processed module is not a torch-delegate payload of this backend: " + why);
 }
 
 /// Reads `__processed_module`: (backend name, format version, {method: (signature, argument
-/// names, output count, payload)}).
+/// names, output count, payload, debug info)}).
 inline processed_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method) {
   if (!processed.isTuple() || processed.toTupleRef().elements().size() != 3)
     fail_processed(backend, method, "expected a 3-tuple, got " + processed.type()->annotation_str());
@@ -180,13 +214,14 @@ inline processed_method read_processed(const c10::IValue& processed, std::string
   auto found = methods.find(method);
   if (found == methods.end()) fail_processed(backend, method, "no payload for this method");
   const c10::IValue& entry = found->value();
-  if (!entry.isTuple() || entry.toTupleRef().elements().size() != 4) fail_processed(backend, method, "malformed method entry");
+  if (!entry.isTuple() || entry.toTupleRef().elements().size() != 5) fail_processed(backend, method, "malformed method entry");
   const auto& fields = entry.toTupleRef().elements();
   processed_method out;
   out.signature = fields[0].toStringRef();
   for (const c10::IValue& name : fields[1].toListRef()) out.argument_names.push_back(name.toStringRef());
   out.output_count = fields[2].toInt();
   out.payload = fields[3];
+  out.debug = decode_debug_info(fields[4]);
   return out;
 }
 
@@ -218,11 +253,13 @@ c10::impl::GenericDict compile_all(B& backend, const c10::IValue& processed, con
       fail_processed(B::name, method, "payload expects " + std::string(payload_caster::name.view()) + ", got " +
                                           record.payload.type()->annotation_str());
     options_t<B> options = decode_backend_options<B>(entry.value(), where);
-    method_info info{std::string(B::name), method, std::move(record.argument_names), record.output_count, &signature};
+    method_info info{std::string(B::name), method, std::move(record.argument_names), record.output_count, &signature,
+                     std::move(record.debug), {}};
     try {
-      handles.insert(method, c10::IValue(c10::make_intrusive<compiled_method<B>>(
-                                 compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options),
-                                 std::move(info))));
+      auto compiled = c10::make_intrusive<compiled_method<B>>(
+          compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options), std::move(info));
+      compiled->info.running = {B::name, compiled->info.debug.get()};
+      handles.insert(method, c10::IValue(std::move(compiled)));
     } catch (...) {
       rethrow_from_backend(where, "compile");
     }

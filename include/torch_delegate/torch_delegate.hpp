@@ -3,6 +3,8 @@
 
 #include <torch_delegate/backend.hpp>
 #include <torch_delegate/convert.hpp>
+#include <torch_delegate/coverage.hpp>
+#include <torch_delegate/debug.hpp>
 #include <torch_delegate/lower.hpp>
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/options.hpp>

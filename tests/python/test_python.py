@@ -161,6 +161,56 @@ class ToBackendFromPython(unittest.TestCase):
         self.assertIn("shapes [2, 4] and [13, 9] are not broadcastable", str(raised.exception))
 
 
+class TopWithSubmodule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.adder = AddModule()
+
+    def forward(self, x, h):
+        return self.adder(x, h) - h
+
+
+class Debuggability(unittest.TestCase):
+    def check_points_at_add(self, message):
+        self.assertIn("backend 'backend_with_compiler_demo', method 'forward': in execute", message)
+        self.assertIn("shapes [2, 4] and [13, 9] are not broadcastable", message)
+        self.assertIn("The failing instruction implements aten::add", message)
+        self.assertIn("return x + h", message)
+        self.assertIn("~~~~~ <--- HERE", message)
+
+    def test_runtime_error_points_at_the_model_source_through_submodules(self):
+        lowered = to_demo(torch.jit.script(TopWithSubmodule()))
+        bad = (torch.rand(2, 4), torch.rand(13, 9))
+        with self.assertRaises(RuntimeError) as raised:
+            lowered(*bad)
+        self.check_points_at_add(str(raised.exception))
+        self.assertIn("entering submodule 'adder' (__torch__.AddModule), method forward", str(raised.exception))
+        self.assertIn("return self.adder(x, h) - h", str(raised.exception))
+        self.assertIn("test_python.py", str(raised.exception))
+        # lite interpreter
+        mobile_path = path("debug.ptl")
+        lowered._save_for_lite_interpreter(mobile_path, _save_mobile_debug_info=True)
+        with self.assertRaises(RuntimeError) as raised:
+            _load_for_lite_interpreter(mobile_path)(*bad)
+        self.check_points_at_add(str(raised.exception))
+
+    def test_torch_profiler_shows_delegated_instructions(self):
+        lowered = to_demo(torch.jit.script(BasicModule()))
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            lowered(*inputs())
+        names = [event.key for event in prof.key_averages()]
+        delegated = [n for n in names if n.startswith(("aten::add (", "aten::sub ("))]
+        self.assertEqual(len(delegated), 2, names)
+        self.assertTrue(all("test_python.py:" in n for n in delegated), delegated)
+        trace = path("trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace) as f:
+            text = f.read()
+        self.assertIn("aten::add (", text)
+        self.assertIn("aten::sub (", text)
+
+
 class LiteInterpreter(unittest.TestCase):
     def check_same(self, jit_module, x, h):
         mobile_path = path("lite.ptl")

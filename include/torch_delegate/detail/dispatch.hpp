@@ -2,6 +2,7 @@
 // them, and the errors a call can produce. Templates only fill in these records.
 #pragma once
 
+#include <torch_delegate/debug.hpp>
 #include <torch_delegate/detail/errors.hpp>
 
 #include <ATen/core/function_schema.h>
@@ -39,6 +40,8 @@ struct method_info {
   std::vector<std::string> argument_names;
   std::int64_t output_count = 1;
   const signature_record* signature = nullptr;
+  std::shared_ptr<const method_debug_info> debug;  // never null once compiled
+  running_method running;                          // what record_instruction sees during execute
 
   error_context where() const { return {backend, method}; }
 };
@@ -128,10 +131,14 @@ inline constexpr std::string_view backend_not_available = "Backend is not availa
 }
 
 /// Adds "while executing" context to an exception thrown by a backend's execute, without
-/// losing its type when it is a c10::Error.
-[[noreturn]] inline void rethrow_from_backend(const error_context& where, std::string_view stage) {
+/// losing its type when it is a c10::Error. An instruction_error becomes an error showing the
+/// model's source for that instruction.
+[[noreturn]] inline void rethrow_from_backend(const error_context& where, std::string_view stage,
+                                              const method_debug_info* debug = nullptr) {
   try {
     throw;
+  } catch (const instruction_error& error) {
+    fail(where, "in " + std::string(stage) + ": " + error.msg() + describe_instruction(debug, error.instruction()));
   } catch (c10::Error& error) {
     error.add_context(describe(where) + ": in " + std::string(stage));
     throw;
