@@ -36,6 +36,7 @@ struct program {
 struct DemoBackend {
   static constexpr std::string_view name = "backend_with_compiler_demo";
 
+  // [supports]
   /// What this compiler accepts, in one place: preprocess rejects every other node, and
   /// torch_delegate::coverage<DemoBackend> reports on it before lowering.
   static bool supports(const torch::jit::Node* node) {
@@ -43,6 +44,7 @@ struct DemoBackend {
     const std::string_view kind = node->kind().toQualString();
     return std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds);
   }
+  // [supports]
 
   // host side (demo_backend_preprocess.cpp): graph -> instruction text
   static std::string preprocess(const torch_delegate::method_to_lower& method);

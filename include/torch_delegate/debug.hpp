@@ -122,8 +122,12 @@ inline std::string describe_instruction(const method_debug_info* debug, std::int
   return text;
 }
 
+/// "aten::add (model.py:12)": the node's kind and where it is, with the file's directory left
+/// out to keep profiles readable (errors keep the full path).
 inline std::string event_name(const debug_location& where) {
-  return where.file_line.empty() ? where.node_kind : where.node_kind + " (" + where.file_line + ")";
+  if (where.file_line.empty()) return where.node_kind;
+  const std::size_t slash = where.file_line.rfind('/');
+  return where.node_kind + " (" + (slash == std::string::npos ? where.file_line : where.file_line.substr(slash + 1)) + ")";
 }
 
 }  // namespace detail
@@ -155,7 +159,7 @@ inline void record_instruction(std::int64_t instruction, std::int64_t start_ns, 
     if (event.empty()) event = "instruction " + std::to_string(instruction);
   }
   torch::autograd::profiler::reportBackendEventToActiveKinetoProfiler(start_ns / 1000, end_ns / 1000, handle,
-                                                                      at::RecordScope::BACKWARD_FUNCTION, event,
+                                                                      at::RecordScope::FUNCTION, event,
                                                                       std::string(method->backend));
 }
 
