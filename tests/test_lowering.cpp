@@ -363,3 +363,18 @@ TEST_CASE("lite interpreter from C++: _save_for_mobile -> _load_for_mobile gives
   CHECK(mobile.run_method("repeat", x, 2).toListRef().size() == 2);
   std::filesystem::remove(path);
 }
+
+TEST_CASE("a second lowering of the same shape reuses the generated classes; modules stay independent") {
+  auto options = all_typed_methods();
+  auto first = torch_delegate::lower<TypedBackend>(script(typed_source), options);
+  options["forward"].scale = 5.0;
+  auto second = torch_delegate::lower<TypedBackend>(script(typed_source), options);
+  CHECK(first.module().type() == second.module().type());
+  const at::Tensor x = torch::ones({2}), h = torch::ones({2});
+  CHECK(first.forward({x, h}).toTensor().allclose((x + h) * 1.0));
+  CHECK(second.forward({x, h}).toTensor().allclose((x + h) * 5.0));
+  torch_delegate::method_options<TypedBackend> fewer{{"forward", options["forward"]}};
+  auto third = torch_delegate::lower<TypedBackend>(script(typed_source), fewer);
+  CHECK(third.module().type() != first.module().type());
+  CHECK_FALSE(third.module().find_method("pair").has_value());
+}

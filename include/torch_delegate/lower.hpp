@@ -11,6 +11,8 @@
 #include <torch/csrc/jit/backends/backend_resolver.h>
 
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 namespace torch_delegate {
 
@@ -50,36 +52,54 @@ inline std::string unavailable_warning(std::string_view backend) {
 using compile_function = c10::impl::GenericDict (*)(const c10::IValue& backend_object, const c10::IValue& processed,
                                                     const c10::impl::GenericDict& spec);
 
-/// Builds LoweredModule + LoweredWrapper around a preprocessed module. Not a template: the
-/// backend is known here only by its name, its TorchBind object and its compile function.
-inline torch::jit::Module assemble_lowered_module(std::string_view backend, const torch::jit::Module& original,
-                                                  const c10::impl::GenericDict& spec, const c10::IValue& processed,
-                                                  c10::IValue backend_object, bool available, compile_function compile,
-                                                  torch::jit::BackendDebugInfoMapType debug_info) {
+inline std::string debug_info_class_name() {
+  return "__torch__.torch.classes." + std::string(torch::jit::kBackendUtilsNamespace) + "." +
+         std::string(torch::jit::kBackendDebugInfoClass);
+}
+
+/// The TorchScript classes of a lowered module and its wrapper. Built once per backend, module
+/// class and method schemas, then shared by every module lowered with that shape: lowering a
+/// second module of the same shape instantiates them instead of compiling TorchScript again.
+struct lowered_module_types {
+  std::shared_ptr<torch::jit::CompilationUnit> unit;
+  c10::ClassTypePtr lowered;
+  c10::ClassTypePtr wrapper;
+};
+
+inline std::string lowered_types_key(std::string_view backend, const torch::jit::Module& original,
+                                     const c10::impl::GenericDict& spec) {
+  std::string key(backend);
+  key += "|" + original.type()->name()->qualifiedName();
+  for (const auto& entry : spec) {
+    const std::string& name = entry.key().toStringRef();
+    key += "|" + name + ":" + toString(schema_of(original, name, {backend, name}).cloneWithName("", ""));
+  }
+  return key;
+}
+
+inline lowered_module_types build_lowered_module_types(std::string_view backend, const torch::jit::Module& original,
+                                                       const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type) {
   const std::string backend_name(backend);
   const std::string module_name = original.type()->name()->name();
-  torch::jit::Module lowered("torch.jit.LoweredModule." + backend_name + "." + module_name,
-                             std::make_shared<torch::jit::CompilationUnit>(), /*shouldMangle=*/true);
-  lowered.register_attribute("__processed_module", c10::AnyType::get(), processed);
-  lowered.register_attribute("__method_compile_spec", any_dict_type(), spec);
-  lowered.register_attribute("__backend", backend_object.type(), backend_object);
-  lowered.register_attribute("__handles", any_dict_type(), c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+  auto unit = std::make_shared<torch::jit::CompilationUnit>();
+  torch::jit::Module lowered("torch.jit.LoweredModule." + backend_name + "." + module_name, unit, /*shouldMangle=*/true);
+  lowered.register_attribute("__processed_module", c10::AnyType::get(), c10::IValue());
+  lowered.register_attribute("__method_compile_spec", any_dict_type(), c10::IValue());
+  lowered.register_attribute("__backend", backend_type, c10::IValue());
+  lowered.register_attribute("__handles", any_dict_type(), c10::IValue());
   // LibTorch's exporters read __backend_debug_info (handle -> source range and call stack) to
   // save debug information with mobile modules; lite builds lack the class, then it is None.
-  const std::string debug_info_class = "__torch__.torch.classes." + std::string(torch::jit::kBackendUtilsNamespace) + "." +
-                                       std::string(torch::jit::kBackendDebugInfoClass);
   std::string create_debug_info = "def __create_backend_debug_info(self):\n    self.__backend_debug_info = None\n";
-  if (auto debug_info_type = torch::getCustomClass(debug_info_class)) {
-    auto recorded = c10::make_intrusive<torch::jit::PyTorchBackendDebugInfo>();
-    recorded->setDebugInfoMap(std::move(debug_info));
-    lowered.register_attribute("__backend_debug_info", c10::OptionalType::create(debug_info_type), c10::IValue(recorded));
-    create_debug_info = "def __create_backend_debug_info(self):\n    self.__backend_debug_info = " + debug_info_class + "()\n";
+  if (auto debug_info_type = torch::getCustomClass(debug_info_class_name())) {
+    lowered.register_attribute("__backend_debug_info", c10::OptionalType::create(debug_info_type), c10::IValue());
+    create_debug_info =
+        "def __create_backend_debug_info(self):\n    self.__backend_debug_info = " + debug_info_class_name() + "()\n";
   } else {
     lowered.register_attribute("__backend_debug_info", c10::NoneType::get(), c10::IValue());
   }
 
-  torch::jit::Module wrapper("torch.jit.LoweredWrapper." + backend_name + "." + module_name,
-                             std::make_shared<torch::jit::CompilationUnit>(), /*shouldMangle=*/true);
+  torch::jit::Module wrapper("torch.jit.LoweredWrapper." + backend_name + "." + module_name, unit, /*shouldMangle=*/true);
+  wrapper.register_module("__loweredModule__", lowered);
   const auto resolver = torch::jit::loweredModuleResolver();
   std::string lowered_source = lowered_module_common_source(backend_class_name(backend)) + "\n" + create_debug_info;
   std::string wrapper_source;
@@ -91,7 +111,38 @@ inline torch::jit::Module assemble_lowered_module(std::string_view backend, cons
     wrapper_source += (wrapper_source.empty() ? "" : "\n") + wrapper_method_source(name, schema, where);
   }
   lowered.define(lowered_source, resolver);
+  wrapper.define(wrapper_source, resolver);
+  return {unit, lowered.type(), wrapper.type()};
+}
 
+inline const lowered_module_types& lowered_types_for(std::string_view backend, const torch::jit::Module& original,
+                                                     const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, lowered_module_types> cache;
+  const std::string key = lowered_types_key(backend, original, spec);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = cache.find(key);
+  if (found == cache.end())
+    found = cache.emplace(key, build_lowered_module_types(backend, original, spec, backend_type)).first;
+  return found->second;
+}
+
+/// Builds LoweredModule + LoweredWrapper around a preprocessed module. Not a template: the
+/// backend is known here only by its name, its TorchBind object and its compile function.
+inline torch::jit::Module assemble_lowered_module(std::string_view backend, const torch::jit::Module& original,
+                                                  const c10::impl::GenericDict& spec, const c10::IValue& processed,
+                                                  c10::IValue backend_object, bool available, compile_function compile,
+                                                  torch::jit::BackendDebugInfoMapType debug_info) {
+  const lowered_module_types& types = lowered_types_for(backend, original, spec, backend_object.type());
+  torch::jit::Module lowered(types.unit, types.lowered);
+  lowered.setattr("__processed_module", processed);
+  lowered.setattr("__method_compile_spec", spec);
+  lowered.setattr("__backend", backend_object);
+  if (torch::getCustomClass(debug_info_class_name())) {
+    auto recorded = c10::make_intrusive<torch::jit::PyTorchBackendDebugInfo>();
+    recorded->setDebugInfoMap(std::move(debug_info));
+    lowered.setattr("__backend_debug_info", c10::IValue(std::move(recorded)));
+  }
   if (available) {
     // What __setstate__ does on load, called directly: errors stay c10::Errors without an
     // interpreter traceback of generated code.
@@ -102,8 +153,8 @@ inline torch::jit::Module assemble_lowered_module(std::string_view backend, cons
     for (const auto& entry : spec) placeholders.insert(entry.key(), c10::IValue());
     lowered.setattr("__handles", placeholders);
   }
-  wrapper.register_module("__loweredModule__", lowered);
-  wrapper.define(wrapper_source, resolver);
+  torch::jit::Module wrapper(types.unit, types.wrapper);
+  wrapper.setattr("__loweredModule__", lowered._ivalue());
   return wrapper;
 }
 
@@ -126,16 +177,17 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
   }
   if (spec.empty()) detail::fail({B::name, {}}, "no method to lower: the method_compile_spec is empty");
 
-  torch::jit::Module cloned = module.clone();
+  // No clone: preprocess sees the module as const and works on copies of its graphs, so the
+  // original is untouched (tested) and a second lowering costs no module copy.
   torch::jit::BackendDebugInfoRecorder recorder;
   c10::IValue processed = detail::preprocess_for_libtorch<B>(
-      cloned, spec, [&](const std::shared_ptr<torch::jit::Graph>& graph) { return detail::assign_debug_handles(recorder, graph); });
+      module, spec, [&](const std::shared_ptr<torch::jit::Graph>& graph) { return detail::assign_debug_handles(recorder, graph); });
   auto backend = c10::make_intrusive<detail::backend_object<B>>();
   const bool available = detail::backend_is_available(backend->backend);
   auto compile = [](const c10::IValue& object, const c10::IValue& processed, const c10::impl::GenericDict& spec) {
     return detail::compile_all(object.toCustomClass<detail::backend_object<B>>()->backend, processed, spec);
   };
-  return lowered_module<B>(detail::assemble_lowered_module(B::name, cloned, spec, processed,
+  return lowered_module<B>(detail::assemble_lowered_module(B::name, module, spec, processed,
                                                            c10::IValue(std::move(backend)), available, compile,
                                                            recorder.stopRecording()));
 }

@@ -30,7 +30,7 @@ class method_to_lower {
         debug_handles_(std::move(debug_handles)),
         schema_(schema) {}
 
-  /// The (cloned) module being lowered.
+  /// The module being lowered (the caller's, read-only).
   const torch::jit::Module& module() const { return module_; }
   /// The method's name, e.g. "forward".
   const std::string& name() const { return name_; }
