@@ -2,6 +2,7 @@
 #include "helpers.hpp"
 
 #include <torch_delegate/detail/codegen.hpp>
+#include <torch_delegate/runtime.hpp>
 
 using namespace test_helpers;
 
@@ -63,4 +64,32 @@ TEST_CASE("default literals round-trip exactly") {
   CHECK(default_literal(c10::IValue(false), where, "a") == "False");
   CHECK_CONTAINS(error_of([&] { default_literal(c10::IValue(torch::ones({1})), where, "w"); }),
                  "torch-delegate: backend 'demo', method 'forward': cannot reproduce the default value of argument 'w' (Tensor)");
+}
+
+TEST_CASE("golden: a typed execute overload becomes one operator call, in the lowered module and the wrapper") {
+  auto module = script(R"(
+def forward(self, x, h, alpha: float = 0.5):
+    return x
+def single(self, x: Tensor) -> Tuple[Tensor]:
+    return (x,)
+)");
+  const torch_delegate::detail::error_context where{"demo", "forward"};
+  const auto& schema = module.get_method("forward").function().getSchema();
+  CHECK(torch_delegate::detail::lowered_method_source("forward", schema, where, "torch_delegate::demo_execute0") ==
+        "def forward(self, x: Tensor, h: Tensor, alpha: float = 0.5) -> Tensor:\n"
+        "    return torch_delegate.demo_execute0(self.__handles[\"forward\"], x, h, alpha)\n");
+  CHECK(torch_delegate::detail::wrapper_method_source("forward", schema, where, "torch_delegate::demo_execute0") ==
+        "def forward(self, x: Tensor, h: Tensor, alpha: float = 0.5) -> Tensor:\n"
+        "    return torch_delegate.demo_execute0(self.__loweredModule__.__handles[\"forward\"], x, h, alpha)\n");
+  CHECK(torch_delegate::detail::lowered_method_source("single", module.get_method("single").function().getSchema(), where,
+                                                      "torch_delegate::demo_execute2") ==
+        "def single(self, x: Tensor) -> Tuple[Tensor]:\n"
+        "    return (torch_delegate.demo_execute2(self.__handles[\"single\"], x),)\n");
+}
+
+TEST_CASE("operator schemas are derived from the signature records") {
+  const std::string_view arguments[] = {"Tensor", "List[int]", "Optional[float]"};
+  const torch_delegate::detail::signature_record record{"", arguments, "Tuple[Tensor, int]", false, nullptr};
+  CHECK(torch_delegate::detail::operator_schema("demo", 3, record) ==
+        "torch_delegate::demo_execute3(Any handle, Tensor a0, int[] a1, float? a2) -> (Tensor, int)");
 }

@@ -52,6 +52,21 @@ inline std::string unavailable_warning(std::string_view backend) {
 using compile_function = c10::impl::GenericDict (*)(const c10::IValue& backend_object, const c10::IValue& processed,
                                                     const c10::impl::GenericDict& spec);
 
+/// Resolves what generated code names: `torch_delegate.<op>` to our operators, the rest as
+/// LibTorch's own lowered modules do. (Saved code spells them ops.torch_delegate.<op>, which
+/// every loader understands.)
+struct generated_code_resolver : torch::jit::Resolver {
+  std::shared_ptr<torch::jit::Resolver> fallback = torch::jit::loweredModuleResolver();
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction& function,
+                                                          const torch::jit::SourceRange& location) override {
+    if (name == "torch_delegate") return std::make_shared<torch::jit::BuiltinModule>("torch_delegate");
+    return fallback->resolveValue(name, function, location);
+  }
+  c10::TypePtr resolveType(const std::string& name, const torch::jit::SourceRange& location) override {
+    return fallback->resolveType(name, location);
+  }
+};
+
 inline std::string debug_info_class_name() {
   return "__torch__.torch.classes." + std::string(torch::jit::kBackendUtilsNamespace) + "." +
          std::string(torch::jit::kBackendDebugInfoClass);
@@ -66,19 +81,25 @@ struct lowered_module_types {
   c10::ClassTypePtr wrapper;
 };
 
+/// The typed operator each lowered method calls, in spec order ("" for the generic path).
+using method_operators = std::vector<std::string>;
+
 inline std::string lowered_types_key(std::string_view backend, const torch::jit::Module& original,
-                                     const c10::impl::GenericDict& spec) {
+                                     const c10::impl::GenericDict& spec, const method_operators& operators) {
   std::string key(backend);
   key += "|" + original.type()->name()->qualifiedName();
+  std::size_t i = 0;
   for (const auto& entry : spec) {
     const std::string& name = entry.key().toStringRef();
-    key += "|" + name + ":" + toString(schema_of(original, name, {backend, name}).cloneWithName("", ""));
+    key += "|" + name + ":" + toString(schema_of(original, name, {backend, name}).cloneWithName("", "")) + "@" +
+           operators.at(i++);
   }
   return key;
 }
 
 inline lowered_module_types build_lowered_module_types(std::string_view backend, const torch::jit::Module& original,
-                                                       const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type) {
+                                                       const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type,
+                                                       const method_operators& operators) {
   const std::string backend_name(backend);
   const std::string module_name = original.type()->name()->name();
   auto unit = std::make_shared<torch::jit::CompilationUnit>();
@@ -100,15 +121,17 @@ inline lowered_module_types build_lowered_module_types(std::string_view backend,
 
   torch::jit::Module wrapper("torch.jit.LoweredWrapper." + backend_name + "." + module_name, unit, /*shouldMangle=*/true);
   wrapper.register_module("__loweredModule__", lowered);
-  const auto resolver = torch::jit::loweredModuleResolver();
+  const auto resolver = std::make_shared<generated_code_resolver>();
   std::string lowered_source = lowered_module_common_source(backend_class_name(backend)) + "\n" + create_debug_info;
   std::string wrapper_source;
+  std::size_t i = 0;
   for (const auto& entry : spec) {
     const std::string& name = entry.key().toStringRef();
     const error_context where{backend, name};
     const c10::FunctionSchema& schema = schema_of(original, name, where);
-    lowered_source += "\n" + lowered_method_source(name, schema, where);
-    wrapper_source += (wrapper_source.empty() ? "" : "\n") + wrapper_method_source(name, schema, where);
+    const std::string& operator_name = operators.at(i++);
+    lowered_source += "\n" + lowered_method_source(name, schema, where, operator_name);
+    wrapper_source += (wrapper_source.empty() ? "" : "\n") + wrapper_method_source(name, schema, where, operator_name);
   }
   lowered.define(lowered_source, resolver);
   wrapper.define(wrapper_source, resolver);
@@ -116,14 +139,15 @@ inline lowered_module_types build_lowered_module_types(std::string_view backend,
 }
 
 inline const lowered_module_types& lowered_types_for(std::string_view backend, const torch::jit::Module& original,
-                                                     const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type) {
+                                                     const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type,
+                                                     const method_operators& operators) {
   static std::mutex mutex;
   static std::unordered_map<std::string, lowered_module_types> cache;
-  const std::string key = lowered_types_key(backend, original, spec);
+  const std::string key = lowered_types_key(backend, original, spec, operators);
   std::lock_guard<std::mutex> lock(mutex);
   auto found = cache.find(key);
   if (found == cache.end())
-    found = cache.emplace(key, build_lowered_module_types(backend, original, spec, backend_type)).first;
+    found = cache.emplace(key, build_lowered_module_types(backend, original, spec, backend_type, operators)).first;
   return found->second;
 }
 
@@ -132,8 +156,9 @@ inline const lowered_module_types& lowered_types_for(std::string_view backend, c
 inline torch::jit::Module assemble_lowered_module(std::string_view backend, const torch::jit::Module& original,
                                                   const c10::impl::GenericDict& spec, const c10::IValue& processed,
                                                   c10::IValue backend_object, bool available, compile_function compile,
-                                                  torch::jit::BackendDebugInfoMapType debug_info) {
-  const lowered_module_types& types = lowered_types_for(backend, original, spec, backend_object.type());
+                                                  torch::jit::BackendDebugInfoMapType debug_info,
+                                                  const method_operators& operators) {
+  const lowered_module_types& types = lowered_types_for(backend, original, spec, backend_object.type(), operators);
   torch::jit::Module lowered(types.unit, types.lowered);
   lowered.setattr("__processed_module", processed);
   lowered.setattr("__method_compile_spec", spec);
@@ -185,11 +210,19 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
   auto backend = c10::make_intrusive<detail::backend_object<B>>();
   const bool available = detail::backend_is_available(backend->backend);
   auto compile = [](const c10::IValue& object, const c10::IValue& processed, const c10::impl::GenericDict& spec) {
-    return detail::compile_all(object.toCustomClass<detail::backend_object<B>>()->backend, processed, spec);
+    return detail::compile_all(object.toCustomClass<detail::backend_object<B>>(), processed, spec);
   };
+  detail::method_operators operators;
+  for (const auto& entry : spec) {
+    const std::string& method = entry.key().toStringRef();
+    const auto record = detail::read_processed(processed, B::name, method);
+    const auto& signatures = detail::signature_records<B>;
+    const std::size_t index = &detail::find_signature(signatures, record.signature, {B::name, method}) - signatures.data();
+    operators.push_back(signatures[index].generic ? std::string() : detail::operator_name(B::name, index));
+  }
   return lowered_module<B>(detail::assemble_lowered_module(B::name, module, spec, processed,
                                                            c10::IValue(std::move(backend)), available, compile,
-                                                           recorder.stopRecording()));
+                                                           recorder.stopRecording(), operators));
 }
 
 /// Lowers `module`'s methods to B with typed options per method (default: "forward" with

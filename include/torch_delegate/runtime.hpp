@@ -11,9 +11,13 @@
 
 #include <ATen/core/stack.h>
 #include <c10/util/Type.h>
+#include <torch/csrc/jit/frontend/script_type_parser.h>
+#include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/custom_class.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <string>
 #include <typeindex>
 
@@ -49,9 +53,11 @@ struct backend_object : torch::CustomClassHolder {
 /// errors need to say.
 template <class B>
 struct compiled_method : torch::CustomClassHolder {
-  compiled_method(handle_t<B> h, method_info i) : handle(std::move(h)), info(std::move(i)) {}
+  compiled_method(handle_t<B> h, method_info i, c10::intrusive_ptr<backend_object<B>> o)
+      : handle(std::move(h)), info(std::move(i)), owner(std::move(o)) {}
   handle_t<B> handle;
   method_info info;
+  c10::intrusive_ptr<backend_object<B>> owner;  // the backend instance that compiled it
 };
 
 // -- typed trampolines ------------------------------------------------------------------------
@@ -100,6 +106,39 @@ struct typed_signature<B, R(A...)> {
 
   static constexpr signature_record record() {
     return {text.view(), arguments, caster_of<R>::name.view(), false, &call};
+  }
+
+  /// The JIT operator lowered methods call: (Any handle, A...) -> R, no List[Any] in between.
+  static void run_operator(torch::jit::Stack& stack) {
+    run_operator_with(stack, std::index_sequence_for<A...>{});
+  }
+
+  template <std::size_t... I>
+  static void run_operator_with(torch::jit::Stack& stack, std::index_sequence<I...>) {
+    constexpr std::size_t count = sizeof...(A) + 1;
+    const c10::IValue& handle = stack[stack.size() - count];
+    if (handle.isNone()) fail_not_available(nullptr, B::name);
+    auto compiled = handle.toCustomClass<compiled_method<B>>();
+    const method_info& method = compiled->info;
+    B& backend = compiled->owner->backend;
+    if (!backend.is_available()) fail_not_available(&method, B::name);
+    const c10::IValue* args = &stack[stack.size() - count + 1];
+    ((caster_of<A>::check(args[I]) ? void() : fail_argument_type(method, I, caster_of<A>::name.view(), args[I])), ...);
+    std::optional<R> result;
+    try {
+      running_method_scope running(&method.running);
+      result.emplace(backend.execute(compiled->handle, caster_of<A>::load(args[I])...));
+    } catch (...) {
+      rethrow_from_backend(method.where(), "execute", method.debug.get());
+    }
+    torch::jit::drop(stack, count);
+    // A tuple result is the operator's several returns (the schema parser reads "(A, B)" so).
+    if constexpr (requires { std::tuple_size<R>::value; }) {
+      std::apply([&](auto&&... element) { (torch::jit::push(stack, caster_of<decltype(element)>::cast(std::move(element))), ...); },
+                 std::move(*result));
+    } else {
+      torch::jit::push(stack, caster_of<R>::cast(std::move(*result)));
+    }
   }
 };
 
@@ -241,7 +280,9 @@ handle_t<B> compile_one(B& backend, const payload_t<B>& payload, const options_t
 
 /// LibTorch's compile(processed, method_compile_spec) -> {method: handle}.
 template <class B>
-c10::impl::GenericDict compile_all(B& backend, const c10::IValue& processed, const c10::impl::GenericDict& spec) {
+c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& owner, const c10::IValue& processed,
+                                   const c10::impl::GenericDict& spec) {
+  B& backend = owner->backend;
   c10::impl::GenericDict handles(c10::StringType::get(), c10::AnyType::get());
   for (const auto& entry : spec) {
     const std::string& method = entry.key().toStringRef();
@@ -257,7 +298,7 @@ c10::impl::GenericDict compile_all(B& backend, const c10::IValue& processed, con
                      std::move(record.debug), {}};
     try {
       auto compiled = c10::make_intrusive<compiled_method<B>>(
-          compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options), std::move(info));
+          compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options), std::move(info), owner);
       compiled->info.running = {B::name, compiled->info.debug.get()};
       handles.insert(method, c10::IValue(std::move(compiled)));
     } catch (...) {
@@ -270,6 +311,29 @@ c10::impl::GenericDict compile_all(B& backend, const c10::IValue& processed, con
 template <class B>
 bool backend_is_available(B& backend) {
   return backend.is_available();
+}
+
+/// "torch_delegate::<backend>_execute<k>": the JIT operator of the k-th typed signature.
+inline std::string operator_name(std::string_view backend, std::size_t index) {
+  return "torch_delegate::" + std::string(backend) + "_execute" + std::to_string(index);
+}
+
+/// Its schema, e.g. "torch_delegate::demo_execute0(Any handle, Tensor a0, Tensor a1) -> Tensor".
+inline std::string operator_schema(std::string_view backend, std::size_t index, const signature_record& signature) {
+  torch::jit::ScriptTypeParser parser;
+  std::string schema = operator_name(backend, index) + "(Any handle";
+  for (std::size_t i = 0; i < signature.arguments.size(); ++i)
+    schema += ", " + parser.parseType(std::string(signature.arguments[i]))->str() + " a" + std::to_string(i);
+  return schema + ") -> " + parser.parseType(std::string(signature.result))->str();
+}
+
+template <class B, class... S, std::size_t... I>
+void register_operators(signatures<S...>*, std::index_sequence<I...>) {
+  // Alias analysis CONSERVATIVE: a backend call has effects the JIT cannot see, so it must never
+  // be deduplicated, reordered or removed as dead code.
+  static torch::jit::RegisterOperators operators(std::vector<c10::optional<torch::jit::Operator>>{torch::jit::Operator(
+      operator_schema(B::name, I, signature_records<B>[I]), &typed_signature<B, S>::run_operator,
+      c10::AliasAnalysisKind::CONSERVATIVE)...});
 }
 
 /// LibTorch's execute(handle, inputs) -> outputs. The handle is None when the module was
@@ -287,6 +351,10 @@ void execute_boxed(torch::jit::Stack& stack) {
 
 template <class B>
 void register_runtime_classes() {
+  using listed = execute_signatures_t<B>;
+  [&]<class... S>(signatures<S...>* list) {
+    register_operators<B>(list, std::index_sequence_for<S...>{});
+  }(static_cast<listed*>(nullptr));
   torch::class_<compiled_method<B>>(handles_namespace, handle_class_basename(B::name))
       .def_pickle([](const c10::intrusive_ptr<compiled_method<B>>&) -> std::int64_t { fail_copy(B::name); },
                   [](std::int64_t) -> c10::intrusive_ptr<compiled_method<B>> { fail_copy(B::name); });
@@ -303,7 +371,7 @@ void register_runtime_classes() {
                       auto spec = torch::jit::pop(stack).toGenericDict();
                       auto processed = torch::jit::pop(stack);
                       auto self = torch::jit::pop(stack).toCustomClass<backend_object<B>>();
-                      torch::jit::push(stack, compile_all(self->backend, processed, spec));
+                      torch::jit::push(stack, compile_all(self, processed, spec));
                     },
                     compile_schema())
       ._def_unboxed("execute", &execute_boxed<B>, execute_schema())
@@ -335,6 +403,11 @@ bool register_runtime() {
   static_assert(detail::require_convertible<payload_t<B>>());
   static_assert(detail::check_options<options_t<B>>());
   detail::register_part<B>(detail::registration_part::runtime, [](const std::string& name) {
+    const bool identifier = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                            std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!identifier)
+      detail::fail({name, {}}, "a backend name must be an identifier (letters, digits, '_'; not starting with a digit): "
+                               "it names a TorchBind class and operators.");
     if (torch::getCustomClass(detail::backend_class_name(name)))
       detail::fail({name, {}}, "the name is already registered with LibTorch by a backend that is not this "
                                "torch-delegate type (torch::jit::backend<T> or another library).");

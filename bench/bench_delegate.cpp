@@ -1,0 +1,170 @@
+// torch-delegate vs LibTorch's own to_backend, side by side in one process and one run.
+//   bench_delegate [google benchmark flags]   per-call, typed-path, lowering, load, thread figures
+//   bench_delegate --memory                   resident bytes added by one lowered module (JSON)
+#include "bench_backends.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
+
+namespace {
+
+const at::Tensor x = torch::ones({1});
+const at::Tensor h = torch::ones({1});
+
+std::vector<c10::IValue> inputs() { return {x, h}; }
+
+torch::jit::Module& upstream_module() {
+  static torch::jit::Module module = bench::lower_upstream(bench::scripted_add());
+  return module;
+}
+torch_delegate::lowered_module<bench::OurAddBackend>& our_module() {
+  static auto module = torch_delegate::lower<bench::OurAddBackend>(bench::scripted_add());
+  return module;
+}
+
+// 1. per call through the TorchScript interpreter --------------------------------------------
+void BM_call_bare_aten_add(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(at::add(x, h));
+}
+void BM_call_scripted_original(benchmark::State& state) {
+  static torch::jit::Module module = bench::scripted_add();
+  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
+}
+void BM_call_interpreter_upstream(benchmark::State& state) {
+  auto& module = upstream_module();
+  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_call_interpreter_ours(benchmark::State& state) {
+  auto& module = our_module().module();
+  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_call_bare_aten_add);
+BENCHMARK(BM_call_scripted_original);
+BENCHMARK(BM_call_interpreter_upstream);
+BENCHMARK(BM_call_interpreter_ours);
+
+// 2. the typed C++ path vs calling execute directly --------------------------------------------
+void BM_call_typed_ours(benchmark::State& state) {
+  auto forward = our_module().method<at::Tensor(at::Tensor, at::Tensor)>("forward");
+  for (auto _ : state) benchmark::DoNotOptimize(forward(x, h));
+}
+void BM_call_direct_execute(benchmark::State& state) {
+  std::string handle = bench::OurAddBackend::compile("add");
+  for (auto _ : state) benchmark::DoNotOptimize(bench::OurAddBackend::execute(handle, x, h));
+}
+BENCHMARK(BM_call_typed_ours);
+BENCHMARK(BM_call_direct_execute);
+
+// 3. lowering: a module of a new class ("first"), and a second module of the same class -------
+void BM_lower_first_upstream(benchmark::State& state) {
+  std::int64_t n = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(bench::lower_upstream(bench::scripted_add("First" + std::to_string(n++))));
+}
+void BM_lower_first_ours(benchmark::State& state) {
+  std::int64_t n = 0;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(torch_delegate::lower<bench::OurAddBackend>(bench::scripted_add("First" + std::to_string(n++))));
+}
+void BM_lower_second_upstream(benchmark::State& state) {
+  const auto module = bench::scripted_add();
+  for (auto _ : state) benchmark::DoNotOptimize(bench::lower_upstream(module));
+}
+void BM_lower_second_ours(benchmark::State& state) {
+  const auto module = bench::scripted_add();
+  torch_delegate::lower<bench::OurAddBackend>(module);
+  for (auto _ : state) benchmark::DoNotOptimize(torch_delegate::lower<bench::OurAddBackend>(module));
+}
+BENCHMARK(BM_lower_first_upstream)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_lower_first_ours)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_lower_second_upstream)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_lower_second_ours)->Unit(benchmark::kMicrosecond);
+
+// 4. torch::jit::load of a saved lowered module ---------------------------------------------------
+std::string saved(const torch::jit::Module& module) {
+  std::ostringstream out;
+  module.save(out);
+  return out.str();
+}
+void BM_load_upstream(benchmark::State& state) {
+  const std::string bytes = saved(upstream_module());
+  for (auto _ : state) {
+    std::istringstream in(bytes);
+    benchmark::DoNotOptimize(torch::jit::load(in));
+  }
+}
+void BM_load_ours(benchmark::State& state) {
+  const std::string bytes = saved(our_module().module());
+  for (auto _ : state) {
+    std::istringstream in(bytes);
+    benchmark::DoNotOptimize(torch::jit::load(in));
+  }
+}
+BENCHMARK(BM_load_upstream)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_load_ours)->Unit(benchmark::kMicrosecond);
+
+// 5. several threads calling one lowered module -------------------------------------------------
+void BM_threads_interpreter_upstream(benchmark::State& state) {
+  auto& module = upstream_module();
+  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_threads_interpreter_ours(benchmark::State& state) {
+  auto& module = our_module().module();
+  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_threads_typed_ours(benchmark::State& state) {
+  auto forward = our_module().method<at::Tensor(at::Tensor, at::Tensor)>("forward");
+  for (auto _ : state) benchmark::DoNotOptimize(forward(x, h));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_threads_interpreter_upstream)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+BENCHMARK(BM_threads_interpreter_ours)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+BENCHMARK(BM_threads_typed_ours)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
+// 7. memory: resident bytes per lowered module ----------------------------------------------------
+std::int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+template <class Lower>
+double bytes_per_module(Lower&& lower, int count) {
+  std::vector<torch::jit::Module> keep;
+  keep.reserve(count);
+  keep.push_back(lower(0));  // warm-up: first-use registrations and caches
+  const std::int64_t before = resident_bytes();
+  for (int i = 1; i <= count; ++i) keep.push_back(lower(i));
+  return double(resident_bytes() - before) / count;
+}
+
+int memory_report() {
+  const int count = 400;
+  // Distinct module objects of one class: what a server holding many lowered models does.
+  const double upstream = bytes_per_module([](int) { return bench::lower_upstream(bench::scripted_add()); }, count);
+  const double ours = bytes_per_module(
+      [](int) { return torch_delegate::lower<bench::OurAddBackend>(bench::scripted_add()).module(); }, count);
+  std::cout << "{\"memory_bytes_per_module_upstream\": " << upstream << ", \"memory_bytes_per_module_ours\": " << ours
+            << ", \"modules\": " << count << "}\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--memory") return memory_report();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
