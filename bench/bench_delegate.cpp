@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <malloc.h>
 #include <sstream>
 #include <unistd.h>
 
@@ -137,23 +138,32 @@ std::int64_t resident_bytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
+std::int64_t heap_bytes() { return static_cast<std::int64_t>(mallinfo2().uordblks); }
+
+struct per_module {
+  double resident;
+  double heap;
+};
+
 template <class Lower>
-double bytes_per_module(Lower&& lower, int count) {
+per_module bytes_per_module(Lower&& lower, int count) {
   std::vector<torch::jit::Module> keep;
-  keep.reserve(count);
+  keep.reserve(count + 1);
   keep.push_back(lower(0));  // warm-up: first-use registrations and caches
-  const std::int64_t before = resident_bytes();
+  const std::int64_t resident_before = resident_bytes(), heap_before = heap_bytes();
   for (int i = 1; i <= count; ++i) keep.push_back(lower(i));
-  return double(resident_bytes() - before) / count;
+  return {double(resident_bytes() - resident_before) / count, double(heap_bytes() - heap_before) / count};
 }
 
 int memory_report() {
   const int count = 400;
   // Distinct module objects of one class: what a server holding many lowered models does.
-  const double upstream = bytes_per_module([](int) { return bench::lower_upstream(bench::scripted_add()); }, count);
-  const double ours = bytes_per_module(
+  const per_module upstream = bytes_per_module([](int) { return bench::lower_upstream(bench::scripted_add()); }, count);
+  const per_module ours = bytes_per_module(
       [](int) { return torch_delegate::lower<bench::OurAddBackend>(bench::scripted_add()).module(); }, count);
-  std::cout << "{\"memory_bytes_per_module_upstream\": " << upstream << ", \"memory_bytes_per_module_ours\": " << ours
+  std::cout << "{\"memory_bytes_per_module_upstream\": " << upstream.resident
+            << ", \"memory_bytes_per_module_ours\": " << ours.resident
+            << ", \"heap_bytes_per_module_upstream\": " << upstream.heap << ", \"heap_bytes_per_module_ours\": " << ours.heap
             << ", \"modules\": " << count << "}\n";
   return 0;
 }

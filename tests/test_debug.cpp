@@ -98,7 +98,7 @@ def forward(self, x, h):
   auto loaded = torch::jit::load(path);
   auto processed = loaded.attr("__loweredModule__").toModule().attr("__processed_module");
   auto debug = torch_delegate::detail::decode_debug_info(
-      processed.toTupleRef().elements()[2].toGenericDict().at("forward").toTupleRef().elements()[4]);
+      processed.toTupleRef().elements()[3].toGenericDict().at("forward").toTupleRef().elements()[4]);
   for (std::int64_t handle : seen_handles) CHECK_MESSAGE(debug->locations.count(handle), handle);
   bool saw_loop_add = false;
   for (const auto& [handle, where] : debug->locations)

@@ -213,6 +213,26 @@ concept backend_executes_typed = detail::all_signatures_executable<B, execute_si
 template <class B>
 concept backend_executes = backend_executes_typed<B> || backend_executes_generically<B>;
 
+/// The version of the payload format this build of the backend writes
+/// (`static constexpr std::int64_t payload_version = N;`, default 1), and the oldest one it
+/// still reads (`oldest_payload_version`, default: only its own).
+template <class B>
+constexpr std::int64_t payload_version_of() {
+  if constexpr (requires { B::payload_version; }) {
+    return B::payload_version;
+  } else {
+    return 1;
+  }
+}
+template <class B>
+constexpr std::int64_t oldest_payload_version_of() {
+  if constexpr (requires { B::oldest_payload_version; }) {
+    return B::oldest_payload_version;
+  } else {
+    return payload_version_of<B>();
+  }
+}
+
 /// A torch-delegate backend, as seen by a runtime (a process that loads and runs lowered
 /// modules). See docs/backend-concept.md.
 template <class B>

@@ -215,7 +215,8 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
   detail::method_operators operators;
   for (const auto& entry : spec) {
     const std::string& method = entry.key().toStringRef();
-    const auto record = detail::read_processed(processed, B::name, method);
+    const auto record =
+        detail::read_processed(processed, B::name, method, {oldest_payload_version_of<B>(), payload_version_of<B>()});
     const auto& signatures = detail::signature_records<B>;
     const std::size_t index = &detail::find_signature(signatures, record.signature, {B::name, method}) - signatures.data();
     operators.push_back(signatures[index].generic ? std::string() : detail::operator_name(B::name, index));

@@ -6,7 +6,12 @@
 #include <torch_delegate/runtime.hpp>
 
 #include <torch/csrc/jit/api/module.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/import.h>
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
 
 namespace torch_delegate {
 
@@ -147,11 +152,49 @@ class typed_method<B, R(A...)> {
   bool direct_ = false;
 };
 
+/// The backends a saved module delegates to, read from its code without loading it.
+inline std::vector<std::string> backends_needed(const std::string& path) {
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+  } catch (const c10::Error& error) {
+    throw c10::Error("torch-delegate: cannot read '" + path + "' as a saved TorchScript module: " +
+                         error.what_without_backtrace(), "");
+  }
+  const std::string marker = "__torch__.torch.classes." + std::string(detail::backends_namespace) + ".";
+  std::vector<std::string> names;
+  for (const std::string& record : reader->getAllRecords()) {
+    if (record.size() < 3 || record.compare(record.size() - 3, 3, ".py") != 0) continue;
+    auto [data, size] = reader->getRecord(record);
+    const std::string_view code(static_cast<const char*>(data.get()), size);
+    for (std::size_t at = code.find(marker); at != std::string_view::npos; at = code.find(marker, at + 1)) {
+      std::size_t end = at + marker.size();
+      while (end < code.size() && (std::isalnum(static_cast<unsigned char>(code[end])) || code[end] == '_')) ++end;
+      std::string name(code.substr(at + marker.size(), end - at - marker.size()));
+      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+    }
+  }
+  return names;
+}
+
+/// Loads a saved module after checking that every backend it delegates to is registered in this
+/// process: a missing one is an error that names it and says how to register it, instead of
+/// LibTorch's "unknown type" error from deep inside the loader.
+inline torch::jit::Module load(const std::string& path) {
+  for (const std::string& backend : backends_needed(path))
+    if (!torch::getCustomClass(detail::backend_class_name(backend)))
+      detail::fail({backend, {}}, "the module '" + path + "' delegates to this backend, which is not registered in this "
+                                  "process. Register it before loading: load its library (torch.ops.load_library in "
+                                  "Python, dlopen, or link it with -Wl,--no-as-needed), or call "
+                                  "torch_delegate::register_runtime<YourBackend>() / TORCH_DELEGATE_REGISTER_RUNTIME.");
+  return torch::jit::load(path);
+}
+
 /// Loads a module lowered to B (registering B's runtime first) and adopts it.
 template <class B>
 lowered_module<B> load(const std::string& path) {
   register_runtime<B>();
-  return lowered_module<B>(torch::jit::load(path));
+  return lowered_module<B>(load(path));
 }
 
 }  // namespace torch_delegate

@@ -142,7 +142,8 @@ inline const c10::FunctionSchema& schema_of(const torch::jit::Module& module, co
 /// The body of the preprocess function registered with LibTorch, shared by every backend:
 /// returns (backend name, format version, {method: (signature, argument names, output
 /// count, payload)}).
-inline c10::IValue preprocess_module(std::string_view backend, std::span<const signature_record> signatures,
+inline c10::IValue preprocess_module(std::string_view backend, std::int64_t payload_version,
+                                     std::span<const signature_record> signatures,
                                      preprocess_trampoline preprocess_method, const torch::jit::Module& module,
                                      const c10::Dict<c10::IValue, c10::IValue>& method_compile_spec,
                                      const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
@@ -178,7 +179,7 @@ inline c10::IValue preprocess_module(std::string_view backend, std::span<const s
                                                      std::move(preprocessed.payload), encode_debug_info(debug)}));
   }
   return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(processed_format_version),
-                                     c10::IValue(std::move(methods))});
+                                     c10::IValue(payload_version), c10::IValue(std::move(methods))});
 }
 
 template <class Payload, class Result>
@@ -206,7 +207,8 @@ preprocessed_method preprocess_one(const method_to_lower& method, const c10::IVa
 template <class B>
 c10::IValue preprocess_for_libtorch(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
                                     const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
-  return preprocess_module(B::name, signature_records<B>, &preprocess_one<B>, module, spec, generate_debug_handles);
+  return preprocess_module(B::name, payload_version_of<B>(), signature_records<B>, &preprocess_one<B>, module, spec,
+                           generate_debug_handles);
 }
 
 }  // namespace detail

@@ -199,6 +199,7 @@ struct processed_method {
   std::vector<std::string> argument_names;
   std::int64_t output_count;
   c10::IValue payload;
+  std::int64_t payload_version = 1;
   std::shared_ptr<method_debug_info> debug;
 };
 
@@ -234,33 +235,67 @@ inline std::shared_ptr<method_debug_info> decode_debug_info(const c10::IValue& v
 }
 
 [[noreturn]] inline void fail_processed(std::string_view backend, std::string_view method, const std::string& why) {
-  fail({backend, method}, "the processed module is not a torch-delegate payload of this backend: " + why);
+  fail({backend, method}, "the processed module is not a valid torch-delegate payload: " + why);
 }
 
-/// Reads `__processed_module`: (backend name, format version, {method: (signature, argument
-/// names, output count, payload, debug info)}).
-inline processed_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method) {
-  if (!processed.isTuple() || processed.toTupleRef().elements().size() != 3)
-    fail_processed(backend, method, "expected a 3-tuple, got " + processed.type()->annotation_str());
+[[noreturn]] inline void fail_incompatible(std::string_view backend, std::string_view method, const std::string& why) {
+  fail({backend, method}, "incompatible payload: " + why);
+}
+
+/// The versions a build of a backend reads.
+struct payload_versions {
+  std::int64_t oldest;
+  std::int64_t newest;
+};
+
+inline bool is_string_list(const c10::IValue& value) {
+  if (!value.isList()) return false;
+  for (const c10::IValue& element : value.toListRef())
+    if (!element.isString()) return false;
+  return true;
+}
+
+/// Reads `__processed_module`: (backend name, torch-delegate format version, backend payload
+/// version, {method: (signature, argument names, output count, payload, debug info)}). Every
+/// field is checked: a corrupted, truncated or foreign payload is an error, never a crash.
+inline processed_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method,
+                                       payload_versions versions) {
+  if (!processed.isTuple() || processed.toTupleRef().elements().size() != 4)
+    fail_processed(backend, method, "expected a 4-tuple stamped by torch-delegate, got " + processed.type()->annotation_str());
   const auto& top = processed.toTupleRef().elements();
-  if (!top[0].isString() || top[0].toStringRef() != backend)
-    fail_processed(backend, method, "it was made for backend '" + (top[0].isString() ? top[0].toStringRef() : "?") + "'");
-  if (!top[1].isInt() || top[1].toInt() != processed_format_version)
-    fail_processed(backend, method, "format version " + (top[1].isInt() ? std::to_string(top[1].toInt()) : "?") +
-                                        ", this build reads " + std::to_string(processed_format_version));
-  if (!top[2].isGenericDict()) fail_processed(backend, method, "no method table");
-  auto methods = top[2].toGenericDict();
+  if (!top[0].isString() || !top[1].isInt() || !top[2].isInt() || !top[3].isGenericDict())
+    fail_processed(backend, method, "expected (str, int, int, Dict), got " + processed.type()->annotation_str());
+  const std::string& made_for = top[0].toStringRef();
+  if (made_for != backend) fail_incompatible(backend, method, "it was made for backend '" + made_for + "'");
+  if (top[1].toInt() != processed_format_version)
+    fail_incompatible(backend, method, "it has torch-delegate format version " + std::to_string(top[1].toInt()) +
+                                           ", this build reads version " + std::to_string(processed_format_version));
+  const std::int64_t version = top[2].toInt();
+  if (version < versions.oldest || version > versions.newest)
+    fail_incompatible(backend, method, "it was made by payload version " + std::to_string(version) + " of backend '" +
+                                           std::string(backend) + "', this build of the backend reads versions " +
+                                           std::to_string(versions.oldest) + " to " + std::to_string(versions.newest) +
+                                           ". Lower the model again with this build, or load it with a build that reads "
+                                           "version " + std::to_string(version) + ".");
+  auto methods = top[3].toGenericDict();
   auto found = methods.find(method);
   if (found == methods.end()) fail_processed(backend, method, "no payload for this method");
   const c10::IValue& entry = found->value();
   if (!entry.isTuple() || entry.toTupleRef().elements().size() != 5) fail_processed(backend, method, "malformed method entry");
   const auto& fields = entry.toTupleRef().elements();
+  if (!fields[0].isString() || !is_string_list(fields[1]) || !fields[2].isInt() || !fields[4].isTuple())
+    fail_processed(backend, method, "malformed method entry " + entry.type()->annotation_str());
   processed_method out;
   out.signature = fields[0].toStringRef();
   for (const c10::IValue& name : fields[1].toListRef()) out.argument_names.push_back(name.toStringRef());
   out.output_count = fields[2].toInt();
   out.payload = fields[3];
-  out.debug = decode_debug_info(fields[4]);
+  out.payload_version = version;
+  try {
+    out.debug = decode_debug_info(fields[4]);
+  } catch (const c10::Error&) {
+    fail_processed(backend, method, "malformed debug information");
+  }
   return out;
 }
 
@@ -278,6 +313,13 @@ handle_t<B> compile_one(B& backend, const payload_t<B>& payload, const options_t
   }
 }
 
+inline thread_local std::int64_t compiling_payload_version = 0;
+
+struct payload_version_scope {
+  explicit payload_version_scope(std::int64_t version) { compiling_payload_version = version; }
+  ~payload_version_scope() { compiling_payload_version = 0; }
+};
+
 /// LibTorch's compile(processed, method_compile_spec) -> {method: handle}.
 template <class B>
 c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& owner, const c10::IValue& processed,
@@ -287,7 +329,8 @@ c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& 
   for (const auto& entry : spec) {
     const std::string& method = entry.key().toStringRef();
     const error_context where{B::name, method};
-    processed_method record = read_processed(processed, B::name, method);
+    processed_method record =
+        read_processed(processed, B::name, method, {oldest_payload_version_of<B>(), payload_version_of<B>()});
     const signature_record& signature = find_signature(signature_records<B>, record.signature, where);
     using payload_caster = ivalue_caster<payload_t<B>>;
     if (!payload_caster::check(record.payload))
@@ -297,6 +340,7 @@ c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& 
     method_info info{std::string(B::name), method, std::move(record.argument_names), record.output_count, &signature,
                      std::move(record.debug), {}};
     try {
+      payload_version_scope version(record.payload_version);
       auto compiled = c10::make_intrusive<compiled_method<B>>(
           compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options), std::move(info), owner);
       compiled->info.running = {B::name, compiled->info.debug.get()};
@@ -394,6 +438,10 @@ void register_part(registration_part part, Register&& do_register) {
 }
 
 }  // namespace detail
+
+/// Inside `compile`: the payload version of the payload being compiled (a backend that reads
+/// older versions branches on it). 0 outside compile.
+inline std::int64_t payload_version_being_compiled() { return detail::compiling_payload_version; }
 
 /// Registers the runtime of `B` (its TorchBind class `__torch__.torch.classes.__backends__.<name>`)
 /// so that this process can load and run modules lowered to it. Idempotent; returns true.

@@ -2,6 +2,8 @@
 // libbackend_with_compiler_demo.so, either dlopen-ed (what torch.ops.load_library does) or
 // linked (the loader runs its static initialiser). Then LibTorch's own to_backend path lowers
 // a module with it, saves, loads and runs it.
+#include <torch_delegate/lowered_module.hpp>
+
 #include <torch/csrc/jit/backends/backend_detail.h>
 #include <torch/custom_class.h>
 #include <torch/script.h>
@@ -22,8 +24,22 @@ int fail(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) return fail("usage: shared_library_registration dlopen|linked <library> [saved module path]");
+  if (argc < 3) return fail("usage: shared_library_registration dlopen|linked|unregistered <library|model> [path]");
   const std::string mode = argv[1];
+  if (mode == "unregistered") {
+    // argv[2]: a module lowered to the demo backend, which this process has not registered.
+    try {
+      torch_delegate::load(argv[2]);
+    } catch (const c10::Error& error) {
+      const std::string expected = "torch-delegate: backend 'backend_with_compiler_demo': the module '" +
+                                   std::string(argv[2]) + "' delegates to this backend, which is not registered in this process.";
+      const std::string message = error.what_without_backtrace();
+      if (message.rfind(expected, 0) != 0) return fail("unexpected message: " + message);
+      std::cout << "ok: " << message << "\n";
+      return 0;
+    }
+    return fail("loading a module of an unregistered backend did not fail");
+  }
   if (mode == "dlopen") {
     if (torch::getCustomClass(class_name)) return fail("the backend is registered before the library is loaded");
     if (!dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL)) return fail(std::string("dlopen: ") + dlerror());

@@ -1,0 +1,176 @@
+// The bad-input table of docs/errors.md: one test per row, with the exact message users match.
+#include "backends.hpp"
+#include "helpers.hpp"
+
+#include <backend_with_compiler_demo/demo_backend.hpp>
+
+
+using namespace test_helpers;
+using test_backends::TypedBackend;
+
+namespace {
+const char* const forward_source = "def forward(self, x, h):\n    return x + h\n";
+
+torch_delegate::lowered_module<demo::DemoBackend> demo_lowered() {
+  return torch_delegate::lower<demo::DemoBackend>(script(forward_source));
+}
+
+/// Calls LibTorch's execute(handle, inputs) of a lowered module directly, as other generated
+/// code (LibTorch's own codegen) would.
+c10::IValue raw_execute(const torch::jit::Module& wrapper, std::vector<c10::IValue> inputs) {
+  auto inner = wrapper.attr("__loweredModule__").toModule();
+  auto backend = inner.attr("__backend").toObject();
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (auto& input : inputs) list.push_back(std::move(input));
+  torch::jit::Stack stack{backend, inner.attr("__handles").toGenericDict().at("forward"), list};
+  backend->type()->getMethod("execute").run(stack);
+  return stack.back();
+}
+
+c10::IValue processed_of(const torch::jit::Module& wrapper) {
+  return wrapper.attr("__loweredModule__").toModule().attr("__processed_module");
+}
+
+c10::impl::GenericDict forward_spec() {
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  spec.insert("forward", c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+  return spec;
+}
+
+/// compile() of the demo backend on a (tampered) processed module.
+void compile_processed(const c10::IValue& processed) {
+  auto owner = c10::make_intrusive<torch_delegate::detail::backend_object<demo::DemoBackend>>();
+  torch_delegate::detail::compile_all(owner, processed, forward_spec());
+}
+
+c10::IValue with_top(const c10::IValue& processed, std::size_t index, c10::IValue value) {
+  auto elements = processed.toTupleRef().elements().vec();
+  elements.at(index) = std::move(value);
+  return c10::ivalue::Tuple::create(std::move(elements));
+}
+}  // namespace
+
+TEST_CASE("row: wrong number of arguments") {
+  auto lowered = demo_lowered();
+  CHECK_CONTAINS(error_of([&] { lowered.forward({torch::ones({1})}); }), "forward() is missing value for argument 'h'");
+  CHECK(error_of([&] { raw_execute(lowered.module(), {torch::ones({1})}); }) ==
+        "torch-delegate: backend 'backend_with_compiler_demo', method 'forward': expected 2 arguments, got 1");
+}
+
+TEST_CASE("row: wrong argument type") {
+  auto lowered = demo_lowered();
+  CHECK_CONTAINS(error_of([&] { lowered.forward({torch::ones({1}), 3}); }),
+                 "Expected a value of type 'Tensor' for argument 'h' but instead found type 'int'");
+  CHECK(error_of([&] { raw_execute(lowered.module(), {torch::ones({1}), 3}); }) ==
+        "torch-delegate: backend 'backend_with_compiler_demo', method 'forward': argument 2 ('h') expects Tensor, got int");
+}
+
+TEST_CASE("row: the demo given non-float or non-broadcastable tensors") {
+  auto lowered = demo_lowered();
+  CHECK_CONTAINS(error_of([&] { lowered.forward({torch::ones({2}, torch::kInt), torch::ones({2})}); }),
+                 "torch-delegate: backend 'backend_with_compiler_demo', method 'forward': in execute: "
+                 "backend_with_compiler_demo: aten::add expects float tensors, the first operand is Int");
+  CHECK_CONTAINS(error_of([&] { lowered.forward({torch::ones({2, 4}), torch::ones({13, 9})}); }),
+                 "backend_with_compiler_demo: aten::add: shapes [2, 4] and [13, 9] are not broadcastable");
+}
+
+TEST_CASE("backends_needed reads the backends a saved module delegates to, without loading it") {
+  // The load error for an unregistered backend is tested in a process that never registers
+  // it: tests/standalone/shared_library_registration.cpp, mode "unregistered".
+  const std::string path = temp_path("needed.pt");
+  demo_lowered().save(path);
+  CHECK(torch_delegate::backends_needed(path) == std::vector<std::string>{"backend_with_compiler_demo"});
+  CHECK_NOTHROW(torch_delegate::load(path));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("row: a truncated or foreign file") {
+  const std::string path = temp_path("truncated.pt");
+  demo_lowered().save(path);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+  CHECK_CONTAINS(error_of([&] { torch_delegate::load(path); }),
+                 "torch-delegate: cannot read '" + path + "' as a saved TorchScript module: ");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "not a model at all";
+  CHECK_CONTAINS(error_of([&] { torch_delegate::load(path); }), "as a saved TorchScript module");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("row: a corrupted, foreign or differently versioned payload") {
+  const c10::IValue processed = processed_of(demo_lowered().module());
+  CHECK_NOTHROW(compile_processed(processed));
+  const std::string prefix = "torch-delegate: backend 'backend_with_compiler_demo', method 'forward': ";
+  CHECK(error_of([&] { compile_processed(c10::IValue(std::string("garbage"))); }) ==
+        prefix + "the processed module is not a valid torch-delegate payload: expected a 4-tuple stamped by "
+                 "torch-delegate, got str");
+  CHECK(error_of([&] { compile_processed(with_top(processed, 0, std::string("other_backend"))); }) ==
+        prefix + "incompatible payload: it was made for backend 'other_backend'");
+  CHECK(error_of([&] { compile_processed(with_top(processed, 1, 99)); }) ==
+        prefix + "incompatible payload: it has torch-delegate format version 99, this build reads version 1");
+  CHECK(error_of([&] { compile_processed(with_top(processed, 2, 7)); }) ==
+        prefix + "incompatible payload: it was made by payload version 7 of backend 'backend_with_compiler_demo', "
+                 "this build of the backend reads versions 1 to 1. Lower the model again with this build, or load "
+                 "it with a build that reads version 7.");
+  CHECK(error_of([&] { compile_processed(with_top(processed, 1, std::string("x"))); }) ==
+        prefix + "the processed module is not a valid torch-delegate payload: expected (str, int, int, Dict), got "
+                 "Tuple[str, str, int, Dict[str, Any]]");
+  // A payload the backend's own decoder rejects (here: a truncated instruction list).
+  auto methods = processed.toTupleRef().elements()[3].toGenericDict().copy();
+  auto entry = methods.at("forward").toTupleRef().elements().vec();
+  entry[3] = std::string("inputs 2\nadd 2 0\n");
+  methods.insert_or_assign("forward", c10::ivalue::Tuple::create(entry));
+  const std::string rejected = error_of([&] { compile_processed(with_top(processed, 3, methods)); });
+  CHECK_CONTAINS(rejected, "backend_with_compiler_demo: cannot parse payload line 2 'add 2 0': expected "
+                           "'<op> <out> <a> <b> <alpha> <handle>'");
+  CHECK_CONTAINS(rejected, "(torch-delegate: backend 'backend_with_compiler_demo', method 'forward': in compile)");
+}
+
+namespace {
+/// Reads payload versions 2 and 3, writes 3.
+struct VersionedBackend : test_backends::ToggleBackend {
+  static constexpr std::string_view name = "td_test_versioned";
+  static constexpr std::int64_t payload_version = 3;
+  static constexpr std::int64_t oldest_payload_version = 2;
+  static inline std::int64_t compiled_version = 0;
+  static std::string compile(const std::string& payload) {
+    compiled_version = torch_delegate::payload_version_being_compiled();
+    return payload;
+  }
+};
+}  // namespace
+
+TEST_CASE("versioned payloads: a backend declares the versions it reads") {
+  auto lowered = torch_delegate::lower<VersionedBackend>(script(forward_source));
+  CHECK(VersionedBackend::compiled_version == 3);
+  const c10::IValue processed = processed_of(lowered.module());
+  CHECK(processed.toTupleRef().elements()[2].toInt() == 3);
+  auto compile = [](const c10::IValue& p) {
+    auto owner = c10::make_intrusive<torch_delegate::detail::backend_object<VersionedBackend>>();
+    torch_delegate::detail::compile_all(owner, p, forward_spec());
+  };
+  CHECK_NOTHROW(compile(with_top(processed, 2, 2)));
+  CHECK(VersionedBackend::compiled_version == 2);
+  CHECK_CONTAINS(error_of([&] { compile(with_top(processed, 2, 1)); }),
+                 "incompatible payload: it was made by payload version 1 of backend 'td_test_versioned', this build of "
+                 "the backend reads versions 2 to 3.");
+  CHECK_CONTAINS(error_of([&] { compile(with_top(processed, 2, 4)); }), "reads versions 2 to 3");
+}
+
+TEST_CASE("row: options naming a missing method") {
+  torch_delegate::method_options<TypedBackend> options;
+  options["backward"].target = std::string("cpu");
+  CHECK_CONTAINS(error_of([&] { torch_delegate::lower<TypedBackend>(script(forward_source), options); }),
+                 "torch-delegate: backend 'td_test_typed', method 'backward': the module (__torch__.m) has no method "
+                 "'backward' to lower; its methods are: forward");
+}
+
+namespace {
+struct BadName : test_backends::ToggleBackend {
+  static constexpr std::string_view name = "my-backend";
+};
+}  // namespace
+
+TEST_CASE("row: a backend name that is not an identifier") {
+  CHECK(error_of([] { torch_delegate::register_runtime<BadName>(); }) ==
+        "torch-delegate: backend 'my-backend': a backend name must be an identifier (letters, digits, '_'; not starting "
+        "with a digit): it names a TorchBind class and operators.");
+}
