@@ -124,6 +124,19 @@ TEST_CASE("row: a corrupted, foreign or differently versioned payload") {
   CHECK_CONTAINS(rejected, "(torch-delegate: backend 'backend_with_compiler_demo', method 'forward': in compile)");
 }
 
+TEST_CASE("regressions found by fuzzing the demo payload decoder") {
+  // tests/fuzz/regressions/fuzz_demo_payload/alpha_slot_holds_a_tensor.txt: alpha read from an
+  // input tensor made toScalar() throw a non-c10 exception.
+  CHECK_CONTAINS(error_of([] { demo::DemoBackend::compile("inputs 2\nconst 1 2.5\nadd 2 2 1 1 3\nret 2 0\n"); }),
+                 "payload reads slot 2 before anything writes it");
+  CHECK_CONTAINS(error_of([] { demo::DemoBackend::compile("inputs 2\nadd 2 3 1 0 3\nret 2\n"); }),
+                 "payload reads slot 3 before anything writes it");
+  demo::program tensor_alpha = demo::DemoBackend::compile("inputs 2\nadd 2 0 1 1 3\nret 2\n");
+  const std::vector<c10::IValue> inputs{torch::ones({2}), torch::ones({2})};
+  CHECK_CONTAINS(error_of([&] { demo::DemoBackend::execute(tensor_alpha, torch_delegate::inputs(inputs)); }),
+                 "backend_with_compiler_demo: aten::add: alpha must be a number");
+}
+
 namespace {
 /// Reads payload versions 2 and 3, writes 3.
 struct VersionedBackend : test_backends::ToggleBackend {

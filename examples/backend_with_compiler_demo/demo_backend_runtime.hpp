@@ -89,9 +89,16 @@ inline program DemoBackend::compile(const std::string& payload) {
     if (op.op != "ret") parsed.slot_count = std::max(parsed.slot_count, op.slots.front() + 1);  // the written slot
     parsed.instructions.push_back(std::move(op));
   }
-  for (const instruction& op : parsed.instructions)
-    for (std::int64_t s : op.slots)
-      if (s >= parsed.slot_count) detail::fail("payload reads slot " + std::to_string(s) + " that nothing writes");
+  // Dataflow: every slot an instruction reads must have been written before (inputs first).
+  std::vector<bool> written(parsed.slot_count, false);
+  for (std::int64_t s = 0; s < parsed.input_count; ++s) written[s] = true;
+  for (const instruction& op : parsed.instructions) {
+    const std::size_t first_read = op.op == "ret" ? 0 : 1;
+    for (std::size_t i = first_read; i < op.slots.size(); ++i)
+      if (op.slots[i] >= parsed.slot_count || !written[op.slots[i]])
+        detail::fail("payload reads slot " + std::to_string(op.slots[i]) + " before anything writes it");
+    if (op.op != "ret") written[op.slots.front()] = true;
+  }
   if (parsed.instructions.empty() || parsed.instructions.back().op != "ret") detail::fail("payload has no 'ret' instruction");
   return parsed;
 }
@@ -113,8 +120,10 @@ inline std::vector<c10::IValue> DemoBackend::execute(program& program, torch_del
       return outputs;
     } else {
       torch_delegate::instruction_timer timer(op.debug_handle);  // an op in the PyTorch profiler
-      slots[op.slots[0]] = detail::add_or_subtract(op, slots[op.slots[1]], slots[op.slots[2]],
-                                                   slots[op.slots[3]].toScalar().toDouble());
+      const c10::IValue& alpha = slots[op.slots[3]];
+      if (!alpha.isDouble() && !alpha.isInt())
+        torch_delegate::raise_at(op.debug_handle, "backend_with_compiler_demo: aten::" + op.op + ": alpha must be a number");
+      slots[op.slots[0]] = detail::add_or_subtract(op, slots[op.slots[1]], slots[op.slots[2]], alpha.toScalar().toDouble());
     }
   }
   detail::fail("program ended without 'ret'");

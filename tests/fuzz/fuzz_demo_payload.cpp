@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     demo::program program = demo::DemoBackend::compile(payload);
     if (program.input_count > 4 || program.slot_count > 256) return 0;
     std::vector<c10::IValue> inputs;
-    for (std::int64_t i = 0; i < program.input_count; ++i) inputs.emplace_back(torch::ones({2, 1 + i % 2}));
+    for (std::int64_t i = 0; i < program.input_count; ++i) inputs.emplace_back(at::ones({2, 1 + i % 2}));
     demo::DemoBackend::execute(program, torch_delegate::inputs(inputs));
   } catch (const c10::Error&) {
   }
