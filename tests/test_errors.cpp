@@ -135,6 +135,11 @@ TEST_CASE("regressions found by fuzzing the demo payload decoder") {
   const std::vector<c10::IValue> inputs{torch::ones({2}), torch::ones({2})};
   CHECK_CONTAINS(error_of([&] { demo::DemoBackend::execute(tensor_alpha, torch_delegate::inputs(inputs)); }),
                  "backend_with_compiler_demo: aten::add: alpha must be a number");
+  // huge_constant.txt: a constant beyond float's range saturates to inf (like ATen) instead of
+  // throwing from inside ATen's scalar conversion.
+  demo::program huge = demo::DemoBackend::compile("inputs 1\nconst 1 1e300\nadd 2 0 1 1 3\nret 2\n");
+  const std::vector<c10::IValue> one{torch::ones({2})};
+  CHECK(std::isinf(demo::DemoBackend::execute(huge, torch_delegate::inputs(one))[0].toTensor()[0].item<float>()));
 }
 
 namespace {

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace demo {
@@ -19,12 +21,19 @@ inline std::string shape_text(at::IntArrayRef sizes) {
   return out.str();
 }
 
+/// double -> float, saturating to +-inf like IEEE arithmetic would (a plain cast of an
+/// out-of-range double is undefined behaviour).
+inline float to_float(double d) {
+  if (std::isfinite(d) && std::abs(d) > std::numeric_limits<float>::max()) return d > 0 ? INFINITY : -INFINITY;
+  return static_cast<float>(d);
+}
+
 /// a + sign * alpha * b over whole float tensors (or numbers), broadcasting like ATen.
 inline c10::IValue add_or_subtract(const instruction& op, const c10::IValue& a, const c10::IValue& b, double alpha) {
   const double factor = op.op == "sub" ? -alpha : alpha;
   if (!a.isTensor() && !b.isTensor()) return a.toScalar().toDouble() + factor * b.toScalar().toDouble();
   auto as_float_tensor = [&](const c10::IValue& value, const char* which) {
-    if (!value.isTensor()) return at::scalar_tensor(value.toScalar().toDouble(), at::kFloat);
+    if (!value.isTensor()) return at::full({}, to_float(value.toScalar().toDouble()), at::kFloat);
     const at::Tensor& tensor = value.toTensor();
     if (tensor.scalar_type() != at::kFloat)
       torch_delegate::raise_at(op.debug_handle, "backend_with_compiler_demo: aten::" + op.op + " expects float tensors, " +
@@ -47,7 +56,7 @@ inline c10::IValue add_or_subtract(const instruction& op, const c10::IValue& a, 
   const float* lp = l.data_ptr<float>();
   const float* rp = r.data_ptr<float>();
   float* op_out = out.data_ptr<float>();
-  const auto f = static_cast<float>(factor);
+  const float f = to_float(factor);
   for (int64_t i = 0, n = out.numel(); i < n; ++i) op_out[i] = lp[i] + f * rp[i];
   return out;
 }
