@@ -322,7 +322,7 @@ TEST_CASE("demo backend: a corrupted payload is rejected by compile with the lin
   CHECK_CONTAINS(error_of([] { demo::DemoBackend::compile("inputs 2\nmul 2 0 1 3 7\nret 2\n"); }),
                  "backend_with_compiler_demo: cannot parse payload line 2 'mul 2 0 1 3 7': unknown instruction 'mul'");
   CHECK_CONTAINS(error_of([] { demo::DemoBackend::compile("inputs 2\nret 5\n"); }),
-                 "payload reads slot 5 that nothing writes");
+                 "payload reads slot 5 before anything writes it");
 }
 
 TEST_CASE("LibTorch's codegen_backend_module accepts a torch-delegate backend") {
