@@ -135,6 +135,9 @@ TEST_CASE("regressions found by fuzzing the demo payload decoder") {
   const std::vector<c10::IValue> inputs{torch::ones({2}), torch::ones({2})};
   CHECK_CONTAINS(error_of([&] { demo::DemoBackend::execute(tensor_alpha, torch_delegate::inputs(inputs)); }),
                  "backend_with_compiler_demo: aten::add: alpha must be a number");
+  // huge_input_count.txt: an input count of 11111111111 allocated that many slots.
+  CHECK_CONTAINS(error_of([] { demo::DemoBackend::compile("inputs 11111111111\nret 0\n"); }),
+                 "expected an input count from 0 to 1000000");
   // huge_constant.txt: a constant beyond float's range saturates to inf (like ATen) instead of
   // throwing from inside ATen's scalar conversion.
   demo::program huge = demo::DemoBackend::compile("inputs 1\nconst 1 1e300\nadd 2 0 1 1 3\nret 2\n");

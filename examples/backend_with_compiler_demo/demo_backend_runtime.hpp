@@ -77,7 +77,8 @@ inline program DemoBackend::compile(const std::string& payload) {
     };
     std::int64_t slot = 0;
     if (op.op == "inputs") {
-      if (!(words >> parsed.input_count) || parsed.input_count < 0) bad("expected an input count");
+      if (!(words >> parsed.input_count) || parsed.input_count < 0 || parsed.input_count > 1'000'000)
+        bad("expected an input count from 0 to 1000000");
       parsed.slot_count = std::max(parsed.slot_count, parsed.input_count);
       continue;
     } else if (op.op == "const") {
