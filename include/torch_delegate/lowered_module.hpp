@@ -127,7 +127,6 @@ class typed_method<B, R(A...)> {
   }
 
   R unpack(const c10::impl::GenericList& outputs) const {
-    const detail::method_info& info = compiled_->info;
     if constexpr (requires { std::tuple_size<R>::value; }) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
         return R(check_output<std::tuple_element_t<I, R>>(outputs.get(I), I)...);
@@ -135,7 +134,6 @@ class typed_method<B, R(A...)> {
     } else {
       return check_output<R>(outputs.get(0), 0);
     }
-    (void)info;
   }
 
   template <class T>
