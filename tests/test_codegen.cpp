@@ -32,13 +32,8 @@ def single(self, x: Tensor) -> Tuple[Tensor]:
 }
 
 TEST_CASE("golden: the common lowered-module methods") {
-  CHECK(torch_delegate::detail::lowered_module_common_source("__torch__.torch.classes.__backends__.demo") ==
-        "def __create_backend(self):\n"
-        "    self.__backend = __torch__.torch.classes.__backends__.demo()\n"
-        "\n"
-        "def __is_available(self) -> bool:\n"
-        "    return self.__backend.is_available()\n"
-        "\n"
+  CHECK(torch_delegate::detail::lowered_module_common_source("__torch__.torch.classes.__backends__.demo",
+                                                             "__torch__.torch.classes.backendutils.BackendDebugInfo()") ==
         "def __getstate__(self):\n"
         "    return self.__method_compile_spec, self.__processed_module, True\n"
         "\n"
@@ -46,8 +41,8 @@ TEST_CASE("golden: the common lowered-module methods") {
         "    self.__method_compile_spec = state[0]\n"
         "    self.__processed_module = state[1]\n"
         "    if state[2]:\n"
-        "        self.__create_backend()\n"
-        "        self.__create_backend_debug_info()\n"
+        "        self.__backend = __torch__.torch.classes.__backends__.demo()\n"
+        "        self.__backend_debug_info = __torch__.torch.classes.backendutils.BackendDebugInfo()\n"
         "    if self.__backend.is_available():\n"
         "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
         "    else:\n"

@@ -87,23 +87,19 @@ inline std::string return_annotation(const c10::FunctionSchema& schema) {
   return schema.returns()[0].type()->annotation_str();
 }
 
-/// The methods every lowered module has, in the shape LibTorch's own lowered modules have.
-inline std::string lowered_module_common_source(const std::string& backend_class) {
-  return "def __create_backend(self):\n"
-         "    self.__backend = " + backend_class + "()\n"
-         "\n"
-         "def __is_available(self) -> bool:\n"
-         "    return self.__backend.is_available()\n"
-         "\n"
-         "def __getstate__(self):\n"
+/// The methods every lowered module has. LibTorch's own lowered modules also have
+/// __create_backend, __is_available and __create_backend_debug_info; they are inlined here because
+/// torch::jit::load compiles every method of the class again (see docs/performance.md).
+inline std::string lowered_module_common_source(const std::string& backend_class, const std::string& debug_info) {
+  return "def __getstate__(self):\n"
          "    return self.__method_compile_spec, self.__processed_module, True\n"
          "\n"
          "def __setstate__(self, state: Tuple[Dict[str, Any], Any, bool]):\n"
          "    self.__method_compile_spec = state[0]\n"
          "    self.__processed_module = state[1]\n"
          "    if state[2]:\n"
-         "        self.__create_backend()\n"
-         "        self.__create_backend_debug_info()\n"
+         "        self.__backend = " + backend_class + "()\n"
+         "        self.__backend_debug_info = " + debug_info + "\n"
          "    if self.__backend.is_available():\n"
          "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
          "    else:\n"
