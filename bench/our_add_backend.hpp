@@ -4,6 +4,8 @@
 
 #include <torch_delegate/torch_delegate.hpp>
 
+#include <ATen/ATen.h>  // at::add
+
 namespace bench {
 
 // -- torch-delegate ------------------------------------------------------------------------------

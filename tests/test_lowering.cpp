@@ -388,3 +388,23 @@ TEST_CASE("a second lowering of the same shape reuses the generated classes; mod
   CHECK(third.module().type() != first.module().type());
   CHECK_FALSE(third.module().find_method("pair").has_value());
 }
+
+TEST_CASE("the generated-class cache is bounded; evicted classes stay alive in their modules") {
+  const std::string source = "def forward(self, x, h):\n    return x + h\n";
+  auto oldest = torch_delegate::lower<demo::DemoBackend>(script(source, "cache_probe_0"));
+  std::vector<torch_delegate::lowered_module<demo::DemoBackend>> newer;
+  for (std::size_t i = 1; i <= torch_delegate::detail::lowered_types_cache_capacity; ++i)
+    newer.push_back(torch_delegate::lower<demo::DemoBackend>(script(source, "cache_probe_" + std::to_string(i))));
+  // The most recent class is still cached; the oldest was evicted and is generated again.
+  CHECK(torch_delegate::lower<demo::DemoBackend>(script(source, "cache_probe_1")).module().type() ==
+        newer.front().module().type());
+  auto regenerated = torch_delegate::lower<demo::DemoBackend>(script(source, "cache_probe_0"));
+  CHECK(regenerated.module().type() != oldest.module().type());
+  // The evicted classes still run the module that uses them, also after save and load.
+  const at::Tensor x = torch::ones({2}), h = torch::full({2}, 2.0);
+  CHECK(oldest.forward({x, h}).toTensor().allclose(x + h));
+  const std::string path = temp_path("evicted.pt");
+  oldest.save(path);
+  CHECK(torch_delegate::load<demo::DemoBackend>(path).forward({x, h}).toTensor().allclose(x + h));
+  std::filesystem::remove(path);
+}

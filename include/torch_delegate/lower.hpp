@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/backends/backend_debug_info.h>
 #include <torch/csrc/jit/backends/backend_resolver.h>
 
+#include <list>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -137,17 +138,31 @@ inline lowered_module_types build_lowered_module_types(std::string_view backend,
   return {unit, lowered.type(), wrapper.type()};
 }
 
-inline const lowered_module_types& lowered_types_for(std::string_view backend, const torch::jit::Module& original,
-                                                     const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type,
-                                                     const method_operators& operators) {
+/// How many generated class pairs lowering keeps for reuse, most recently used first. A process
+/// that lowers many distinct module classes does not grow without bound; a lowered module keeps
+/// its own classes alive, so eviction never affects a module that exists.
+inline constexpr std::size_t lowered_types_cache_capacity = 64;
+
+inline lowered_module_types lowered_types_for(std::string_view backend, const torch::jit::Module& original,
+                                              const c10::impl::GenericDict& spec, const c10::TypePtr& backend_type,
+                                              const method_operators& operators) {
+  using entry = std::pair<std::string, lowered_module_types>;
   static std::mutex mutex;
-  static std::unordered_map<std::string, lowered_module_types> cache;
-  const std::string key = lowered_types_key(backend, original, spec, operators);
+  static std::list<entry> recent;  // most recently used first
+  static std::unordered_map<std::string, std::list<entry>::iterator> index;
+  std::string key = lowered_types_key(backend, original, spec, operators);
   std::lock_guard<std::mutex> lock(mutex);
-  auto found = cache.find(key);
-  if (found == cache.end())
-    found = cache.emplace(key, build_lowered_module_types(backend, original, spec, backend_type, operators)).first;
-  return found->second;
+  if (auto found = index.find(key); found != index.end()) {
+    recent.splice(recent.begin(), recent, found->second);
+    return found->second->second;
+  }
+  recent.emplace_front(key, build_lowered_module_types(backend, original, spec, backend_type, operators));
+  index.emplace(std::move(key), recent.begin());
+  if (recent.size() > lowered_types_cache_capacity) {
+    index.erase(recent.back().first);
+    recent.pop_back();
+  }
+  return recent.front().second;
 }
 
 /// Builds LoweredModule + LoweredWrapper around a preprocessed module. Not a template: the
@@ -157,7 +172,7 @@ inline torch::jit::Module assemble_lowered_module(std::string_view backend, cons
                                                   c10::IValue backend_object, bool available, compile_function compile,
                                                   torch::jit::BackendDebugInfoMapType debug_info,
                                                   const method_operators& operators) {
-  const lowered_module_types& types = lowered_types_for(backend, original, spec, backend_object.type(), operators);
+  const lowered_module_types types = lowered_types_for(backend, original, spec, backend_object.type(), operators);
   torch::jit::Module lowered(types.unit, types.lowered);
   lowered.setattr("__processed_module", processed);
   lowered.setattr("__method_compile_spec", spec);
