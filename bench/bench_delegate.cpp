@@ -92,11 +92,11 @@ BENCHMARK(BM_load_ours)->Unit(benchmark::kMicrosecond);
 
 // 3. lowering: a module of a new class ("first"), and a second module of the same class -------
 void BM_lower_first_upstream(benchmark::State& state) {
-  std::int64_t n = 0;
+  static std::int64_t n = 0;  // class names never repeat, across repetitions too
   for (auto _ : state) benchmark::DoNotOptimize(bench::lower_upstream(bench::scripted_add("First" + std::to_string(n++))));
 }
 void BM_lower_first_ours(benchmark::State& state) {
-  std::int64_t n = 0;
+  static std::int64_t n = 0;  // class names never repeat, across repetitions too
   for (auto _ : state)
     benchmark::DoNotOptimize(torch_delegate::lower<bench::OurAddBackend>(bench::scripted_add("First" + std::to_string(n++))));
 }

@@ -1,8 +1,11 @@
 // Small helpers shared by the test TUs.
 #pragma once
 
-#include <doctest/doctest.h>
 #include <torch/script.h>
+#include <torch_delegate/torch_delegate.hpp>
+// After LibTorch: doctest's CHECK must win over glog's (a TU built without the precompiled
+// header, e.g. tools/sanitize tsan, sees this order).
+#include <doctest/doctest.h>
 
 #include <filesystem>
 #include <functional>
