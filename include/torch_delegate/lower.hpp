@@ -111,10 +111,10 @@ inline lowered_module_types build_lowered_module_types(std::string_view backend,
   lowered.register_attribute("__handles", any_dict_type(), c10::IValue());
   // LibTorch's exporters read __backend_debug_info (handle -> source range and call stack) to
   // save debug information with mobile modules; lite builds lack the class, then it is None.
-  std::string create_debug_info = "None";
+  std::string debug_info_value = "None";  // what __setstate__ assigns to __backend_debug_info
   if (auto debug_info_type = torch::getCustomClass(debug_info_class_name())) {
     lowered.register_attribute("__backend_debug_info", c10::OptionalType::create(debug_info_type), c10::IValue());
-    create_debug_info = debug_info_class_name() + "()";
+    debug_info_value = debug_info_class_name() + "()";
   } else {
     lowered.register_attribute("__backend_debug_info", c10::NoneType::get(), c10::IValue());
   }
@@ -122,7 +122,7 @@ inline lowered_module_types build_lowered_module_types(std::string_view backend,
   torch::jit::Module wrapper("torch.jit.LoweredWrapper." + backend_name + "." + module_name, unit, /*shouldMangle=*/true);
   wrapper.register_module("__loweredModule__", lowered);
   const auto resolver = std::make_shared<generated_code_resolver>();
-  std::string lowered_source = lowered_module_common_source(backend_class_name(backend), create_debug_info);
+  std::string lowered_source = lowered_module_common_source(backend_class_name(backend), debug_info_value);
   std::string wrapper_source;
   std::size_t i = 0;
   for (const auto& entry : spec) {
