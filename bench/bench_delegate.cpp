@@ -118,16 +118,9 @@ BENCHMARK(BM_load_upstream_after_lowering)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_load_ours_after_lowering)->Unit(benchmark::kMicrosecond);
 
 // 5. several threads calling one lowered module -------------------------------------------------
-void BM_threads_interpreter_upstream(benchmark::State& state) {
-  auto& module = upstream_module();
-  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
-  state.SetItemsProcessed(state.iterations());
-}
-void BM_threads_interpreter_ours(benchmark::State& state) {
-  auto& module = our_module().module();
-  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
-  state.SetItemsProcessed(state.iterations());
-}
+// The single-thread interpreter cases, run under 1, 2 and 4 threads (own names for the report).
+void BM_threads_interpreter_upstream(benchmark::State& state) { BM_call_interpreter_upstream(state); }
+void BM_threads_interpreter_ours(benchmark::State& state) { BM_call_interpreter_ours(state); }
 void BM_threads_typed_ours(benchmark::State& state) {
   auto forward = our_module().method<at::Tensor(at::Tensor, at::Tensor)>("forward");
   for (auto _ : state) benchmark::DoNotOptimize(forward(x, h));

@@ -5,10 +5,6 @@
 
 #include <torch_delegate/preprocess.hpp>
 
-#include <torch/csrc/jit/api/function_impl.h>
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
-#include <torch/csrc/jit/passes/inliner.h>
-
 #include <sstream>
 #include <string>
 #include <vector>
@@ -90,9 +86,7 @@ inline coverage_report coverage_of(std::string_view backend, const torch::jit::M
   coverage_report report{std::string(backend), module.type()->name()->qualifiedName(), {}};
   for (const std::string& name : methods) {
     schema_of(module, name, {backend, name});
-    auto graph = torch::jit::toGraphFunction(module.get_method(name).function()).graph()->copy();
-    torch::jit::Inline(*graph);
-    torch::jit::EliminateDeadCode(graph);  // inlining leaves the submodules' prim::GetAttr behind
+    auto graph = inlined_graph(module, name);
     method_coverage method{name, {}, 0, 0};
     cover_block(graph->block(), 0, supports, method);
     report.methods.push_back(std::move(method));

@@ -92,12 +92,15 @@ inline thread_local const running_method* current_method = nullptr;
 
 class running_method_scope {
  public:
-  explicit running_method_scope(const running_method* method) : previous_(current_method) { current_method = method; }
+  explicit running_method_scope(running_method method) : method_(method), previous_(current_method) {
+    current_method = &method_;
+  }
   ~running_method_scope() { current_method = previous_; }
   running_method_scope(const running_method_scope&) = delete;
   running_method_scope& operator=(const running_method_scope&) = delete;
 
  private:
+  running_method method_;
   const running_method* previous_;
 };
 
@@ -149,15 +152,13 @@ inline void record_instruction(std::int64_t instruction, std::int64_t start_ns, 
   const std::vector<std::int64_t> handles = method->debug ? method->debug->handles_of(instruction)
                                                           : std::vector<std::int64_t>{instruction};
   std::string event(name);
-  std::int64_t handle = handles.empty() ? instruction : handles.front();
-  if (event.empty()) {
-    for (std::int64_t h : handles) {
-      auto found = method->debug ? method->debug->locations.find(h) : decltype(method->debug->locations.end()){};
-      if (method->debug && found != method->debug->locations.end())
+  const std::int64_t handle = handles.empty() ? instruction : handles.front();
+  if (event.empty() && method->debug) {
+    for (std::int64_t h : handles)
+      if (auto found = method->debug->locations.find(h); found != method->debug->locations.end())
         event += (event.empty() ? "" : " + ") + detail::event_name(found->second);
-    }
-    if (event.empty()) event = "instruction " + std::to_string(instruction);
   }
+  if (event.empty()) event = "instruction " + std::to_string(instruction);
   torch::autograd::profiler::reportBackendEventToActiveKinetoProfiler(start_ns / 1000, end_ns / 1000, handle,
                                                                       at::RecordScope::FUNCTION, event,
                                                                       std::string(method->backend));

@@ -226,14 +226,13 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
   auto compile = [](const c10::IValue& object, const c10::IValue& processed, const c10::impl::GenericDict& spec) {
     return detail::compile_all(object.toCustomClass<detail::backend_object<B>>(), processed, spec);
   };
+  // Each method calls the operator of the signature preprocess selected for it.
   detail::method_operators operators;
+  const auto& signatures = detail::signature_records<B>;
   for (const auto& entry : spec) {
-    const std::string& method = entry.key().toStringRef();
-    const auto record =
-        detail::read_processed(processed, B::name, method, {oldest_payload_version_of<B>(), payload_version_of<B>()});
-    const auto& signatures = detail::signature_records<B>;
-    const std::size_t index = &detail::find_signature(signatures, record.signature, {B::name, method}) - signatures.data();
-    operators.push_back(signatures[index].generic ? std::string() : detail::operator_name(B::name, index));
+    const detail::error_context where{B::name, entry.key().toStringRef()};
+    const auto& signature = detail::select_signature(signatures, detail::schema_of(module, entry.key().toStringRef(), where), where);
+    operators.push_back(signature.generic ? std::string() : detail::operator_name(B::name, &signature - signatures.data()));
   }
   return lowered_module<B>(detail::assemble_lowered_module(B::name, module, spec, processed,
                                                            c10::IValue(std::move(backend)), available, compile,

@@ -99,16 +99,10 @@ class typed_method<B, R(A...)> {
   R operator()(Args&&... args) const {
     static_assert(sizeof...(Args) == sizeof...(A), "torch-delegate: wrong number of arguments for this signature");
     B& backend = backend_->backend;
-    if (!backend.is_available()) detail::fail_not_available(&compiled_->info, B::name);
+    if (!detail::backend_is_available(backend)) detail::fail_not_available(&compiled_->info, B::name);
     if constexpr (detail::signature_is_executable<B, R(A...)>::value) {
-      if (direct_) {
-        try {
-          detail::running_method_scope running(&compiled_->info.running);
-          return backend.execute(compiled_->handle, std::forward<Args>(args)...);
-        } catch (...) {
-          detail::rethrow_from_backend(compiled_->info.where(), "execute", compiled_->info.debug.get());
-        }
-      }
+      if (direct_)
+        return detail::run_execute(compiled_->info, [&]() -> R { return backend.execute(compiled_->handle, std::forward<Args>(args)...); });
     }
     if constexpr (backend_executes_generically<B>) {
       const std::array<c10::IValue, sizeof...(A)> packed{detail::caster_of<A>::cast(A(std::forward<Args>(args)))...};

@@ -139,9 +139,18 @@ inline const c10::FunctionSchema& schema_of(const torch::jit::Module& module, co
   return found->function().getSchema();
 }
 
+/// A copy of a method's graph with every call inlined and the dead code that inlining leaves
+/// (the submodules' prim::GetAttr) removed: what preprocess and coverage look at.
+inline std::shared_ptr<torch::jit::Graph> inlined_graph(const torch::jit::Module& module, const std::string& method) {
+  auto graph = torch::jit::toGraphFunction(module.get_method(method).function()).graph()->copy();
+  torch::jit::Inline(*graph);
+  torch::jit::EliminateDeadCode(graph);
+  return graph;
+}
+
 /// The body of the preprocess function registered with LibTorch, shared by every backend:
-/// returns (backend name, format version, {method: (signature, argument names, output
-/// count, payload)}).
+/// returns (backend name, format version, payload version, {method: (signature, argument
+/// names, output count, payload, debug info)}), what read_processed reads.
 inline c10::IValue preprocess_module(std::string_view backend, std::int64_t payload_version,
                                      std::span<const signature_record> signatures,
                                      preprocess_trampoline preprocess_method, const torch::jit::Module& module,
@@ -157,9 +166,7 @@ inline c10::IValue preprocess_module(std::string_view backend, std::int64_t payl
     const c10::FunctionSchema& schema = schema_of(module, name, where);
     const signature_record& signature = select_signature(signatures, schema, where);
 
-    auto graph = torch::jit::toGraphFunction(module.get_method(name).function()).graph()->copy();
-    torch::jit::Inline(*graph);
-    torch::jit::EliminateDeadCode(graph);  // inlining leaves the submodules' prim::GetAttr behind
+    auto graph = inlined_graph(module, name);
     torch::jit::NodeToDebugHandle handles_of_nodes = generate_debug_handles(graph);
     method_to_lower method(module, std::string(backend), name, graph, handles_of_nodes, schema);
 

@@ -60,6 +60,12 @@ struct compiled_method : torch::CustomClassHolder {
   c10::intrusive_ptr<backend_object<B>> owner;  // the backend instance that compiled it
 };
 
+/// The single place availability is asked (a backend may answer differently over time).
+template <class B>
+bool backend_is_available(B& backend) {
+  return backend.is_available();
+}
+
 // -- typed trampolines ------------------------------------------------------------------------
 
 template <class R>
@@ -94,13 +100,9 @@ struct typed_signature<B, R(A...)> {
                                           const method_info& method, std::index_sequence<I...>) {
     ((caster_of<A>::check(args[I]) ? void() : fail_argument_type(method, I, caster_of<A>::name.view(), args[I])), ...);
     c10::impl::GenericList outputs(c10::AnyType::get());
-    try {
-      running_method_scope running(&method.running);
-      append_outputs(outputs, static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle),
-                                                                 caster_of<A>::load(args[I])...));
-    } catch (...) {
-      rethrow_from_backend(method.where(), "execute", method.debug.get());
-    }
+    append_outputs(outputs, run_execute(method, [&]() -> R {
+                     return static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle), caster_of<A>::load(args[I])...);
+                   }));
     return outputs;
   }
 
@@ -121,23 +123,17 @@ struct typed_signature<B, R(A...)> {
     auto compiled = handle.toCustomClass<compiled_method<B>>();
     const method_info& method = compiled->info;
     B& backend = compiled->owner->backend;
-    if (!backend.is_available()) fail_not_available(&method, B::name);
+    if (!backend_is_available(backend)) fail_not_available(&method, B::name);
     const c10::IValue* args = &stack[stack.size() - count + 1];
     ((caster_of<A>::check(args[I]) ? void() : fail_argument_type(method, I, caster_of<A>::name.view(), args[I])), ...);
-    std::optional<R> result;
-    try {
-      running_method_scope running(&method.running);
-      result.emplace(backend.execute(compiled->handle, caster_of<A>::load(args[I])...));
-    } catch (...) {
-      rethrow_from_backend(method.where(), "execute", method.debug.get());
-    }
+    R result = run_execute(method, [&]() -> R { return backend.execute(compiled->handle, caster_of<A>::load(args[I])...); });
     torch::jit::drop(stack, count);
     // A tuple result is the operator's several returns (the schema parser reads "(A, B)" so).
     if constexpr (requires { std::tuple_size<R>::value; }) {
       std::apply([&](auto&&... element) { (torch::jit::push(stack, caster_of<decltype(element)>::cast(std::move(element))), ...); },
-                 std::move(*result));
+                 std::move(result));
     } else {
-      torch::jit::push(stack, caster_of<R>::cast(std::move(*result)));
+      torch::jit::push(stack, caster_of<R>::cast(std::move(result)));
     }
   }
 };
@@ -146,13 +142,9 @@ template <class B>
 c10::impl::GenericList call_generic(void* backend, void* handle, c10::ArrayRef<c10::IValue> args,
                                     const method_info& method) {
   if (args.size() != method.argument_names.size()) fail_argument_count(method, args.size());
-  std::vector<c10::IValue> results;
-  try {
-    running_method_scope running(&method.running);
-    results = static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle), inputs(args.data(), args.size()));
-  } catch (...) {
-    rethrow_from_backend(method.where(), "execute", method.debug.get());
-  }
+  std::vector<c10::IValue> results = run_execute(method, [&]() -> std::vector<c10::IValue> {
+    return static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle), inputs(args.data(), args.size()));
+  });
   if (static_cast<std::int64_t>(results.size()) != method.output_count) fail_output_count(method, results.size());
   c10::impl::GenericList outputs(c10::AnyType::get());
   outputs.reserve(results.size());
@@ -338,23 +330,17 @@ c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& 
                                           record.payload.type()->annotation_str());
     options_t<B> options = decode_backend_options<B>(entry.value(), where);
     method_info info{std::string(B::name), method, std::move(record.argument_names), record.output_count, &signature,
-                     std::move(record.debug), {}};
+                     std::move(record.debug)};
     try {
       payload_version_scope version(record.payload_version);
       auto compiled = c10::make_intrusive<compiled_method<B>>(
           compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options), std::move(info), owner);
-      compiled->info.running = {B::name, compiled->info.debug.get()};
       handles.insert(method, c10::IValue(std::move(compiled)));
     } catch (...) {
       rethrow_from_backend(where, "compile");
     }
   }
   return handles;
-}
-
-template <class B>
-bool backend_is_available(B& backend) {
-  return backend.is_available();
 }
 
 /// "torch_delegate::<backend>_execute<k>": the JIT operator of the k-th typed signature.

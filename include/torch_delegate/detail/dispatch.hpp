@@ -41,7 +41,6 @@ struct method_info {
   std::int64_t output_count = 1;
   const signature_record* signature = nullptr;
   std::shared_ptr<const method_debug_info> debug;  // never null once compiled
-  running_method running;                          // what record_instruction sees during execute
 
   error_context where() const { return {backend, method}; }
 };
@@ -146,6 +145,19 @@ inline constexpr std::string_view backend_not_available = "Backend is not availa
     fail(where, std::string(stage) + " threw: " + error.what());
   } catch (...) {
     fail(where, std::string(stage) + " threw a non-standard exception");
+  }
+}
+
+/// The one place a backend's execute runs, whichever path called it (TorchScript operator,
+/// TorchBind execute, typed C++ call): the method is current for record_instruction, and an
+/// exception leaves with the backend and method named (raise_at's with the model's source).
+template <class Execute>
+decltype(auto) run_execute(const method_info& method, Execute&& execute) {
+  try {
+    running_method_scope running({method.backend, method.debug.get()});
+    return std::forward<Execute>(execute)();
+  } catch (...) {
+    rethrow_from_backend(method.where(), "execute", method.debug.get());
   }
 }
 
