@@ -7,6 +7,8 @@
 #include <mutex>
 
 #include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/passes/constant_pooling.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 
 namespace test_backends {
 
@@ -89,6 +91,57 @@ struct GenericBackend {
     if (stack.size() == 1 && stack[0].isTuple()) return stack[0].toTupleRef().elements().vec();
     return stack;
   }
+};
+
+/// Runs LibTorch passes on method.graph() in place (folding, dead code, inlining) before it
+/// reads the graph, as backends do: freed nodes must not be read by the framework afterwards.
+struct PassesInPlaceBackend : GenericBackend {
+  static constexpr std::string_view name = "td_test_passes_in_place";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    std::shared_ptr<torch::jit::Graph> graph = method.graph();  // the same graph, changed in place
+    torch::jit::Inline(*graph);
+    torch::jit::ConstantPropagation(graph);
+    torch::jit::EliminateDeadCode(graph);
+    torch::jit::ConstantPooling(graph);
+    return GenericBackend::preprocess(method);
+  }
+};
+
+/// Rejects every prim::GetAttr: a node without a source range.
+struct NoAttributesBackend : GenericBackend {
+  static constexpr std::string_view name = "td_test_no_attributes";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    for (const torch::jit::Node* node : method.graph()->nodes())
+      if (node->kind() == c10::prim::GetAttr) method.reject(node, "Attributes are not supported.");
+    return GenericBackend::preprocess(method);
+  }
+};
+
+/// Reads its method's compile spec itself, whatever it is.
+struct RawSpecBackend {
+  static constexpr std::string_view name = "td_test_raw_spec";
+  using options = torch_delegate::raw_options;
+  static std::string preprocess(const torch_delegate::method_to_lower&, const options& spec) {
+    return spec.value.isString() ? spec.value.toStringRef() : spec.value.type()->annotation_str();
+  }
+  static bool is_available() { return true; }
+  static std::string compile(const std::string& payload, const options& spec) {
+    return payload + "|" + (spec.value.isString() ? spec.value.toStringRef() : spec.value.type()->annotation_str());
+  }
+  static at::Tensor execute(std::string& seen, const at::Tensor& x) {
+    return x + static_cast<double>(seen.size());
+  }
+};
+
+/// Typed options that accept and ignore keys they do not declare, with a warning.
+struct LenientBackend {
+  static constexpr std::string_view name = "td_test_lenient";
+  using options = typed_options;
+  static constexpr bool ignore_unknown_options = true;
+  static double preprocess(const torch_delegate::method_to_lower&, const options& options) { return options.scale; }
+  static bool is_available() { return true; }
+  static double compile(const double& scale) { return scale; }
+  static at::Tensor execute(double& scale, const at::Tensor& x) { return x * scale; }
 };
 
 /// Returns one output too many: the framework must say so, not unpack garbage.

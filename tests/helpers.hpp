@@ -39,6 +39,22 @@ inline std::string error_of(const std::function<void()>& f) {
   return {};
 }
 
+/// Collects LibTorch warnings (TORCH_WARN) raised while alive.
+struct warning_capture : c10::WarningHandler {
+  std::vector<std::string> messages;
+  c10::WarningHandler* previous = c10::Warning::get_warning_handler();
+  warning_capture() { c10::Warning::set_warning_handler(this); }
+  ~warning_capture() override { c10::Warning::set_warning_handler(previous); }
+  warning_capture(const warning_capture&) = delete;
+  warning_capture& operator=(const warning_capture&) = delete;
+  void process(const c10::SourceLocation&, const std::string& message, bool) override { messages.push_back(message); }
+  std::string all() const {
+    std::string text;
+    for (const std::string& message : messages) text += message + "\n";
+    return text;
+  }
+};
+
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace test_helpers

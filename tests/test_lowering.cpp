@@ -408,3 +408,86 @@ TEST_CASE("the generated-class cache is bounded; evicted classes stay alive in t
   CHECK(torch_delegate::load<demo::DemoBackend>(path).forward({x, h}).toTensor().allclose(x + h));
   std::filesystem::remove(path);
 }
+
+TEST_CASE("preprocess may run passes on method.graph() in place (no node is read after it; ASan checks)") {
+  auto module = script(R"(
+def forward(self, x, h):
+    a = 2 * 3
+    y = x + h * a
+    for i in range(3):
+        y = y + float(i)
+    unused = x * 5
+    return torch.relu(y)
+)");
+  auto lowered = torch_delegate::lower<test_backends::PassesInPlaceBackend>(module);
+  const at::Tensor x = torch::randn({4}), h = torch::randn({4});
+  CHECK(lowered.forward({x, h}).toTensor().allclose(module.forward({x, h}).toTensor()));
+  // The debug table was read before the passes: every original node kept its location.
+  auto saved = temp_path("passes.pt");
+  lowered.save(saved);
+  CHECK(torch_delegate::load<test_backends::PassesInPlaceBackend>(saved).forward({x, h}).toTensor().allclose(
+      module.forward({x, h}).toTensor()));
+  std::filesystem::remove(saved);
+}
+
+TEST_CASE("rejecting a node without a source range (prim::GetAttr) names the attribute and the method") {
+  torch::jit::Module module("m");
+  module.register_parameter("weight", torch::ones({2}), false);
+  module.define("def forward(self, x):\n    return x * self.weight\n");
+  CHECK_CONTAINS(error_of([&] { torch_delegate::lower<test_backends::NoAttributesBackend>(module); }),
+                 "Attributes are not supported. Source code: (none recorded for this node) the prim::GetAttr that reads "
+                 "attribute 'weight' (self.weight) in method 'forward'");
+}
+
+TEST_CASE("raw_options: the backend reads its method's compile spec as given, any value, after save/load too") {
+  auto module = script("def forward(self, x):\n    return x\n");
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  spec.insert("forward", "abc");
+  auto lowered = torch_delegate::lower<test_backends::RawSpecBackend>(module, spec);
+  CHECK(lowered.forward({torch::zeros({1})}).toTensor().item<double>() == 7.0);  // "abc|abc"
+  auto typed = torch_delegate::lower<test_backends::RawSpecBackend>(module, {{"forward", {c10::IValue(4)}}});
+  CHECK(typed.forward({torch::zeros({1})}).toTensor().item<double>() == 7.0);  // "int|int"
+  auto saved = temp_path("raw_spec.pt");
+  typed.save(saved);
+  auto loaded = torch_delegate::load<test_backends::RawSpecBackend>(saved);
+  CHECK(loaded.forward({torch::zeros({1})}).toTensor().item<double>() == 7.0);
+  CHECK(loaded.module().attr("__loweredModule__").toModule().attr("__method_compile_spec").toGenericDict().at("forward") ==
+        c10::IValue(4));
+  std::filesystem::remove(saved);
+}
+
+TEST_CASE("ignore_unknown_options: unknown keys are ignored with one warning naming them; known keys still checked") {
+  auto module = script("def forward(self, x):\n    return x\n");
+  c10::impl::GenericDict options(c10::StringType::get(), c10::AnyType::get());
+  options.insert("target", "cpu");
+  options.insert("scale", 3.0);
+  options.insert("input_shapes", "((1, 1, 320, 240), (1, 3))");
+  options.insert("some_other_option", "True");
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  spec.insert("forward", options);
+  warning_capture warnings;
+  auto lowered = torch_delegate::lower<test_backends::LenientBackend>(module, spec);
+  CHECK(lowered.forward({torch::ones({1})}).toTensor().item<double>() == 3.0);
+  REQUIRE(warnings.messages.size() == 1);
+  CHECK(warnings.messages[0] ==
+        "torch-delegate: backend 'td_test_lenient', method 'forward': ignoring unknown option keys 'input_shapes', "
+        "'some_other_option'; known keys: target, scale, repeat, fast");
+  options.insert_or_assign("scale", "big");
+  CHECK(error_of([&] { torch_delegate::lower<test_backends::LenientBackend>(module, spec); }) ==
+        "torch-delegate: backend 'td_test_lenient', method 'forward': option 'scale' expects float, got str");
+}
+
+TEST_CASE("modules saved by earlier builds keep loading and give the same results (tests/data)") {
+  const at::Tensor x = torch::arange(6, torch::kFloat).reshape({2, 3});
+  const at::Tensor h = torch::full({3}, 0.5);
+  // Saved by examples/backend_with_compiler_demo/demo.cpp at e3cbb93: forward = accum(x, h) - h.
+  auto loaded = torch_delegate::load<demo::DemoBackend>(std::string(TD_TEST_DATA_DIR) + "/demo_lowered_by_e3cbb93.pt");
+  CHECK(loaded.forward({x, h}).toTensor().equal(x));
+  CHECK(loaded.module().get_method("accum")({x, h}).toTensor().equal(x + h));
+  CHECK(loaded.method<at::Tensor(at::Tensor, at::Tensor)>("accum")(x, h).equal(x + h));
+  // Re-saved by this build, it loads again.
+  const std::string path = temp_path("resaved.pt");
+  loaded.save(path);
+  CHECK(torch_delegate::load<demo::DemoBackend>(path).forward({x, h}).toTensor().equal(x));
+  std::filesystem::remove(path);
+}

@@ -24,7 +24,7 @@ TEST_CASE("typed options encode to a Dict[str, Any] and decode back unchanged") 
   options.scale = 0.25;
   options.repeat = 9;
   options.fast = true;
-  auto encoded = torch_delegate::encode_options(options);
+  auto encoded = torch_delegate::encode_options(options).toGenericDict();
   CHECK(encoded.size() == 4);
   CHECK(encoded.at("target").toStringRef() == "npu");
   CHECK(encoded.at("scale").toDouble() == 0.25);
@@ -42,7 +42,7 @@ TEST_CASE("absent optional keys take the struct's defaults; an unset required ke
   CHECK(decoded.scale == 1.0);
   CHECK(decoded.repeat == 1);
   CHECK_FALSE(decoded.fast);
-  CHECK(torch_delegate::encode_options(typed_options{}).contains("target") == false);
+  CHECK(torch_delegate::encode_options(typed_options{}).toGenericDict().contains("target") == false);
 }
 
 TEST_CASE("option errors name the backend, method and key") {
@@ -61,13 +61,32 @@ TEST_CASE("option errors name the backend, method and key") {
         "of options, got int");
 }
 
-TEST_CASE("a backend without options accepts an empty dict and LibTorch's {\"\": \"\"} placeholder only") {
+TEST_CASE("a backend without options accepts any per-method value, as LibTorch passes it through") {
   const torch_delegate::detail::error_context none{"td_test_generic", "forward"};
-  CHECK_NOTHROW(torch_delegate::decode_options<torch_delegate::no_options>(dict({}), none));
-  CHECK_NOTHROW(torch_delegate::decode_options<torch_delegate::no_options>(dict({{"", std::string("")}}), none));
-  CHECK(error_of([&] { torch_delegate::decode_options<torch_delegate::no_options>(dict({{"level", 1}}), none); }) ==
-        "torch-delegate: backend 'td_test_generic', method 'forward': unknown option key 'level'; this backend takes no "
-        "options");
+  using torch_delegate::decode_options;
+  using torch_delegate::no_options;
+  CHECK_NOTHROW(decode_options<no_options>(dict({}), none));
+  CHECK_NOTHROW(decode_options<no_options>(dict({{"", std::string("")}}), none));
+  CHECK_NOTHROW(decode_options<no_options>(dict({{"input_shapes", std::string("((1, 1, 320, 240), (1, 3))")}}), none));
+  CHECK_NOTHROW(decode_options<no_options>(c10::IValue(std::string()), none));
+  CHECK_NOTHROW(decode_options<no_options>(c10::IValue(), none));
+}
+
+TEST_CASE("raw_options keep the value as given; typed options reject unknown keys unless told to warn") {
+  const torch_delegate::detail::error_context where{"td_test_typed", "forward"};
+  using torch_delegate::decode_options;
+  CHECK(decode_options<torch_delegate::raw_options>(c10::IValue(3), where).value == c10::IValue(3));
+  CHECK(torch_delegate::encode_options(torch_delegate::raw_options{c10::IValue("x")}) == c10::IValue("x"));
+  const auto spec = dict({{"target", std::string("cpu")}, {"extra", 1}});
+  CHECK(error_of([&] { decode_options<typed_options>(spec, where); }) ==
+        "torch-delegate: backend 'td_test_typed', method 'forward': unknown option key 'extra'; known keys: target, "
+        "scale, repeat, fast");
+  warning_capture warnings;
+  CHECK(decode_options<typed_options>(spec, where, torch_delegate::unknown_option_keys::ignore).target.value() == "cpu");
+  CHECK(warnings.messages.empty());
+  decode_options<typed_options>(spec, where, torch_delegate::unknown_option_keys::warn);
+  CHECK(warnings.messages == std::vector<std::string>{"torch-delegate: backend 'td_test_typed', method 'forward': ignoring "
+                                                      "unknown option key 'extra'; known keys: target, scale, repeat, fast"});
 }
 
 TEST_CASE("lower accepts untyped dictionaries and checks them the same way, before any work") {

@@ -10,15 +10,6 @@ using test_backends::ToggleBackend;
 namespace {
 const char* const forward_source = "def forward(self, x, h):\n    return x + h\n";
 
-/// Collects LibTorch warnings (TORCH_WARN) raised while alive.
-struct warning_capture : c10::WarningHandler {
-  std::vector<std::string> messages;
-  c10::WarningHandler* previous = c10::Warning::get_warning_handler();
-  warning_capture() { c10::Warning::set_warning_handler(this); }
-  ~warning_capture() override { c10::Warning::set_warning_handler(previous); }
-  void process(const c10::SourceLocation&, const std::string& message, bool) override { messages.push_back(message); }
-};
-
 struct ForeignNamed : test_backends::ClashFirst {
   static constexpr std::string_view name = "td_test_foreign";
 };

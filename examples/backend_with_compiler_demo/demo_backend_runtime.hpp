@@ -113,12 +113,30 @@ inline program DemoBackend::compile(const std::string& payload) {
   return parsed;
 }
 
+namespace detail {
+/// The debug handle of the first instruction that reads `slot` (-1 if none does): a bad input
+/// is reported at the model's first use of it.
+inline std::int64_t first_reader(const program& program, std::int64_t slot) {
+  for (const instruction& op : program.instructions)
+    if (op.op != "const" && op.op != "ret" &&
+        std::find(op.slots.begin() + 1, op.slots.end(), slot) != op.slots.end())
+      return op.debug_handle;
+  return -1;
+}
+}  // namespace detail
+
 inline std::vector<c10::IValue> DemoBackend::execute(program& program, torch_delegate::inputs inputs) {
   if (static_cast<std::int64_t>(inputs.size()) != program.input_count)
     detail::fail("expected " + std::to_string(program.input_count) + " inputs, got " + std::to_string(inputs.size()));
   std::vector<c10::IValue> slots(program.slot_count);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].isTensor()) detail::fail("input " + std::to_string(i + 1) + " must be a Tensor");
+    if (!inputs[i].isTensor()) {
+      const std::string message = "backend_with_compiler_demo: input " + std::to_string(i + 1) + " must be a Tensor, got " +
+                                  inputs[i].type()->annotation_str();
+      const std::int64_t reader = detail::first_reader(program, static_cast<std::int64_t>(i));
+      if (reader < 0) detail::fail(message);
+      torch_delegate::raise_at(reader, message);
+    }
     slots[i] = inputs[i];
   }
   for (const instruction& op : program.instructions) {

@@ -21,8 +21,28 @@ using inputs = std::span<const c10::IValue>;
 template <class... Signatures>
 struct signatures {};
 
-/// Options of a backend that declares none.
+/// Names the result type of an execute overload whose arguments another overload shares: C++
+/// cannot overload on the result alone, so such an overload takes this tag after the handle.
+///   at::Tensor execute(Handle&, const at::Tensor& x, const at::Tensor& h);
+///   std::tuple<at::Tensor, at::Tensor> execute(Handle&, torch_delegate::returning<std::tuple<at::Tensor, at::Tensor>>,
+///                                              const at::Tensor& x, const at::Tensor& h);
+/// with both listed in `execute_signatures`. torch-delegate passes the tag when an overload takes it.
+template <class Result>
+struct returning {
+  using type = Result;
+};
+
+/// Options of a backend that declares none. Such a backend accepts any per-method compile spec
+/// (LibTorch passes it through untouched) and keeps it verbatim in `__method_compile_spec`.
 struct no_options {};
+
+/// Options of a backend that reads its method's compile spec itself: `value` is the method's
+/// entry of LibTorch's method_compile_spec exactly as given (any IValue: a dict, a string...).
+///   using options = torch_delegate::raw_options;
+///   static Handle compile(const Payload&, const torch_delegate::raw_options& spec);
+struct raw_options {
+  c10::IValue value;
+};
 
 namespace detail {
 
@@ -150,10 +170,24 @@ template <class B, class Signature>
 struct signature_is_executable : std::false_type {};
 template <class B, class R, class... A>
 struct signature_is_executable<B, R(A...)> {
-  static constexpr bool value = requires(B& backend, handle_t<B>& handle, A&&... args) {
+  static constexpr bool tagged = requires(B& backend, handle_t<B>& handle, A&&... args) {
+    { backend.execute(handle, returning<R>{}, std::forward<A>(args)...) } -> std::same_as<R>;
+  };
+  static constexpr bool value = tagged || requires(B& backend, handle_t<B>& handle, A&&... args) {
     { backend.execute(handle, std::forward<A>(args)...) } -> std::same_as<R>;
   };
 };
+
+/// The one way torch-delegate calls a typed execute: with the returning<R> tag when the
+/// backend's overload takes it, else plainly.
+template <class R, class... A, class B, class... Args>
+R call_execute(B& backend, handle_t<B>& handle, Args&&... args) {
+  if constexpr (signature_is_executable<B, R(A...)>::tagged) {
+    return backend.execute(handle, returning<R>{}, std::forward<Args>(args)...);
+  } else {
+    return backend.execute(handle, std::forward<Args>(args)...);
+  }
+}
 
 template <class B>
 struct listed_signatures {
@@ -170,6 +204,10 @@ template <class Arguments, class R>
 struct signature_from_arguments;
 template <class H, class... A, class R>
 struct signature_from_arguments<std::tuple<H, A...>, R> {
+  using type = R(std::remove_cvref_t<A>...);
+};
+template <class H, class T, class... A, class R>
+struct signature_from_arguments<std::tuple<H, returning<T>, A...>, R> {
   using type = R(std::remove_cvref_t<A>...);
 };
 

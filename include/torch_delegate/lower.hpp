@@ -131,7 +131,7 @@ inline lowered_module_types build_lowered_module_types(std::string_view backend,
     const c10::FunctionSchema& schema = schema_of(original, name, where);
     const std::string& operator_name = operators.at(i++);
     lowered_source += "\n" + lowered_method_source(name, schema, where, operator_name);
-    wrapper_source += (wrapper_source.empty() ? "" : "\n") + wrapper_method_source(name, schema, where, operator_name);
+    wrapper_source += (wrapper_source.empty() ? "" : "\n") + wrapper_method_source(name, schema, where);
   }
   lowered.define(lowered_source, resolver);
   wrapper.define(wrapper_source, resolver);
@@ -211,7 +211,7 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
                                       entry.key().type()->annotation_str());
     const detail::error_context where{B::name, entry.key().toStringRef()};
     detail::schema_of(module, entry.key().toStringRef(), where);
-    decode_options<options_t<B>>(entry.value(), where);  // report option errors before any work
+    detail::decode_backend_options<B>(entry.value(), where);  // report option errors before any work
     spec.insert(entry.key(), entry.value());
   }
   if (spec.empty()) detail::fail({B::name, {}}, "no method to lower: the method_compile_spec is empty");

@@ -102,7 +102,9 @@ class typed_method<B, R(A...)> {
     if (!detail::backend_is_available(backend)) detail::fail_not_available(&compiled_->info, B::name);
     if constexpr (detail::signature_is_executable<B, R(A...)>::value) {
       if (direct_)
-        return detail::run_execute(compiled_->info, [&]() -> R { return backend.execute(compiled_->handle, std::forward<Args>(args)...); });
+        return detail::run_execute(compiled_->info, [&]() -> R {
+          return detail::call_execute<R, A...>(backend, compiled_->handle, std::forward<Args>(args)...);
+        });
     }
     if constexpr (backend_executes_generically<B>) {
       const std::array<c10::IValue, sizeof...(A)> packed{detail::caster_of<A>::cast(A(std::forward<Args>(args)))...};

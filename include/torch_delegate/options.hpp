@@ -59,9 +59,13 @@ struct option_field<required<T>> {
 template <class Options>
 struct options_are_not_a_hana_struct;
 
+/// Options types that are not reflected field by field.
+template <class Options>
+inline constexpr bool is_untyped_options = std::is_same_v<Options, no_options> || std::is_same_v<Options, raw_options>;
+
 template <class Options>
 constexpr bool check_options() {
-  if constexpr (std::is_same_v<Options, no_options>) {
+  if constexpr (is_untyped_options<Options>) {
     return true;
   } else if constexpr (!boost::hana::Struct<Options>::value) {
     options_are_not_a_hana_struct<Options> error;
@@ -109,10 +113,22 @@ inline bool is_placeholder_key(const c10::IValue& key) {
                   given.type()->annotation_str());
 }
 
+/// Warns once per call about keys a backend declared to ignore
+/// (`static constexpr bool ignore_unknown_options = true;`).
+inline void warn_ignored_options(const error_context& where, const std::vector<std::string>& ignored,
+                                 const std::vector<std::string>& known) {
+  std::string text = describe(where) + ": ignoring unknown option key" + (ignored.size() > 1 ? "s " : " ");
+  for (std::size_t i = 0; i < ignored.size(); ++i) text += (i ? ", '" : "'") + ignored[i] + "'";
+  text += "; known keys: ";
+  for (std::size_t i = 0; i < known.size(); ++i) text += (i ? ", " : "") + known[i];
+  if (known.empty()) text += "(none)";
+  TORCH_WARN(text);
+}
+
 template <class Options>
 std::vector<std::string> option_keys() {
   std::vector<std::string> keys;
-  if constexpr (!std::is_same_v<Options, no_options>) {
+  if constexpr (!is_untyped_options<Options>) {
     boost::hana::for_each(boost::hana::accessors<Options>(), [&](auto pair) {
       keys.emplace_back(boost::hana::to<const char*>(boost::hana::first(pair)));
     });
@@ -122,12 +138,21 @@ std::vector<std::string> option_keys() {
 
 }  // namespace detail
 
-/// Options -> the Dict[str, Any] that LibTorch keeps in `__method_compile_spec` per method.
+/// What decoding does with option keys the options type does not declare.
+enum class unknown_option_keys {
+  reject,  // an error naming the key and the known keys (the default)
+  warn,    // ignored, with a warning naming them (a backend's `ignore_unknown_options = true`)
+  ignore   // ignored silently (where the same spec was already warned about)
+};
+
+/// Options -> what LibTorch keeps in `__method_compile_spec` per method: a Dict[str, Any] for
+/// typed options, the value itself for raw_options.
 template <class Options>
-c10::impl::GenericDict encode_options(const Options& options) {
+c10::IValue encode_options(const Options& options) {
   static_assert(detail::check_options<Options>());
+  if constexpr (std::is_same_v<Options, raw_options>) return options.value;
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-  if constexpr (!std::is_same_v<Options, no_options>) {
+  if constexpr (!detail::is_untyped_options<Options>) {
     boost::hana::for_each(boost::hana::accessors<Options>(), [&](auto pair) {
       const char* key = boost::hana::to<const char*>(boost::hana::first(pair));
       const auto& field = boost::hana::second(pair)(options);
@@ -144,21 +169,32 @@ c10::impl::GenericDict encode_options(const Options& options) {
   return dict;
 }
 
-/// The Dict[str, Any] of one method -> Options, checking every key: unknown keys, missing
-/// required keys and ill-typed values are errors naming the backend, method and key.
+/// One method's compile spec -> Options. no_options accepts any value (LibTorch passes specs
+/// through untouched) and raw_options keeps it as given. Typed options need a Dict[str, Any]
+/// and check every key: unknown keys (unless `unknown` says otherwise), missing required keys
+/// and ill-typed values are errors naming the backend, method and key.
 template <class Options>
-Options decode_options(const c10::IValue& spec, const detail::error_context& where) {
+Options decode_options(const c10::IValue& spec, const detail::error_context& where,
+                       unknown_option_keys unknown = unknown_option_keys::reject) {
   static_assert(detail::check_options<Options>());
-  if (!spec.isGenericDict()) detail::fail_option_not_a_dict(where, spec);
-  const c10::impl::GenericDict dict = spec.toGenericDict();
-  const std::vector<std::string> known = detail::option_keys<Options>();
-  for (const auto& entry : dict) {
-    if (detail::is_placeholder_key(entry.key())) continue;
-    const std::string key = entry.key().isString() ? entry.key().toStringRef() : entry.key().tagKind();
-    if (std::find(known.begin(), known.end(), key) == known.end()) detail::fail_unknown_option(where, key, known);
-  }
-  Options options{};
-  if constexpr (!std::is_same_v<Options, no_options>) {
+  if constexpr (std::is_same_v<Options, no_options>) {
+    return {};
+  } else if constexpr (std::is_same_v<Options, raw_options>) {
+    return {spec};
+  } else {
+    if (!spec.isGenericDict()) detail::fail_option_not_a_dict(where, spec);
+    const c10::impl::GenericDict dict = spec.toGenericDict();
+    const std::vector<std::string> known = detail::option_keys<Options>();
+    std::vector<std::string> ignored;
+    for (const auto& entry : dict) {
+      if (detail::is_placeholder_key(entry.key())) continue;
+      const std::string key = entry.key().isString() ? entry.key().toStringRef() : entry.key().tagKind();
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      if (unknown == unknown_option_keys::reject) detail::fail_unknown_option(where, key, known);
+      ignored.push_back(key);
+    }
+    if (!ignored.empty() && unknown == unknown_option_keys::warn) detail::warn_ignored_options(where, ignored, known);
+    Options options{};
     boost::hana::for_each(boost::hana::accessors<Options>(), [&](auto pair) {
       const std::string key = boost::hana::to<const char*>(boost::hana::first(pair));
       auto& field = boost::hana::second(pair)(options);
@@ -173,8 +209,8 @@ Options decode_options(const c10::IValue& spec, const detail::error_context& whe
       if (!caster::check(found->value())) detail::fail_option_type(where, key, caster::name.view(), found->value());
       field = value_type(caster::load(found->value()));
     });
+    return options;
   }
-  return options;
 }
 
 }  // namespace torch_delegate

@@ -16,6 +16,40 @@
 
 namespace torch_delegate {
 
+namespace detail {
+
+/// "self.encoder.weight": the attribute path a prim::GetAttr chain reads, from the method's
+/// `self`; empty when the chain does not start at `self`.
+inline std::string attribute_path(const torch::jit::Node* node) {
+  std::string path;
+  const torch::jit::Node* at = node;
+  while (at->kind() == c10::prim::GetAttr) {
+    path = "." + at->s(c10::attr::name) + path;
+    const torch::jit::Value* object = at->input(0);
+    if (object->node()->kind() == c10::prim::Param) return object->offset() == 0 ? "self" + path : std::string();
+    at = object->node();
+  }
+  return {};
+}
+
+/// Where a node is, for an error at preprocess: its file, line and highlighted source lines;
+/// for a node without a source range, what it is and which method it belongs to.
+inline std::string source_of(const torch::jit::Node* node, std::string_view method) {
+  const torch::jit::SourceRange& range = node->sourceRange();
+  if (range.source()) return range.str();
+  std::string text = "(none recorded for this node) ";
+  if (node->kind() == c10::prim::GetAttr) {
+    const std::string path = attribute_path(node);
+    text += "the prim::GetAttr that reads attribute '" + node->s(c10::attr::name) + "'";
+    if (!path.empty()) text += " (" + path + ")";
+  } else {
+    text += "a node of kind " + std::string(node->kind().toQualString());
+  }
+  return text + " in method '" + std::string(method) + "'";
+}
+
+}  // namespace detail
+
 /// One method of the module being lowered, as preprocess sees it: its inlined graph, its
 /// schema, and the debug handle of every node (nested blocks included).
 class method_to_lower {
@@ -49,13 +83,15 @@ class method_to_lower {
     return found->second;
   }
 
-  /// Rejects the method because of `node`: throws `message` followed by the node's source
-  /// lines and a `<--- HERE` marker.
+  /// Rejects the method because of `node`, in the format of LibTorch's demo compiler:
+  /// "<message> Source code: " followed by the node's file, line, source lines and a
+  /// `<--- HERE` marker. A node without a source range (e.g. the prim::GetAttr that reads a
+  /// weight) is named by what it reads and the method instead.
   [[noreturn]] void reject(const torch::jit::Node* node, std::string_view message) const {
-    std::ostringstream text;
-    text << message << '\n';
-    node->sourceRange().highlight(text);
-    throw c10::Error(text.str(), "");
+    std::string text(message);
+    text += " Source code: ";
+    text += detail::source_of(node, name_);
+    throw c10::Error(text, "");
   }
 
  private:
@@ -168,7 +204,11 @@ inline c10::IValue preprocess_module(std::string_view backend, std::int64_t payl
 
     auto graph = inlined_graph(module, name);
     torch::jit::NodeToDebugHandle handles_of_nodes = generate_debug_handles(graph);
-    method_to_lower method(module, std::string(backend), name, graph, handles_of_nodes, schema);
+    // Where each node comes from is read now: preprocess may run passes on the graph in place
+    // and free nodes, so nothing may look at the nodes after it returns.
+    method_debug_info debug;
+    for (const auto& [node, handle] : handles_of_nodes) debug.locations.emplace(handle, locate(node));
+    method_to_lower method(module, std::string(backend), name, graph, std::move(handles_of_nodes), schema);
 
     preprocessed_method preprocessed;
     try {
@@ -176,8 +216,6 @@ inline c10::IValue preprocess_module(std::string_view backend, std::int64_t payl
     } catch (...) {
       rethrow_from_backend(where, "preprocess");
     }
-    method_debug_info debug;
-    for (const auto& [node, handle] : handles_of_nodes) debug.locations.emplace(handle, locate(node));
     debug.instruction_handles = std::move(preprocessed.instruction_handles);
     c10::List<std::string> argument_names;
     for (std::size_t i = 1; i < schema.arguments().size(); ++i) argument_names.push_back(schema.arguments()[i].name());
@@ -201,7 +239,7 @@ preprocessed_method erase_preprocessed(Result&& result) {
 template <class B>
 preprocessed_method preprocess_one(const method_to_lower& method, const c10::IValue& options_value,
                                    const error_context& where) {
-  options_t<B> options = decode_backend_options<B>(options_value, where);
+  options_t<B> options = decode_backend_options<B>(options_value, where, unknown_option_keys::warn);
   B backend;
   if constexpr (requires { backend.preprocess(method, options); }) {
     return erase_preprocessed<payload_t<B>>(backend.preprocess(method, options));

@@ -101,7 +101,8 @@ struct typed_signature<B, R(A...)> {
     ((caster_of<A>::check(args[I]) ? void() : fail_argument_type(method, I, caster_of<A>::name.view(), args[I])), ...);
     c10::impl::GenericList outputs(c10::AnyType::get());
     append_outputs(outputs, run_execute(method, [&]() -> R {
-                     return static_cast<B*>(backend)->execute(*static_cast<handle_t<B>*>(handle), caster_of<A>::load(args[I])...);
+                     return call_execute<R, A...>(*static_cast<B*>(backend), *static_cast<handle_t<B>*>(handle),
+                                                  caster_of<A>::load(args[I])...);
                    }));
     return outputs;
   }
@@ -126,7 +127,7 @@ struct typed_signature<B, R(A...)> {
     if (!backend_is_available(backend)) fail_not_available(&method, B::name);
     const c10::IValue* args = &stack[stack.size() - count + 1];
     ((caster_of<A>::check(args[I]) ? void() : fail_argument_type(method, I, caster_of<A>::name.view(), args[I])), ...);
-    R result = run_execute(method, [&]() -> R { return backend.execute(compiled->handle, caster_of<A>::load(args[I])...); });
+    R result = run_execute(method, [&]() -> R { return call_execute<R, A...>(backend, compiled->handle, caster_of<A>::load(args[I])...); });
     torch::jit::drop(stack, count);
     // A tuple result is the operator's several returns (the schema parser reads "(A, B)" so).
     if constexpr (requires { std::tuple_size<R>::value; }) {
@@ -254,7 +255,9 @@ inline processed_method read_processed(const c10::IValue& processed, std::string
                                        payload_versions versions) {
   if (!processed.isTuple() || processed.toTupleRef().elements().size() != 4)
     fail_processed(backend, method, "expected a 4-tuple stamped by torch-delegate, got " + processed.type()->annotation_str());
-  const auto& top = processed.toTupleRef().elements();
+  // Copied out: c10's TupleElements keeps up to 3 elements inline, and GCC -O2 warns
+  // (-Warray-bounds) about reading a 4th or 5th through it even after the size check.
+  const std::vector<c10::IValue> top = processed.toTupleRef().elements().vec();
   if (!top[0].isString() || !top[1].isInt() || !top[2].isInt() || !top[3].isGenericDict())
     fail_processed(backend, method, "expected (str, int, int, Dict), got " + processed.type()->annotation_str());
   const std::string& made_for = top[0].toStringRef();
@@ -274,7 +277,7 @@ inline processed_method read_processed(const c10::IValue& processed, std::string
   if (found == methods.end()) fail_processed(backend, method, "no payload for this method");
   const c10::IValue& entry = found->value();
   if (!entry.isTuple() || entry.toTupleRef().elements().size() != 5) fail_processed(backend, method, "malformed method entry");
-  const auto& fields = entry.toTupleRef().elements();
+  const std::vector<c10::IValue> fields = entry.toTupleRef().elements().vec();
   if (!fields[0].isString() || !is_string_list(fields[1]) || !fields[2].isInt() || !fields[4].isTuple())
     fail_processed(backend, method, "malformed method entry " + entry.type()->annotation_str());
   processed_method out;
@@ -291,9 +294,22 @@ inline processed_method read_processed(const c10::IValue& processed, std::string
   return out;
 }
 
+/// Whether B declared `static constexpr bool ignore_unknown_options = true;`.
 template <class B>
-options_t<B> decode_backend_options(const c10::IValue& spec, const error_context& where) {
-  return decode_options<options_t<B>>(spec, where);
+constexpr bool ignores_unknown_options() {
+  if constexpr (requires { B::ignore_unknown_options; }) {
+    return B::ignore_unknown_options;
+  } else {
+    return false;
+  }
+}
+
+/// Decodes one method's spec for B. `report` is what to do with keys B's options do not
+/// declare when B ignores unknown keys (warn once at preprocess, silently elsewhere).
+template <class B>
+options_t<B> decode_backend_options(const c10::IValue& spec, const error_context& where,
+                                    unknown_option_keys report = unknown_option_keys::ignore) {
+  return decode_options<options_t<B>>(spec, where, ignores_unknown_options<B>() ? report : unknown_option_keys::reject);
 }
 
 template <class B>

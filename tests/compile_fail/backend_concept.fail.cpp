@@ -54,6 +54,33 @@ struct NoPreprocess {
   static int compile(const std::string&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
+struct NonConstReferenceArgument {
+  static constexpr std::string_view name = "non_const_reference_argument";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, at::Tensor& x) { return x; }
+};
+struct PreprocessReturnsAnotherPayload {
+  static constexpr std::string_view name = "preprocess_returns_another_payload";
+  static c10::IValue preprocess(const torch_delegate::method_to_lower&) { return {}; }  // LibTorch's habit
+  static bool is_available() { return true; }
+  static int compile(const std::vector<double>&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct PreprocessResultOfAnotherPayload {
+  static constexpr std::string_view name = "preprocess_result_of_another_payload";
+  torch_delegate::preprocess_result<std::vector<bool>> preprocess(const torch_delegate::method_to_lower&) { return {}; }
+  static bool is_available() { return true; }
+  static int compile(const std::vector<double>&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct LibTorchPreprocess {
+  static constexpr std::string_view name = "libtorch_preprocess";
+  static c10::IValue preprocess(const torch::jit::Module&, const c10::Dict<c10::IValue, c10::IValue>&) { return {}; }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
 struct PlainOptions {
   double scale = 1.0;
 };
@@ -76,6 +103,10 @@ void register_all() {
   torch_delegate::register_runtime<FloatArgument>();
   torch_delegate::lower<NoPreprocess>(torch::jit::Module("m"));
   torch_delegate::register_runtime<UnreflectedOptions>();
+  torch_delegate::register_runtime<NonConstReferenceArgument>();
+  torch_delegate::lower<PreprocessReturnsAnotherPayload>(torch::jit::Module("m"));
+  torch_delegate::lower<PreprocessResultOfAnotherPayload>(torch::jit::Module("m"));
+  torch_delegate::lower<LibTorchPreprocess>(torch::jit::Module("m"));
 }
 
 // expect: backend_is_missing_name<NoName>
@@ -98,3 +129,12 @@ void register_all() {
 // expect: lower<B> needs the backend's host side
 // expect: options_are_not_a_hana_struct<PlainOptions>
 // expect: a backend's options type must be reflectable
+// expect: backend_execute_takes_a_non_const_reference<NonConstReferenceArgument, at::Tensor(at::Tensor)>
+// expect: execute takes an argument by non-const reference, which cannot bind to the arguments torch-delegate passes
+// expect: take 'const at::Tensor&' or 'at::Tensor' by value
+// expect: backend_preprocess_returns_a_different_payload_than_compile_takes<PreprocessReturnsAnotherPayload, c10::IValue, std::vector<double
+// expect: backend_preprocess_returns_a_different_payload_than_compile_takes<PreprocessResultOfAnotherPayload, torch_delegate::preprocess_result<std::vector<bool>
+// expect: the backend's preprocess returns a different type than its compile takes: the error above names the backend, then the type preprocess returns, then the Payload compile takes (torch_delegate::payload_t<B>)
+// expect: Make them the same type, or return torch_delegate::preprocess_result<Payload>
+// expect: backend_preprocess_has_the_wrong_shape<LibTorchPreprocess>
+// expect: the backend's preprocess cannot be called as lower<B> calls it

@@ -62,6 +62,33 @@ struct NoPreprocess {
   static int compile(const std::string&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
+struct NonConstReferenceArgument {
+  static constexpr std::string_view name = "non_const_reference_argument";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct PreprocessReturnsAnotherPayload {
+  static constexpr std::string_view name = "preprocess_returns_another_payload";
+  static std::vector<double> preprocess(const torch_delegate::method_to_lower&) { return {}; }
+  static bool is_available() { return true; }
+  static int compile(const std::vector<double>&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct PreprocessResultOfAnotherPayload {
+  static constexpr std::string_view name = "preprocess_result_of_another_payload";
+  torch_delegate::preprocess_result<std::vector<double>> preprocess(const torch_delegate::method_to_lower&) { return {}; }
+  static bool is_available() { return true; }
+  static int compile(const std::vector<double>&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+struct LibTorchPreprocess {
+  static constexpr std::string_view name = "libtorch_preprocess";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
 struct PlainOptions {
   double scale = 1.0;
 };
@@ -85,4 +112,8 @@ void register_all() {
   torch_delegate::register_runtime<FloatArgument>();
   torch_delegate::lower<NoPreprocess>(torch::jit::Module("m"));
   torch_delegate::register_runtime<UnreflectedOptions>();
+  torch_delegate::register_runtime<NonConstReferenceArgument>();
+  torch_delegate::lower<PreprocessReturnsAnotherPayload>(torch::jit::Module("m"));
+  torch_delegate::lower<PreprocessResultOfAnotherPayload>(torch::jit::Module("m"));
+  torch_delegate::lower<LibTorchPreprocess>(torch::jit::Module("m"));
 }

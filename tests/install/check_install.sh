@@ -1,11 +1,29 @@
 #!/usr/bin/env bash
 # Installs torch-delegate into a DESTDIR inside the build directory, then builds and runs the
-# two consumer projects (Meson via pkg-config, CMake via find_package) against that tree.
-# Usage: check_install.sh <source root> <build dir> meson|cmake
+# two consumer projects (Meson via pkg-config, CMake via find_package) against that tree; or
+# ("subproject") builds a Meson project that uses this checkout, uninstalled, as a subproject.
+# Usage: check_install.sh <source root> <build dir> meson|cmake|subproject
 set -euo pipefail
 source_root=$1 build=$2 kind=$3
 log="$build/install-$kind.log"
 quiet() { "$@" >"$log" 2>&1 || { cat "$log"; echo "FAILED: $*"; exit 1; }; }
+if [[ $kind == subproject ]]; then
+  project="$build/consumer-subproject-src"
+  rm -rf "$project" "$build/consumer-subproject"
+  mkdir -p "$project/subprojects"
+  ln -s "$source_root" "$project/subprojects/torch-delegate"
+  cp "$source_root/examples/consumer_app.cpp" "$project/"
+  cat >"$project/meson.build" <<'MESON'
+project('torch-delegate-subproject-consumer', 'cpp', default_options: ['cpp_std=c++20'])
+torch_delegate = dependency('torch_delegate', fallback: ['torch-delegate', 'torch_delegate_dep'],
+  default_options: ['tests=false', 'examples=false', 'bench=disabled'])
+executable('consumer', 'consumer_app.cpp', dependencies: torch_delegate)
+MESON
+  quiet meson setup "$build/consumer-subproject" "$project"
+  quiet ninja -C "$build/consumer-subproject"
+  "$build/consumer-subproject/consumer"
+  exit 0
+fi
 stage="$build/install-staging-$kind"
 rm -rf "$stage" "$build/consumer-$kind"
 quiet meson install -C "$build" --destdir "$stage" --no-rebuild --skip-subprojects

@@ -15,7 +15,10 @@ template <class B> struct backend_is_missing_compile;
 template <class B> struct backend_is_missing_execute;
 template <class B> struct backend_execute_is_overloaded_without_execute_signatures;
 template <class B, class Signature> struct backend_has_no_execute_overload_for_signature;
+template <class B, class Signature> struct backend_execute_takes_a_non_const_reference;
 template <class B> struct backend_is_missing_preprocess;
+template <class B> struct backend_preprocess_has_the_wrong_shape;
+template <class B, class Returned, class Payload> struct backend_preprocess_returns_a_different_payload_than_compile_takes;
 
 // "Does B have any member named execute?", true also when it is overloaded or a template: the
 // name is then ambiguous between B and the probe.
@@ -28,9 +31,63 @@ template <class B>
 concept has_member_named_execute =
     std::is_class_v<B> && !std::is_final_v<B> && !requires { &execute_name_lookup<B>::execute; };
 
+// The same for preprocess: tells "no preprocess at all" from "a preprocess of the wrong shape".
+struct preprocess_name_probe {
+  int preprocess;
+};
+template <class B>
+struct preprocess_name_lookup : B, preprocess_name_probe {};
+template <class B>
+concept has_member_named_preprocess =
+    std::is_class_v<B> && !std::is_final_v<B> && !requires { &preprocess_name_lookup<B>::preprocess; };
+
+// Would the signature be executable if torch-delegate passed lvalues instead of temporaries?
+// True for an execute that takes an argument by non-const reference (`at::Tensor&`).
+template <class B, class Signature>
+struct signature_is_executable_with_lvalues : std::false_type {};
+template <class B, class R, class... A>
+struct signature_is_executable_with_lvalues<B, R(A...)> {
+  static constexpr bool value = requires(B& backend, handle_t<B>& handle) {
+    { backend.execute(handle, std::declval<A&>()...) } -> std::same_as<R>;
+  };
+};
+
+// What the backend's preprocess returns, called as preprocess_one calls it (with the options
+// first, then without); `callable` is false when it cannot be called either way.
+template <class B>
+struct preprocess_return {
+  static constexpr bool callable = false;
+};
+template <class B>
+  requires requires(B& backend, const method_to_lower& method, const options_t<B>& options) {
+    backend.preprocess(method, options);
+  }
+struct preprocess_return<B> {
+  static constexpr bool callable = true;
+  using type = decltype(std::declval<B&>().preprocess(std::declval<const method_to_lower&>(),
+                                                      std::declval<const options_t<B>&>()));
+};
+template <class B>
+  requires(!requires(B& backend, const method_to_lower& method, const options_t<B>& options) {
+    backend.preprocess(method, options);
+  } && requires(B& backend, const method_to_lower& method) { backend.preprocess(method); })
+struct preprocess_return<B> {
+  static constexpr bool callable = true;
+  using type = decltype(std::declval<B&>().preprocess(std::declval<const method_to_lower&>()));
+};
+
 template <class B, class Signature>
 constexpr bool check_signature() {
-  if constexpr (!signature_is_executable<B, Signature>::value) {
+  if constexpr (!signature_is_executable<B, Signature>::value &&
+                signature_is_executable_with_lvalues<B, Signature>::value) {
+    backend_execute_takes_a_non_const_reference<B, Signature> takes_an_argument_by_non_const_reference;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: execute takes an argument by non-const reference, which cannot bind to "
+                  "the arguments torch-delegate passes (each is converted from the method's inputs into a "
+                  "temporary): take 'const at::Tensor&' or 'at::Tensor' by value (likewise 'const T&' or "
+                  "'T' for any other argument type) (docs/backend-concept.md#execute).");
+    return false;
+  } else if constexpr (!signature_is_executable<B, Signature>::value) {
     backend_has_no_execute_overload_for_signature<B, Signature> listed_in_execute_signatures;
     static_assert(dependent_false<B>,
                   "torch-delegate: a signature listed in execute_signatures has no execute overload: "
@@ -114,6 +171,26 @@ constexpr bool check_backend() {
 template <class B>
 constexpr bool check_host_backend() {
   if constexpr (!check_backend<B>()) {
+    return false;
+  } else if constexpr (!backend_preprocesses<B> && preprocess_return<B>::callable) {
+    backend_preprocess_returns_a_different_payload_than_compile_takes<B, typename preprocess_return<B>::type,
+                                                                      payload_t<B>>
+        error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: the backend's preprocess returns a different type than its compile "
+                  "takes: the error above names the backend, then the type preprocess returns, then the "
+                  "Payload compile takes (torch_delegate::payload_t<B>). Make them the same type, or "
+                  "return torch_delegate::preprocess_result<Payload> (docs/backend-concept.md#preprocess).");
+    return false;
+  } else if constexpr (!backend_preprocesses<B> && has_member_named_preprocess<B>) {
+    backend_preprocess_has_the_wrong_shape<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: the backend's preprocess cannot be called as lower<B> calls it: "
+                  "expected 'Payload preprocess(const torch_delegate::method_to_lower&, const Options&)' "
+                  "(Options: the backend's 'using options', else torch_delegate::no_options) or "
+                  "'Payload preprocess(const torch_delegate::method_to_lower&)'; LibTorch's "
+                  "'preprocess(const Module&, const Dict&, ...)' is not used "
+                  "(docs/backend-concept.md#preprocess).");
     return false;
   } else if constexpr (!backend_preprocesses<B>) {
     backend_is_missing_preprocess<B> error;

@@ -151,15 +151,13 @@ inline std::string lowered_method_source(const std::string& name, const c10::Fun
   return out;
 }
 
-/// One wrapper method: forwards to the lowered module, or, with a typed operator, calls it on
-/// the lowered module's handle directly (one interpreter frame less per call).
+/// One wrapper method: forwards to the lowered module. (Calling the operator from here would
+/// save an interpreter frame, but the lite interpreter names the lowered module's frame in its
+/// "Module hierarchy" of a backend error, as it does for LibTorch's own lowered modules.)
 inline std::string wrapper_method_source(const std::string& name, const c10::FunctionSchema& schema,
-                                         const error_context& where, const std::string& operator_name = {}) {
-  std::string out = "def " + name + "(" + parameter_list(schema, where) + ") -> " + return_annotation(schema) + ":\n";
-  if (!operator_name.empty())
-    return out + "    return " +
-           operator_call(operator_name, "self.__loweredModule__.__handles[\"" + name + "\"]", schema) + "\n";
-  return out + "    return self.__loweredModule__." + name + "(" + forwarded_arguments(schema) + ")\n";
+                                         const error_context& where) {
+  return "def " + name + "(" + parameter_list(schema, where) + ") -> " + return_annotation(schema) + ":\n" +
+         "    return self.__loweredModule__." + name + "(" + forwarded_arguments(schema) + ")\n";
 }
 
 }  // namespace torch_delegate::detail

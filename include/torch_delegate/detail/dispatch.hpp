@@ -7,6 +7,7 @@
 
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/jit/backends/backend_exception.h>
 
 #include <span>
 #include <string>
@@ -130,14 +131,29 @@ inline constexpr std::string_view backend_not_available = "Backend is not availa
 }
 
 /// Adds "while executing" context to an exception thrown by a backend's execute, without
-/// losing its type when it is a c10::Error. An instruction_error becomes an error showing the
-/// model's source for that instruction.
+/// losing its type when it is a c10::Error. An instruction_error becomes LibTorch's
+/// c10::BackendRuntimeException carrying the instruction's debug handle, so that the lite
+/// interpreter symbolicates it as it does for LibTorch's own backends; its text shows the
+/// model's source for the instruction (what the full JIT prints).
 [[noreturn]] inline void rethrow_from_backend(const error_context& where, std::string_view stage,
                                               const method_debug_info* debug = nullptr) {
   try {
     throw;
   } catch (const instruction_error& error) {
-    fail(where, "in " + std::string(stage) + ": " + error.msg() + describe_instruction(debug, error.instruction()));
+    const std::vector<std::int64_t> handles =
+        debug ? debug->handles_of(error.instruction()) : std::vector<std::int64_t>{error.instruction()};
+    // One handle: LibTorch reads the handles of this exception as a call stack, innermost first.
+    throw c10::BackendRuntimeException(
+        {"rethrow_from_backend", __FILE__, static_cast<std::uint32_t>(__LINE__)},
+        describe(where) + ": in " + std::string(stage) + ": " + error.msg() + describe_instruction(debug, error.instruction()),
+        handles.empty() ? -1 : handles.front());
+  } catch (c10::BackendRuntimeException& error) {
+    // Thrown with TORCH_DELEGATED_BACKEND_THROW: its first handle is a debug handle.
+    std::string context = describe(where) + ": in " + std::string(stage);
+    if (debug && !error.getDebugHandles().empty() && debug->locations.count(error.getDebugHandles().front()))
+      context += describe_handle(*debug, error.getDebugHandles().front());
+    error.add_context(std::move(context));
+    throw;
   } catch (c10::Error& error) {
     error.add_context(describe(where) + ": in " + std::string(stage));
     throw;
