@@ -82,9 +82,24 @@ def single(self, x: Tensor) -> Tuple[Tensor]:
         "    return (torch_delegate.demo_execute2(self.__handles[\"single\"], x),)\n");
 }
 
-TEST_CASE("operator schemas are derived from the signature records") {
+TEST_CASE("operator schemas are derived from the signature records; names spell the signature") {
   const std::string_view arguments[] = {"Tensor", "List[int]", "Optional[float]"};
-  const torch_delegate::detail::signature_record record{"", arguments, "Tuple[Tensor, int]", false, nullptr};
-  CHECK(torch_delegate::detail::operator_schema("demo", 3, record) ==
-        "torch_delegate::demo_execute3(Any handle, Tensor a0, int[] a1, float? a2) -> (Tensor, int)");
+  const torch_delegate::detail::signature_record record{"(Tensor, List[int], Optional[float]) -> Tuple[Tensor, int]",
+                                                        arguments, "Tuple[Tensor, int]", false, nullptr};
+  using namespace torch_delegate::detail;
+  const std::string name = operator_name("demo", record.text);
+  CHECK(name == "torch_delegate::demo_execute__LTensor_CList_Iint_J_COptional_Ifloat_J_R_TTuple_ITensor_Cint_J");
+  CHECK(operator_schema(name, record) == name + "(Any handle, Tensor a0, int[] a1, float? a2) -> (Tensor, int)");
+  CHECK(legacy_operator_name("demo", 3) == "torch_delegate::demo_execute3");
+  for (const std::string& text : std::vector<std::string>{"(Tensor, Tensor) -> Tensor", "(*) -> *",
+                                                           "(__torch__.My_Type) -> Dict[str, Tensor]",
+                                                           "(a_b, c__d) -> Optional[Tensor]", "(weird\x01 chars!) -> x"}) {
+    const std::string id = identifier_of_signature(text);
+    INFO(text, " -> ", id);
+    CHECK(std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }));
+    CHECK(signature_of_identifier(id) == text);
+  }
+  CHECK_FALSE(signature_of_identifier("bad_").has_value());
+  CHECK_FALSE(signature_of_identifier("_Z").has_value());
+  CHECK_FALSE(signature_of_identifier("_x4").has_value());
 }

@@ -105,7 +105,9 @@ TEST_CASE("row: a corrupted, foreign or differently versioned payload") {
   CHECK(error_of([&] { compile_processed(with_top(processed, 0, std::string("other_backend"))); }) ==
         prefix + "incompatible payload: it was made for backend 'other_backend'");
   CHECK(error_of([&] { compile_processed(with_top(processed, 1, 99)); }) ==
-        prefix + "incompatible payload: it has torch-delegate format version 99, this build reads version 1");
+        prefix + "incompatible payload: it has torch-delegate format version 99, this build reads versions 1 to 1");
+  CHECK(error_of([&] { compile_processed(with_top(processed, 1, 0)); }) ==
+        prefix + "incompatible payload: it has torch-delegate format version 0, this build reads versions 1 to 1");
   CHECK(error_of([&] { compile_processed(with_top(processed, 2, 7)); }) ==
         prefix + "incompatible payload: it was made by payload version 7 of backend 'backend_with_compiler_demo', "
                  "this build of the backend reads versions 1 to 1. Lower the model again with this build, or load "
@@ -152,8 +154,10 @@ struct VersionedBackend : test_backends::ToggleBackend {
   static constexpr std::int64_t payload_version = 3;
   static constexpr std::int64_t oldest_payload_version = 2;
   static inline std::int64_t compiled_version = 0;
-  static std::string compile(const std::string& payload) {
-    compiled_version = torch_delegate::payload_version_being_compiled();
+  static inline std::string compiled_method;
+  static std::string compile(const std::string& payload, const torch_delegate::compile_context& context) {
+    compiled_version = context.payload_version;
+    compiled_method = context.method;
     return payload;
   }
 };
@@ -162,6 +166,7 @@ struct VersionedBackend : test_backends::ToggleBackend {
 TEST_CASE("versioned payloads: a backend declares the versions it reads") {
   auto lowered = torch_delegate::lower<VersionedBackend>(script(forward_source));
   CHECK(VersionedBackend::compiled_version == 3);
+  CHECK(VersionedBackend::compiled_method == "forward");
   const c10::IValue processed = processed_of(lowered.module());
   CHECK(processed.toTupleRef().elements()[2].toInt() == 3);
   auto compile = [](const c10::IValue& p) {
@@ -194,4 +199,24 @@ TEST_CASE("row: a backend name that is not an identifier") {
   CHECK(error_of([] { torch_delegate::register_runtime<BadName>(); }) ==
         "torch-delegate: backend 'my-backend': a backend name must be an identifier (letters, digits, '_'; not starting "
         "with a digit): it names a TorchBind class and operators.");
+}
+
+TEST_CASE("the payload format is extensible: fields appended by a newer build are ignored") {
+  const c10::IValue processed = processed_of(demo_lowered().module());
+  // A newer build appends an optional field to the top tuple, to a method entry and to the debug table.
+  auto methods = processed.toTupleRef().elements()[3].toGenericDict().copy();
+  auto entry = methods.at("forward").toTupleRef().elements().vec();
+  auto debug = entry[4].toTupleRef().elements().vec();
+  debug.emplace_back(std::string("a later debug field"));
+  entry[4] = c10::ivalue::Tuple::create(debug);
+  entry.emplace_back(std::int64_t{42});
+  methods.insert_or_assign("forward", c10::ivalue::Tuple::create(entry));
+  auto top = processed.toTupleRef().elements().vec();
+  top[3] = methods;
+  top.emplace_back(c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+  CHECK_NOTHROW(compile_processed(c10::ivalue::Tuple::create(top)));
+  // Fewer fields than format 1 has is still an error, never a crash.
+  auto short_entry = std::vector<c10::IValue>(entry.begin(), entry.begin() + 4);
+  methods.insert_or_assign("forward", c10::ivalue::Tuple::create(short_entry));
+  CHECK_CONTAINS(error_of([&] { compile_processed(with_top(processed, 3, methods)); }), "malformed method entry");
 }

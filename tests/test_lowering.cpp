@@ -485,6 +485,11 @@ TEST_CASE("modules saved by earlier builds keep loading and give the same result
   CHECK(loaded.forward({x, h}).toTensor().equal(x));
   CHECK(loaded.module().get_method("accum")({x, h}).toTensor().equal(x + h));
   CHECK(loaded.method<at::Tensor(at::Tensor, at::Tensor)>("accum")(x, h).equal(x + h));
+  // A scripted parent of two lowered modules, and a lite-interpreter file, from the same build.
+  auto composite = torch_delegate::load(std::string(TD_TEST_DATA_DIR) + "/composite_lowered_by_e3cbb93.pt");
+  CHECK(composite.forward({x, h}).toTensor().equal((x + h) * (x - h)));
+  auto mobile = torch::jit::_load_for_mobile(std::string(TD_TEST_DATA_DIR) + "/demo_mobile_lowered_by_e3cbb93.ptl");
+  CHECK(mobile.forward({x, h}).toTensor().equal(x + h));
   // Re-saved by this build, it loads again.
   const std::string path = temp_path("resaved.pt");
   loaded.save(path);

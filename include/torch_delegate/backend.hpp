@@ -124,18 +124,63 @@ concept backend_reports_availability = requires(B& backend) {
   { backend.is_available() } -> std::same_as<bool>;
 };
 
-/// `compile(const Payload&, const Options&) -> Handle`, or `compile(const Payload&)`.
-template <class B>
-concept backend_compiles_with_options =
-    !std::is_void_v<payload_t<B>> && requires(B& backend, const payload_t<B>& p, const options_t<B>& o) {
-      { backend.compile(p, o) } -> std::move_constructible;
-    };
-template <class B>
-concept backend_compiles_without_options = !std::is_void_v<payload_t<B>> && requires(B& backend, const payload_t<B>& p) {
-  { backend.compile(p) } -> std::move_constructible;
+/// What `compile` is told besides the payload and the options, when it asks for it (a last
+/// parameter `const torch_delegate::compile_context&`). Passed explicitly: no thread-local state.
+struct compile_context {
+  std::string_view backend;           // the backend's name
+  std::string_view method;            // the method being compiled
+  std::int64_t payload_version = 1;   // the version this payload was written with (see payload_version)
 };
+
+namespace detail {
+/// The forms of `compile`, in the order torch-delegate looks for them.
+enum class compile_form { none, options_and_context, context, options, plain };
+
 template <class B>
-concept backend_compiles = backend_compiles_with_options<B> || backend_compiles_without_options<B>;
+constexpr compile_form compile_form_of() {
+  if constexpr (std::is_void_v<payload_t<B>>) {
+    return compile_form::none;
+  } else if constexpr (requires(B& b, const payload_t<B>& p, const options_t<B>& o, const compile_context& c) {
+                         { b.compile(p, o, c) } -> std::move_constructible;
+                       }) {
+    return compile_form::options_and_context;
+  } else if constexpr (requires(B& b, const payload_t<B>& p, const compile_context& c) {
+                         { b.compile(p, c) } -> std::move_constructible;
+                       }) {
+    return compile_form::context;
+  } else if constexpr (requires(B& b, const payload_t<B>& p, const options_t<B>& o) {
+                         { b.compile(p, o) } -> std::move_constructible;
+                       }) {
+    return compile_form::options;
+  } else if constexpr (requires(B& b, const payload_t<B>& p) {
+                         { b.compile(p) } -> std::move_constructible;
+                       }) {
+    return compile_form::plain;
+  } else {
+    return compile_form::none;
+  }
+}
+
+/// Calls B's compile in whichever form it has.
+template <class B>
+decltype(auto) call_compile(B& backend, const payload_t<B>& payload, const options_t<B>& options,
+                            const compile_context& context) {
+  constexpr compile_form form = compile_form_of<B>();
+  if constexpr (form == compile_form::options_and_context) {
+    return backend.compile(payload, options, context);
+  } else if constexpr (form == compile_form::context) {
+    return backend.compile(payload, context);
+  } else if constexpr (form == compile_form::options) {
+    return backend.compile(payload, options);
+  } else {
+    return backend.compile(payload);
+  }
+}
+}  // namespace detail
+
+/// `compile(const Payload&[, const Options&][, const compile_context&]) -> Handle`.
+template <class B>
+concept backend_compiles = detail::compile_form_of<B>() != detail::compile_form::none;
 
 namespace detail {
 template <class B>
@@ -143,15 +188,11 @@ struct handle_of {
   using type = void;
 };
 template <class B>
-  requires backend_compiles_with_options<B>
+  requires backend_compiles<B>
 struct handle_of<B> {
-  using type = std::remove_cvref_t<decltype(std::declval<B&>().compile(std::declval<const payload_t<B>&>(),
-                                                                      std::declval<const options_t<B>&>()))>;
-};
-template <class B>
-  requires(!backend_compiles_with_options<B> && backend_compiles_without_options<B>)
-struct handle_of<B> {
-  using type = std::remove_cvref_t<decltype(std::declval<B&>().compile(std::declval<const payload_t<B>&>()))>;
+  using type = std::remove_cvref_t<decltype(call_compile(std::declval<B&>(), std::declval<const payload_t<B>&>(),
+                                                         std::declval<const options_t<B>&>(),
+                                                         std::declval<const compile_context&>()))>;
 };
 }  // namespace detail
 

@@ -228,11 +228,10 @@ lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::Gener
   };
   // Each method calls the operator of the signature preprocess selected for it.
   detail::method_operators operators;
-  const auto& signatures = detail::signature_records<B>;
   for (const auto& entry : spec) {
     const detail::error_context where{B::name, entry.key().toStringRef()};
-    const auto& signature = detail::select_signature(signatures, detail::schema_of(module, entry.key().toStringRef(), where), where);
-    operators.push_back(signature.generic ? std::string() : detail::operator_name(B::name, &signature - signatures.data()));
+    const auto& signature = detail::select_signature(detail::signature_records<B>, detail::schema_of(module, entry.key().toStringRef(), where), where);
+    operators.push_back(signature.generic ? std::string() : detail::operator_name(B::name, signature.text));
   }
   return lowered_module<B>(detail::assemble_lowered_module(B::name, module, spec, processed,
                                                            c10::IValue(std::move(backend)), available, compile,

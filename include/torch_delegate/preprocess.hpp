@@ -105,15 +105,15 @@ class method_to_lower {
 
 namespace detail {
 
-/// What preprocess gave for one method, type-erased.
-struct preprocessed_method {
+/// What a backend's preprocess gave for one method, type-erased.
+struct erased_preprocess_result {
   c10::IValue payload;
   std::map<std::int64_t, std::vector<std::int64_t>> instruction_handles;  // empty: ids are debug handles
 };
 
 /// Preprocesses one method with a given backend: decodes its options, runs preprocess,
 /// converts the payload to an IValue.
-using preprocess_trampoline = preprocessed_method (*)(const method_to_lower& method, const c10::IValue& options,
+using preprocess_trampoline = erased_preprocess_result (*)(const method_to_lower& method, const c10::IValue& options,
                                                       const error_context& where);
 
 inline std::string highlighted(const torch::jit::SourceRange& range) {
@@ -185,8 +185,7 @@ inline std::shared_ptr<torch::jit::Graph> inlined_graph(const torch::jit::Module
 }
 
 /// The body of the preprocess function registered with LibTorch, shared by every backend:
-/// returns (backend name, format version, payload version, {method: (signature, argument
-/// names, output count, payload, debug info)}), what read_processed reads.
+/// returns the processed payload (payload_format.hpp) of every method in the spec.
 inline c10::IValue preprocess_module(std::string_view backend, std::int64_t payload_version,
                                      std::span<const signature_record> signatures,
                                      preprocess_trampoline preprocess_method, const torch::jit::Module& module,
@@ -210,25 +209,26 @@ inline c10::IValue preprocess_module(std::string_view backend, std::int64_t payl
     for (const auto& [node, handle] : handles_of_nodes) debug.locations.emplace(handle, locate(node));
     method_to_lower method(module, std::string(backend), name, graph, std::move(handles_of_nodes), schema);
 
-    preprocessed_method preprocessed;
+    erased_preprocess_result preprocessed;
     try {
       preprocessed = preprocess_method(method, entry.value(), where);
     } catch (...) {
       rethrow_from_backend(where, "preprocess");
     }
     debug.instruction_handles = std::move(preprocessed.instruction_handles);
-    c10::List<std::string> argument_names;
-    for (std::size_t i = 1; i < schema.arguments().size(); ++i) argument_names.push_back(schema.arguments()[i].name());
-    methods.insert(name, c10::ivalue::Tuple::create({c10::IValue(std::string(signature.text)), c10::IValue(argument_names),
-                                                     c10::IValue(output_count_of(schema.returns()[0].type())),
-                                                     std::move(preprocessed.payload), encode_debug_info(debug)}));
+    method_record record;
+    record.signature = std::string(signature.text);
+    for (std::size_t i = 1; i < schema.arguments().size(); ++i) record.argument_names.push_back(schema.arguments()[i].name());
+    record.output_count = output_count_of(schema.returns()[0].type());
+    record.payload = std::move(preprocessed.payload);
+    record.debug = std::make_shared<method_debug_info>(std::move(debug));
+    methods.insert(name, encode_method_record(record));
   }
-  return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(processed_format_version),
-                                     c10::IValue(payload_version), c10::IValue(std::move(methods))});
+  return encode_processed(backend, payload_version, std::move(methods));
 }
 
 template <class Payload, class Result>
-preprocessed_method erase_preprocessed(Result&& result) {
+erased_preprocess_result erase_preprocessed(Result&& result) {
   if constexpr (std::is_same_v<std::remove_cvref_t<Result>, preprocess_result<Payload>>) {
     return {ivalue_caster<Payload>::cast(std::move(result.payload)), std::move(result.instruction_handles)};
   } else {
@@ -237,7 +237,7 @@ preprocessed_method erase_preprocessed(Result&& result) {
 }
 
 template <class B>
-preprocessed_method preprocess_one(const method_to_lower& method, const c10::IValue& options_value,
+erased_preprocess_result preprocess_one(const method_to_lower& method, const c10::IValue& options_value,
                                    const error_context& where) {
   options_t<B> options = decode_backend_options<B>(options_value, where, unknown_option_keys::warn);
   B backend;

@@ -8,6 +8,7 @@
 #include <torch_delegate/detail/dispatch.hpp>
 #include <torch_delegate/detail/registry.hpp>
 #include <torch_delegate/options.hpp>
+#include <torch_delegate/payload_format.hpp>
 
 #include <ATen/core/stack.h>
 #include <c10/util/Type.h>
@@ -18,13 +19,11 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
 #include <string>
 #include <typeindex>
 
 namespace torch_delegate {
-
-/// The format of what torch-delegate stores in `__processed_module`; bumped on layout changes.
-inline constexpr std::int64_t processed_format_version = 1;
 
 namespace detail {
 
@@ -186,114 +185,6 @@ inline c10::FunctionSchema execute_schema() {
                              {c10::Argument("output", any_list)});
 }
 
-/// One entry of `__processed_module`'s method table, unpacked.
-struct processed_method {
-  std::string signature;
-  std::vector<std::string> argument_names;
-  std::int64_t output_count;
-  c10::IValue payload;
-  std::int64_t payload_version = 1;
-  std::shared_ptr<method_debug_info> debug;
-};
-
-/// debug_location <-> Tuple[str, str, List[str], str]; the table is Dict[int, that tuple].
-inline c10::IValue encode_debug_info(const method_debug_info& debug) {
-  c10::impl::GenericDict locations(c10::IntType::get(), c10::AnyType::get());
-  for (const auto& [handle, where] : debug.locations) {
-    c10::List<std::string> frames;
-    for (const auto& frame : where.call_stack) frames.push_back(frame);
-    locations.insert(handle, c10::ivalue::Tuple::create({where.node_kind, where.file_line, frames, where.source}));
-  }
-  c10::Dict<std::int64_t, c10::List<std::int64_t>> instructions;
-  for (const auto& [instruction, handles] : debug.instruction_handles)
-    instructions.insert(instruction, c10::List<std::int64_t>(handles));
-  return c10::ivalue::Tuple::create({c10::IValue(locations), c10::IValue(instructions)});
-}
-
-inline std::shared_ptr<method_debug_info> decode_debug_info(const c10::IValue& value) {
-  auto debug = std::make_shared<method_debug_info>();
-  const auto& parts = value.toTupleRef().elements();
-  for (const auto& entry : parts.at(0).toGenericDict()) {
-    const auto& fields = entry.value().toTupleRef().elements();
-    debug_location where{fields.at(0).toStringRef(), fields.at(1).toStringRef(), {}, fields.at(3).toStringRef()};
-    for (const c10::IValue& frame : fields.at(2).toListRef()) where.call_stack.push_back(frame.toStringRef());
-    debug->locations.emplace(entry.key().toInt(), std::move(where));
-  }
-  for (const auto& entry : parts.at(1).toGenericDict()) {
-    std::vector<std::int64_t> handles;
-    for (const c10::IValue& handle : entry.value().toListRef()) handles.push_back(handle.toInt());
-    debug->instruction_handles.emplace(entry.key().toInt(), std::move(handles));
-  }
-  return debug;
-}
-
-[[noreturn]] inline void fail_processed(std::string_view backend, std::string_view method, const std::string& why) {
-  fail({backend, method}, "the processed module is not a valid torch-delegate payload: " + why);
-}
-
-[[noreturn]] inline void fail_incompatible(std::string_view backend, std::string_view method, const std::string& why) {
-  fail({backend, method}, "incompatible payload: " + why);
-}
-
-/// The versions a build of a backend reads.
-struct payload_versions {
-  std::int64_t oldest;
-  std::int64_t newest;
-};
-
-inline bool is_string_list(const c10::IValue& value) {
-  if (!value.isList()) return false;
-  for (const c10::IValue& element : value.toListRef())
-    if (!element.isString()) return false;
-  return true;
-}
-
-/// Reads `__processed_module`: (backend name, torch-delegate format version, backend payload
-/// version, {method: (signature, argument names, output count, payload, debug info)}). Every
-/// field is checked: a corrupted, truncated or foreign payload is an error, never a crash.
-inline processed_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method,
-                                       payload_versions versions) {
-  if (!processed.isTuple() || processed.toTupleRef().elements().size() != 4)
-    fail_processed(backend, method, "expected a 4-tuple stamped by torch-delegate, got " + processed.type()->annotation_str());
-  // Copied out: c10's TupleElements keeps up to 3 elements inline, and GCC -O2 warns
-  // (-Warray-bounds) about reading a 4th or 5th through it even after the size check.
-  const std::vector<c10::IValue> top = processed.toTupleRef().elements().vec();
-  if (!top[0].isString() || !top[1].isInt() || !top[2].isInt() || !top[3].isGenericDict())
-    fail_processed(backend, method, "expected (str, int, int, Dict), got " + processed.type()->annotation_str());
-  const std::string& made_for = top[0].toStringRef();
-  if (made_for != backend) fail_incompatible(backend, method, "it was made for backend '" + made_for + "'");
-  if (top[1].toInt() != processed_format_version)
-    fail_incompatible(backend, method, "it has torch-delegate format version " + std::to_string(top[1].toInt()) +
-                                           ", this build reads version " + std::to_string(processed_format_version));
-  const std::int64_t version = top[2].toInt();
-  if (version < versions.oldest || version > versions.newest)
-    fail_incompatible(backend, method, "it was made by payload version " + std::to_string(version) + " of backend '" +
-                                           std::string(backend) + "', this build of the backend reads versions " +
-                                           std::to_string(versions.oldest) + " to " + std::to_string(versions.newest) +
-                                           ". Lower the model again with this build, or load it with a build that reads "
-                                           "version " + std::to_string(version) + ".");
-  auto methods = top[3].toGenericDict();
-  auto found = methods.find(method);
-  if (found == methods.end()) fail_processed(backend, method, "no payload for this method");
-  const c10::IValue& entry = found->value();
-  if (!entry.isTuple() || entry.toTupleRef().elements().size() != 5) fail_processed(backend, method, "malformed method entry");
-  const std::vector<c10::IValue> fields = entry.toTupleRef().elements().vec();
-  if (!fields[0].isString() || !is_string_list(fields[1]) || !fields[2].isInt() || !fields[4].isTuple())
-    fail_processed(backend, method, "malformed method entry " + entry.type()->annotation_str());
-  processed_method out;
-  out.signature = fields[0].toStringRef();
-  for (const c10::IValue& name : fields[1].toListRef()) out.argument_names.push_back(name.toStringRef());
-  out.output_count = fields[2].toInt();
-  out.payload = fields[3];
-  out.payload_version = version;
-  try {
-    out.debug = decode_debug_info(fields[4]);
-  } catch (const c10::Error&) {
-    fail_processed(backend, method, "malformed debug information");
-  }
-  return out;
-}
-
 /// Whether B declared `static constexpr bool ignore_unknown_options = true;`.
 template <class B>
 constexpr bool ignores_unknown_options() {
@@ -312,20 +203,21 @@ options_t<B> decode_backend_options(const c10::IValue& spec, const error_context
   return decode_options<options_t<B>>(spec, where, ignores_unknown_options<B>() ? report : unknown_option_keys::reject);
 }
 
-template <class B>
-handle_t<B> compile_one(B& backend, const payload_t<B>& payload, const options_t<B>& options) {
-  if constexpr (backend_compiles_with_options<B>) {
-    return backend.compile(payload, options);
-  } else {
-    return backend.compile(payload);
-  }
-}
-
+// Deprecated side channel kept for backends written before compile_context: what
+// payload_version_being_compiled() returns. Restored, not reset, so that nested compiles
+// (a backend compiling another lowered module) see their own version.
 inline thread_local std::int64_t compiling_payload_version = 0;
 
 struct payload_version_scope {
-  explicit payload_version_scope(std::int64_t version) { compiling_payload_version = version; }
-  ~payload_version_scope() { compiling_payload_version = 0; }
+  explicit payload_version_scope(std::int64_t version) : previous_(compiling_payload_version) {
+    compiling_payload_version = version;
+  }
+  ~payload_version_scope() { compiling_payload_version = previous_; }
+  payload_version_scope(const payload_version_scope&) = delete;
+  payload_version_scope& operator=(const payload_version_scope&) = delete;
+
+ private:
+  std::int64_t previous_;
 };
 
 /// LibTorch's compile(processed, method_compile_spec) -> {method: handle}.
@@ -337,8 +229,9 @@ c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& 
   for (const auto& entry : spec) {
     const std::string& method = entry.key().toStringRef();
     const error_context where{B::name, method};
-    processed_method record =
+    decoded_method decoded =
         read_processed(processed, B::name, method, {oldest_payload_version_of<B>(), payload_version_of<B>()});
+    method_record& record = decoded.record;
     const signature_record& signature = find_signature(signature_records<B>, record.signature, where);
     using payload_caster = ivalue_caster<payload_t<B>>;
     if (!payload_caster::check(record.payload))
@@ -348,9 +241,11 @@ c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& 
     method_info info{std::string(B::name), method, std::move(record.argument_names), record.output_count, &signature,
                      std::move(record.debug)};
     try {
-      payload_version_scope version(record.payload_version);
+      payload_version_scope version(decoded.payload_version);
+      const compile_context context{B::name, method, decoded.payload_version};
       auto compiled = c10::make_intrusive<compiled_method<B>>(
-          compile_one(backend, payload_t<B>(payload_caster::load(record.payload)), options), std::move(info), owner);
+          call_compile(backend, payload_t<B>(payload_caster::load(record.payload)), options, context), std::move(info),
+          owner);
       handles.insert(method, c10::IValue(std::move(compiled)));
     } catch (...) {
       rethrow_from_backend(where, "compile");
@@ -359,15 +254,97 @@ c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& 
   return handles;
 }
 
-/// "torch_delegate::<backend>_execute<k>": the JIT operator of the k-th typed signature.
-inline std::string operator_name(std::string_view backend, std::size_t index) {
-  return "torch_delegate::" + std::string(backend) + "_execute" + std::to_string(index);
+// -- the JIT operators lowered methods call -----------------------------------------------------
+//
+// One operator per typed execute signature, named after the signature itself, so that saved
+// modules (whose code names the operator) do not depend on the order of execute_signatures:
+//   "(Tensor, Tensor) -> Tuple[Tensor, Tensor]"  ->  torch_delegate::<backend>_execute_LTensor_CTensor_R_TTuple_ITensor_CTensor_J
+// The spelling is reversible (signature_of_operator), so a missing operator can be reported with
+// its signature. Modules saved before this scheme (e3cbb93 and earlier) name operators by
+// position, "<backend>_execute<k>"; those names stay registered as aliases.
+
+inline constexpr std::string_view operator_namespace = "torch_delegate";
+
+/// The signature text spelled with identifier characters: '_' doubled, ", " -> _C, " -> " -> _T,
+/// '(' -> _L, ')' -> _R, '[' -> _I, ']' -> _J, '?' -> _Q, '*' -> _S, '.' -> _D, others _xHH.
+inline std::string identifier_of_signature(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (text.substr(i, 2) == ", ") { out += "_C"; ++i; continue; }
+    if (text.substr(i, 4) == " -> ") { out += "_T"; i += 3; continue; }
+    switch (c) {
+      case '_': out += "__"; break;
+      case '(': out += "_L"; break;
+      case ')': out += "_R"; break;
+      case '[': out += "_I"; break;
+      case ']': out += "_J"; break;
+      case '?': out += "_Q"; break;
+      case '*': out += "_S"; break;
+      case '.': out += "_D"; break;
+      default:
+        if (std::isalnum(static_cast<unsigned char>(c))) {
+          out += c;
+        } else {
+          static constexpr char hex[] = "0123456789abcdef";
+          out += "_x";
+          out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
+          out += hex[static_cast<unsigned char>(c) & 0xf];
+        }
+    }
+  }
+  return out;
 }
 
-/// Its schema, e.g. "torch_delegate::demo_execute0(Any handle, Tensor a0, Tensor a1) -> Tensor".
-inline std::string operator_schema(std::string_view backend, std::size_t index, const signature_record& signature) {
+/// The inverse of identifier_of_signature; nullopt for a spelling it never produces.
+inline std::optional<std::string> signature_of_identifier(std::string_view id) {
+  std::string out;
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    if (id[i] != '_') { out += id[i]; continue; }
+    if (++i >= id.size()) return std::nullopt;
+    switch (id[i]) {
+      case '_': out += '_'; break;
+      case 'C': out += ", "; break;
+      case 'T': out += " -> "; break;
+      case 'L': out += '('; break;
+      case 'R': out += ')'; break;
+      case 'I': out += '['; break;
+      case 'J': out += ']'; break;
+      case 'Q': out += '?'; break;
+      case 'S': out += '*'; break;
+      case 'D': out += '.'; break;
+      case 'x': {
+        if (i + 2 >= id.size()) return std::nullopt;
+        auto digit = [](char h) { return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1; };
+        const int high = digit(id[i + 1]), low = digit(id[i + 2]);
+        if (high < 0 || low < 0) return std::nullopt;
+        out += static_cast<char>(high * 16 + low);
+        i += 2;
+        break;
+      }
+      default: return std::nullopt;
+    }
+  }
+  return out;
+}
+
+/// "<backend>_execute_": what every operator name of a backend starts with (without namespace).
+inline std::string operator_prefix(std::string_view backend) { return std::string(backend) + "_execute_"; }
+
+/// "torch_delegate::<backend>_execute_<signature identifier>".
+inline std::string operator_name(std::string_view backend, std::string_view signature_text) {
+  return std::string(operator_namespace) + "::" + operator_prefix(backend) + identifier_of_signature(signature_text);
+}
+
+/// The name modules saved before signature-named operators use: by position in the list.
+inline std::string legacy_operator_name(std::string_view backend, std::size_t index) {
+  return std::string(operator_namespace) + "::" + std::string(backend) + "_execute" + std::to_string(index);
+}
+
+/// An operator's schema, e.g. "<name>(Any handle, Tensor a0, Tensor a1) -> Tensor".
+inline std::string operator_schema(const std::string& name, const signature_record& signature) {
   torch::jit::ScriptTypeParser parser;
-  std::string schema = operator_name(backend, index) + "(Any handle";
+  std::string schema = name + "(Any handle";
   for (std::size_t i = 0; i < signature.arguments.size(); ++i)
     schema += ", " + parser.parseType(std::string(signature.arguments[i]))->str() + " a" + std::to_string(i);
   return schema + ") -> " + parser.parseType(std::string(signature.result))->str();
@@ -377,9 +354,13 @@ template <class B, class... S, std::size_t... I>
 void register_operators(signatures<S...>*, std::index_sequence<I...>) {
   // Alias analysis CONSERVATIVE: a backend call has effects the JIT cannot see, so it must never
   // be deduplicated, reordered or removed as dead code.
-  static torch::jit::RegisterOperators operators(std::vector<c10::optional<torch::jit::Operator>>{torch::jit::Operator(
-      operator_schema(B::name, I, signature_records<B>[I]), &typed_signature<B, S>::run_operator,
-      c10::AliasAnalysisKind::CONSERVATIVE)...});
+  auto make = [](const std::string& name, const signature_record& signature, torch::jit::Operation operation) {
+    return c10::optional<torch::jit::Operator>(
+        torch::jit::Operator(operator_schema(name, signature), std::move(operation), c10::AliasAnalysisKind::CONSERVATIVE));
+  };
+  static torch::jit::RegisterOperators operators(std::vector<c10::optional<torch::jit::Operator>>{
+      make(operator_name(B::name, signature_records<B>[I].text), signature_records<B>[I], &typed_signature<B, S>::run_operator)...,
+      make(legacy_operator_name(B::name, I), signature_records<B>[I], &typed_signature<B, S>::run_operator)...});
 }
 
 /// LibTorch's execute(handle, inputs) -> outputs. The handle is None when the module was
@@ -441,8 +422,9 @@ void register_part(registration_part part, Register&& do_register) {
 
 }  // namespace detail
 
-/// Inside `compile`: the payload version of the payload being compiled (a backend that reads
-/// older versions branches on it). 0 outside compile.
+/// Inside `compile`: the payload version of the payload being compiled; 0 outside compile.
+/// Deprecated: take a `const torch_delegate::compile_context&` as compile's last parameter.
+[[deprecated("take a 'const torch_delegate::compile_context&' as compile's last parameter")]]
 inline std::int64_t payload_version_being_compiled() { return detail::compiling_payload_version; }
 
 /// Registers the runtime of `B` (its TorchBind class `__torch__.torch.classes.__backends__.<name>`)
