@@ -28,7 +28,8 @@ c10::IValue any_value(FuzzedDataProvider& in, int depth) {
     }
     default: {
       const bool int_keys = in.ConsumeBool();
-      c10::impl::GenericDict dict(int_keys ? c10::IntType::get() : c10::StringType::get(), c10::AnyType::get());
+      c10::impl::GenericDict dict(int_keys ? c10::TypePtr(c10::IntType::get()) : c10::TypePtr(c10::StringType::get()),
+                                  c10::AnyType::get());
       for (int n = in.ConsumeIntegralInRange(0, 3); n > 0; --n) {
         c10::IValue key = int_keys ? c10::IValue(in.ConsumeIntegral<std::int64_t>()) : c10::IValue(in.ConsumeRandomLengthString(8));
         dict.insert_or_assign(std::move(key), any_value(in, depth + 1));
