@@ -25,7 +25,7 @@ const std::string unavailable_warning =
 }  // namespace
 
 TEST_CASE("registration creates LibTorch's custom class and preprocess entry") {
-  CHECK(torch_delegate::register_backend<test_backends::GenericBackend>());
+  CHECK_NOTHROW(torch_delegate::register_backend<test_backends::GenericBackend>());
   auto cls = torch::getCustomClass("__torch__.torch.classes.__backends__.td_test_generic");
   REQUIRE(cls);
   for (const char* method : {"is_available", "compile", "execute"}) CHECK_MESSAGE(cls->findMethod(method), method);
@@ -39,13 +39,19 @@ TEST_CASE("registration creates LibTorch's custom class and preprocess entry") {
 }
 
 TEST_CASE("registering the same type twice is harmless") {
-  CHECK(torch_delegate::register_backend<test_backends::GenericBackend>());
-  CHECK(torch_delegate::register_backend<test_backends::GenericBackend>());
-  CHECK(torch_delegate::register_runtime<test_backends::GenericBackend>());
+  CHECK_NOTHROW(torch_delegate::register_backend<test_backends::GenericBackend>());
+  const auto* first = torch::getCustomClass("__torch__.torch.classes.__backends__.td_test_generic").get();
+  CHECK_NOTHROW(torch_delegate::register_backend<test_backends::GenericBackend>());
+  CHECK_NOTHROW(torch_delegate::register_runtime<test_backends::GenericBackend>());
+  // Still the one class and the one preprocess entry, and lowering works.
+  CHECK(torch::getCustomClass("__torch__.torch.classes.__backends__.td_test_generic").get() == first);
+  CHECK_THROWS(torch::jit::detail::registerBackendPreprocessFunction("td_test_generic", {}));  // still registered
+  auto lowered = torch_delegate::lower<test_backends::GenericBackend>(script(forward_source));
+  CHECK(lowered.forward({torch::ones({1}), torch::ones({1})}).toTensor().item<float>() == 2.0f);
 }
 
 TEST_CASE("two different types with one name: a clear error, and the first keeps working") {
-  CHECK(torch_delegate::register_backend<test_backends::ClashFirst>());
+  CHECK_NOTHROW(torch_delegate::register_backend<test_backends::ClashFirst>());
   const std::string error = error_of([] { torch_delegate::register_backend<test_backends::ClashSecond>(); });
   CHECK(error == "torch-delegate: backend 'td_test_clash': two different types register this backend name: "
                  "'test_backends::ClashFirst' registered it first, 'test_backends::ClashSecond' tries again. Give each "

@@ -96,6 +96,24 @@ class CppSavedModules(unittest.TestCase):
         self.assertTrue(torch.allclose(loaded.accum(x, h), x + h))
         self.assertIn("LoweredWrapper", loaded._c._type().qualified_name())
 
+    def test_golden_code_of_a_module_lowered_by_cpp(self):
+        # The whole generated code as TorchScript prints it: the wrapper forwards to
+        # __loweredModule__ (the lite interpreter names that frame), which calls the operator
+        # named after the execute signature (stable across reorderings of execute_signatures).
+        saved = path("cpp_golden.pt")
+        subprocess.run([os.environ["TD_DEMO"], saved], check=True, capture_output=True)
+        loaded = torch.jit.load(saved)
+        self.assertEqual(loaded.code,
+                         "def forward(self,\n    x: Tensor,\n    h: Tensor) -> Tensor:\n"
+                         "  __loweredModule__ = self.__loweredModule__\n"
+                         "  return (__loweredModule__).forward(x, h, )\n")
+        self.assertEqual(loaded.__loweredModule__.code,
+                         "def forward(self,\n    x: Tensor,\n    h: Tensor) -> Tensor:\n"
+                         "  __handles = self.__handles\n"
+                         "  _0 = ops.torch_delegate.backend_with_compiler_demo_execute__LTensor_CTensor_R_TTensor("
+                         "__handles[\"forward\"], x, h)\n"
+                         "  return _0\n")
+
 
 class ToBackendFromPython(unittest.TestCase):
     def test_jit_to_backend_outputs_and_round_trip(self):

@@ -57,10 +57,4 @@ inline void release_backend_part(const std::string& name, registration_part part
   if (!found->second.runtime && !found->second.preprocess) registry().erase(found);
 }
 
-inline bool is_backend_registered(const std::string& name) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  auto found = registry().find(name);
-  return found != registry().end() && found->second.runtime;
-}
-
 }  // namespace torch_delegate::detail
