@@ -258,39 +258,43 @@ c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_object<B>>& 
 //
 // One operator per typed execute signature, named after the signature itself, so that saved
 // modules (whose code names the operator) do not depend on the order of execute_signatures:
-//   "(Tensor, Tensor) -> Tuple[Tensor, Tensor]"  ->  torch_delegate::<backend>_execute_LTensor_CTensor_R_TTuple_ITensor_CTensor_J
-// The spelling is reversible (signature_of_operator), so a missing operator can be reported with
+//   "(Tensor, Tensor) -> Tuple[Tensor, Tensor]"  ->  torch_delegate::<backend>_execute__LTensor_CTensor_R_TTuple_ITensor_CTensor_J
+// The spelling is reversible (signature_of_identifier), so a missing operator can be reported with
 // its signature. Modules saved before this scheme (e3cbb93 and earlier) name operators by
 // position, "<backend>_execute<k>"; those names stay registered as aliases.
 
 inline constexpr std::string_view operator_namespace = "torch_delegate";
 
-/// The signature text spelled with identifier characters: '_' doubled, ", " -> _C, " -> " -> _T,
-/// '(' -> _L, ')' -> _R, '[' -> _I, ']' -> _J, '?' -> _Q, '*' -> _S, '.' -> _D, others _xHH.
+/// How signature text is spelled in an operator name: each entry's text becomes '_' + code;
+/// letters and digits stay, anything else is _xHH.
+struct signature_spelling {
+  std::string_view text;
+  char code;
+};
+inline constexpr signature_spelling signature_spellings[] = {
+    {"_", '_'}, {", ", 'C'}, {" -> ", 'T'}, {"(", 'L'}, {")", 'R'},
+    {"[", 'I'}, {"]", 'J'},  {"?", 'Q'},    {"*", 'S'}, {".", 'D'}};
+
+/// The signature text spelled with identifier characters (see signature_spellings).
 inline std::string identifier_of_signature(std::string_view text) {
+  static constexpr char hex[] = "0123456789abcdef";
   std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (text.substr(i, 2) == ", ") { out += "_C"; ++i; continue; }
-    if (text.substr(i, 4) == " -> ") { out += "_T"; i += 3; continue; }
-    switch (c) {
-      case '_': out += "__"; break;
-      case '(': out += "_L"; break;
-      case ')': out += "_R"; break;
-      case '[': out += "_I"; break;
-      case ']': out += "_J"; break;
-      case '?': out += "_Q"; break;
-      case '*': out += "_S"; break;
-      case '.': out += "_D"; break;
-      default:
-        if (std::isalnum(static_cast<unsigned char>(c))) {
-          out += c;
-        } else {
-          static constexpr char hex[] = "0123456789abcdef";
-          out += "_x";
-          out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
-          out += hex[static_cast<unsigned char>(c) & 0xf];
-        }
+  for (std::size_t i = 0; i < text.size();) {
+    const auto* spelled = std::find_if(std::begin(signature_spellings), std::end(signature_spellings),
+                                       [&](const signature_spelling& s) { return text.substr(i, s.text.size()) == s.text; });
+    if (spelled != std::end(signature_spellings)) {
+      out += '_';
+      out += spelled->code;
+      i += spelled->text.size();
+      continue;
+    }
+    const auto c = static_cast<unsigned char>(text[i++]);
+    if (std::isalnum(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += "_x";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
     }
   }
   return out;
@@ -298,32 +302,26 @@ inline std::string identifier_of_signature(std::string_view text) {
 
 /// The inverse of identifier_of_signature; nullopt for a spelling it never produces.
 inline std::optional<std::string> signature_of_identifier(std::string_view id) {
+  auto digit = [](char h) { return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1; };
   std::string out;
   for (std::size_t i = 0; i < id.size(); ++i) {
-    if (id[i] != '_') { out += id[i]; continue; }
-    if (++i >= id.size()) return std::nullopt;
-    switch (id[i]) {
-      case '_': out += '_'; break;
-      case 'C': out += ", "; break;
-      case 'T': out += " -> "; break;
-      case 'L': out += '('; break;
-      case 'R': out += ')'; break;
-      case 'I': out += '['; break;
-      case 'J': out += ']'; break;
-      case 'Q': out += '?'; break;
-      case 'S': out += '*'; break;
-      case 'D': out += '.'; break;
-      case 'x': {
-        if (i + 2 >= id.size()) return std::nullopt;
-        auto digit = [](char h) { return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1; };
-        const int high = digit(id[i + 1]), low = digit(id[i + 2]);
-        if (high < 0 || low < 0) return std::nullopt;
-        out += static_cast<char>(high * 16 + low);
-        i += 2;
-        break;
-      }
-      default: return std::nullopt;
+    if (id[i] != '_') {
+      out += id[i];
+      continue;
     }
+    if (++i >= id.size()) return std::nullopt;
+    if (id[i] == 'x') {
+      if (i + 2 >= id.size()) return std::nullopt;
+      const int high = digit(id[i + 1]), low = digit(id[i + 2]);
+      if (high < 0 || low < 0) return std::nullopt;
+      out += static_cast<char>(high * 16 + low);
+      i += 2;
+      continue;
+    }
+    const auto* spelled = std::find_if(std::begin(signature_spellings), std::end(signature_spellings),
+                                       [&](const signature_spelling& s) { return s.code == id[i]; });
+    if (spelled == std::end(signature_spellings)) return std::nullopt;
+    out += spelled->text;
   }
   return out;
 }
@@ -354,7 +352,7 @@ template <class B, class... S, std::size_t... I>
 void register_operators(signatures<S...>*, std::index_sequence<I...>) {
   // Alias analysis CONSERVATIVE: a backend call has effects the JIT cannot see, so it must never
   // be deduplicated, reordered or removed as dead code.
-  auto make = [](const std::string& name, const signature_record& signature, torch::jit::Operation operation) {
+  [[maybe_unused]] auto make = [](const std::string& name, const signature_record& signature, torch::jit::Operation operation) {
     return c10::optional<torch::jit::Operator>(
         torch::jit::Operator(operator_schema(name, signature), std::move(operation), c10::AliasAnalysisKind::CONSERVATIVE));
   };

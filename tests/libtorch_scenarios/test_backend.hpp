@@ -6,6 +6,7 @@
 #pragma once
 
 #include <torch_delegate/lowered_module.hpp>
+#include <torch_delegate/preprocess.hpp>  // preprocess is defined here, in the header
 #include <torch_delegate/runtime.hpp>
 
 #include <ATen/ATen.h>
