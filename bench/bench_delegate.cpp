@@ -1,6 +1,8 @@
 // torch-delegate vs LibTorch's own to_backend, side by side in one process and one run.
 //   bench_delegate [google benchmark flags]   per-call, typed-path, lowering, load, thread figures
 //   bench_delegate --memory                   resident bytes added by one lowered module (JSON)
+//   bench_delegate --instructions             the key cases once more, each in its own td_count_*
+//                                             function, for valgrind --tool=callgrind (bench/run)
 #include "bench_backends.hpp"
 
 #include <benchmark/benchmark.h>
@@ -170,8 +172,90 @@ int memory_report() {
 
 }  // namespace
 
+// 8. instruction counts: each case runs `n` times inside its own td_count_* function; bench/run
+// collects only inside them (callgrind --toggle-collect=td_count_*) and divides by n. Stable on a
+// noisy machine where times of the same case vary by 2x between runs.
+namespace cases {
+void bare_aten_add() { benchmark::DoNotOptimize(at::add(x, h)); }
+void interpreter_upstream() { benchmark::DoNotOptimize(upstream_module().forward(inputs())); }
+void interpreter_ours() { benchmark::DoNotOptimize(our_module().module().forward(inputs())); }
+void typed_ours() {
+  static auto forward = our_module().method<at::Tensor(at::Tensor, at::Tensor)>("forward");
+  benchmark::DoNotOptimize(forward(x, h));
+}
+void direct_execute() {
+  static std::string handle = bench::OurAddBackend::compile("add");
+  benchmark::DoNotOptimize(bench::OurAddBackend::execute(handle, x, h));
+}
+void load_upstream() {
+  static const std::string bytes = saved(upstream_module());
+  std::istringstream in(bytes);
+  benchmark::DoNotOptimize(torch::jit::load(in));
+}
+void load_ours() {
+  static const std::string bytes = saved(our_module().module());
+  std::istringstream in(bytes);
+  benchmark::DoNotOptimize(torch::jit::load(in));
+}
+void lower_second_upstream() {
+  static const auto module = bench::scripted_add();
+  benchmark::DoNotOptimize(bench::lower_upstream(module));
+}
+void lower_second_ours() {
+  static const auto module = bench::scripted_add();
+  benchmark::DoNotOptimize(torch_delegate::lower<bench::OurAddBackend>(module));
+}
+}  // namespace cases
+
+#define TD_COUNT_CASE(name)                                          \
+  extern "C" __attribute__((noinline)) void td_count_##name(int n) { \
+    for (int i = 0; i < n; ++i) cases::name();                       \
+  }
+TD_COUNT_CASE(bare_aten_add)
+TD_COUNT_CASE(interpreter_upstream)
+TD_COUNT_CASE(interpreter_ours)
+TD_COUNT_CASE(typed_ours)
+TD_COUNT_CASE(direct_execute)
+TD_COUNT_CASE(load_upstream)
+TD_COUNT_CASE(load_ours)
+TD_COUNT_CASE(lower_second_upstream)
+TD_COUNT_CASE(lower_second_ours)
+#undef TD_COUNT_CASE
+
+/// Runs every case (warmed up first, outside the counted functions) and prints how many times
+/// each counted function ran its case, as JSON.
+int instruction_cases() {
+  struct entry {
+    const char* name;
+    void (*warm)();
+    void (*count)(int);
+    int calls;
+  };
+  const entry all[] = {{"bare_aten_add", cases::bare_aten_add, td_count_bare_aten_add, 200},
+                       {"interpreter_upstream", cases::interpreter_upstream, td_count_interpreter_upstream, 200},
+                       {"interpreter_ours", cases::interpreter_ours, td_count_interpreter_ours, 200},
+                       {"typed_ours", cases::typed_ours, td_count_typed_ours, 200},
+                       {"direct_execute", cases::direct_execute, td_count_direct_execute, 200},
+                       {"load_upstream", cases::load_upstream, td_count_load_upstream, 10},
+                       {"load_ours", cases::load_ours, td_count_load_ours, 10},
+                       {"lower_second_upstream", cases::lower_second_upstream, td_count_lower_second_upstream, 10},
+                       {"lower_second_ours", cases::lower_second_ours, td_count_lower_second_ours, 10}};
+  for (const entry& e : all) {
+    e.warm();
+    e.warm();
+  }
+  std::cout << "{";
+  for (std::size_t i = 0; i < std::size(all); ++i) {
+    all[i].count(all[i].calls);
+    std::cout << (i ? ", " : "") << "\"" << all[i].name << "\": " << all[i].calls;
+  }
+  std::cout << "}\n";
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--memory") return memory_report();
+  if (argc > 1 && std::string(argv[1]) == "--instructions") return instruction_cases();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -85,7 +85,7 @@ def single(self, x: Tensor) -> Tuple[Tensor]:
 TEST_CASE("operator schemas are derived from the signature records; names spell the signature") {
   const std::string_view arguments[] = {"Tensor", "List[int]", "Optional[float]"};
   const torch_delegate::detail::signature_record record{"(Tensor, List[int], Optional[float]) -> Tuple[Tensor, int]",
-                                                        arguments, "Tuple[Tensor, int]", false, nullptr};
+                                                        arguments, "Tuple[Tensor, int]", false, nullptr, nullptr};
   using namespace torch_delegate::detail;
   const std::string name = operator_name("demo", record.text);
   CHECK(name == "torch_delegate::demo_execute__LTensor_CList_Iint_J_COptional_Ifloat_J_R_TTuple_ITensor_Cint_J");

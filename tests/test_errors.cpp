@@ -39,7 +39,7 @@ c10::impl::GenericDict forward_spec() {
 
 /// compile() of the demo backend on a (tampered) processed module.
 void compile_processed(const c10::IValue& processed) {
-  auto owner = c10::make_intrusive<torch_delegate::detail::backend_object<demo::DemoBackend>>();
+  auto owner = torch_delegate::detail::make_backend_instance<demo::DemoBackend>();
   torch_delegate::detail::compile_all(owner, processed, forward_spec());
 }
 
@@ -170,7 +170,7 @@ TEST_CASE("versioned payloads: a backend declares the versions it reads") {
   const c10::IValue processed = processed_of(lowered.module());
   CHECK(processed.toTupleRef().elements()[2].toInt() == 3);
   auto compile = [](const c10::IValue& p) {
-    auto owner = c10::make_intrusive<torch_delegate::detail::backend_object<VersionedBackend>>();
+    auto owner = torch_delegate::detail::make_backend_instance<VersionedBackend>();
     torch_delegate::detail::compile_all(owner, p, forward_spec());
   };
   CHECK_NOTHROW(compile(with_top(processed, 2, 2)));

@@ -156,3 +156,36 @@ TEST_CASE("adopting a module that is not lowered to the backend is refused") {
   CHECK_CONTAINS(error_of([&] { torch_delegate::lowered_module<ToggleBackend>(other.module()); }),
                  "its __backend is __torch__.torch.classes.__backends__.td_test_generic");
 }
+
+TEST_CASE("one invoker: the operator, LibTorch's __backend.execute and the typed C++ call give the same errors") {
+  auto lowered = torch_delegate::lower<ToggleBackend>(script(forward_source));
+  torch::jit::Module inner(lowered.module().attr("__loweredModule__").toObject());
+  const c10::IValue handle = inner.attr("__handles").toGenericDict().at("forward");
+  auto backend_execute = [&](std::vector<c10::IValue> inputs) {
+    c10::impl::GenericList list(c10::AnyType::get());
+    for (auto& input : inputs) list.push_back(std::move(input));
+    return inner.attr("__backend").toObject()->type()->getMethod("execute")({inner.attr("__backend"), handle, list});
+  };
+  auto typed = lowered.method<at::Tensor(at::Tensor, at::Tensor)>("forward");
+
+  // The same result on every route.
+  CHECK(lowered.forward({torch::ones({1}), torch::ones({1})}).toTensor().item<float>() == 2.0f);
+  CHECK(backend_execute({torch::ones({1}), torch::ones({1})}).toListRef()[0].toTensor().item<float>() == 2.0f);
+  CHECK(typed(torch::ones({1}), torch::ones({1})).item<float>() == 2.0f);
+
+  // The same argument check, from the one invoker (the interpreter checks its own schema first).
+  const std::string wrong_type =
+      "torch-delegate: backend 'td_test_toggle', method 'forward': argument 2 ('h') expects Tensor, got int";
+  CHECK(error_of([&] { backend_execute({torch::ones({1}), 3}); }) == wrong_type);
+  CHECK(error_of([&] { backend_execute({torch::ones({1})}); }) ==
+        "torch-delegate: backend 'td_test_toggle', method 'forward': expected 2 arguments, got 1");
+
+  // The same availability policy, naming the method, on every route.
+  availability_guard unavailable(false);
+  const std::string not_available =
+      "Backend is not available. (torch-delegate: backend 'td_test_toggle' reports is_available() == false when "
+      "running method 'forward')";
+  CHECK_CONTAINS(error_of([&] { lowered.forward({torch::ones({1}), torch::ones({1})}); }), not_available);
+  CHECK(error_of([&] { backend_execute({torch::ones({1}), torch::ones({1})}); }) == not_available);
+  CHECK(error_of([&] { typed(torch::ones({1}), torch::ones({1})); }) == not_available);
+}

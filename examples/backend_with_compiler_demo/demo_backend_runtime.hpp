@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch_delegate/profiling.hpp>
 #include <ATen/ExpandUtils.h>
 
 #include <cmath>

@@ -115,6 +115,20 @@ int main() {
   } catch (const c10::Error& error) {
     std::cout << "as expected: " << error.what_without_backtrace() << "\n";
   }
+  // A method whose signature has no execute overload is refused when lowering; the error shows
+  // the method's schema and every signature (docs/lowering.md shows this section of the output).
+  torch::jit::Module with_string("WithString");
+  with_string.define("def forward(self, x, s: str):\n    return x\n");
+  torch_delegate::method_options<ReferenceBackend> on_cpu;
+  on_cpu["forward"].device = std::string("cpu");
+  std::cout << "--- output: no-matching-signature ---\n";
+  try {
+    torch_delegate::lower<ReferenceBackend>(with_string, on_cpu);
+    ok = false;
+  } catch (const c10::Error& error) {
+    std::cout << error.what_without_backtrace() << "\n";
+  }
+  std::cout << "--- end output ---\n";
   std::cout << (ok ? "options_and_overloads: outputs match the original module" : "MISMATCH") << "\n";
   return ok ? 0 : 1;
 }

@@ -1,6 +1,8 @@
 // A backend that packs a module's weight at preprocess (read through method.module()) and
 // runs any signature with a generic execute; the lowered module is loaded back with
 // torch_delegate::load, which checks that its backend is registered. Self-checking.
+// docs/getting-started.md shows what it prints, the section between "--- output: prints ---"
+// and "--- end output ---" (checked by tools/doc_snippets.py).
 #include <torch_delegate/torch_delegate.hpp>
 #include <torch/script.h>
 
@@ -38,6 +40,7 @@ int main() {
   module.register_parameter("weight", torch::full({3}, 2.0), /*requires_grad=*/false);
   module.define("def forward(self, x):\n    return x * self.weight\n");
 
+  std::cout << "--- output: prints ---\n";
   // [load]
   torch_delegate::lower<ScaleBackend>(module).save("scale.pt");
   // Which backends a saved file needs, read without loading it:
@@ -49,5 +52,6 @@ int main() {
   const at::Tensor x = torch::arange(3, at::kFloat);
   const bool same = loaded.forward({x}).toTensor().equal(module.forward({x}).toTensor());
   std::cout << (same ? "same as the original" : "DIFFERENT") << '\n';
+  std::cout << "--- end output ---\n";
   return same ? 0 : 1;
 }

@@ -4,6 +4,8 @@
 #include <torch_delegate/convert.hpp>
 
 #include <concepts>
+#include <cstdint>
+#include <map>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -12,6 +14,16 @@
 namespace torch_delegate {
 
 class method_to_lower;  // preprocess.hpp: one method of the module being lowered
+
+/// ExecuTorch-style preprocess result: the payload plus, per backend instruction id, the debug
+/// handles of the original nodes it implements (several for a fused instruction). A backend's
+/// preprocess may return this instead of a bare payload; `raise_at` and `record_instruction`
+/// then take the backend's instruction ids.
+template <class Payload>
+struct preprocess_result {
+  Payload payload;
+  std::map<std::int64_t, std::vector<std::int64_t>> instruction_handles;
+};
 
 /// What a generic `execute` receives: the method's arguments, in schema order.
 using inputs = std::span<const c10::IValue>;
@@ -317,9 +329,6 @@ constexpr std::int64_t oldest_payload_version_of() {
 template <class B>
 concept Backend = std::is_default_constructible_v<B> && backend_has_name<B> &&
                   backend_reports_availability<B> && backend_compiles<B> && backend_executes<B>;
-
-template <class Payload>
-struct preprocess_result;  // debug.hpp
 
 namespace detail {
 template <class R, class Payload>

@@ -3,6 +3,7 @@
 // delegation info). The backend declares what it supports once, in `supports(const Node*)`.
 #pragma once
 
+#include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/preprocess.hpp>
 
 #include <sstream>
@@ -71,28 +72,10 @@ namespace detail {
 
 using supports_function = bool (*)(const torch::jit::Node*);
 
-inline void cover_block(const torch::jit::Block* block, int depth, supports_function supports, method_coverage& out) {
-  for (const torch::jit::Node* node : block->nodes()) {
-    const debug_location where = locate(node);
-    node_coverage entry{where.node_kind, where.file_line, where.source, supports(node), depth};
-    (entry.supported ? out.supported : out.unsupported) += 1;
-    out.nodes.push_back(std::move(entry));
-    for (const torch::jit::Block* nested : node->blocks()) cover_block(nested, depth + 1, supports, out);
-  }
-}
+TORCH_DELEGATE_DECL void cover_block(const torch::jit::Block* block, int depth, supports_function supports, method_coverage& out);
 
-inline coverage_report coverage_of(std::string_view backend, const torch::jit::Module& module,
-                                   const std::vector<std::string>& methods, supports_function supports) {
-  coverage_report report{std::string(backend), module.type()->name()->qualifiedName(), {}};
-  for (const std::string& name : methods) {
-    schema_of(module, name, {backend, name});
-    auto graph = inlined_graph(module, name);
-    method_coverage method{name, {}, 0, 0};
-    cover_block(graph->block(), 0, supports, method);
-    report.methods.push_back(std::move(method));
-  }
-  return report;
-}
+TORCH_DELEGATE_DECL coverage_report coverage_of(std::string_view backend, const torch::jit::Module& module,
+                                   const std::vector<std::string>& methods, supports_function supports);
 
 template <class B>
 struct backend_does_not_declare_supports;
@@ -113,3 +96,7 @@ coverage_report coverage(const torch::jit::Module& module, const std::vector<std
 }
 
 }  // namespace torch_delegate
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/coverage.ipp>
+#endif

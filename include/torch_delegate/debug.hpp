@@ -1,13 +1,13 @@
-// Debuggability for backends: errors raised at an instruction show the model's source, and
-// executed instructions appear in the PyTorch profiler under the original node's name.
+// Errors a backend raises at one of its instructions, and the debug information (recorded at
+// preprocess, kept in the payload) that shows the model's source for them. Profiling of
+// instructions is in profiling.hpp.
 #pragma once
 
+#include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/errors.hpp>
 
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/autograd/profiler_kineto.h>
-#include <torch/csrc/profiler/api.h>
-#include <torch/csrc/profiler/util.h>
+#include <torch/csrc/jit/backends/backend_exception.h>  // c10::BackendRuntimeException, TORCH_DELEGATED_BACKEND_THROW
 
 #include <cstdint>
 #include <map>
@@ -25,16 +25,6 @@ struct debug_location {
   std::string file_line;                 // "model.py:12", "<string>:3" or "" when unknown
   std::vector<std::string> call_stack;   // outermost first: how the method reached the node
   std::string source;                    // the node's own source lines with "<--- HERE"
-};
-
-/// ExecuTorch-style preprocess result: the payload plus, per backend instruction id, the debug
-/// handles of the original nodes it implements (several for a fused instruction). A backend's
-/// preprocess may return this instead of a bare payload; `raise_at` and `record_instruction`
-/// then take the backend's instruction ids.
-template <class Payload>
-struct preprocess_result {
-  Payload payload;
-  std::map<std::int64_t, std::vector<std::int64_t>> instruction_handles;
 };
 
 /// An error a backend raised at one of its instructions; torch-delegate replaces it with an
@@ -105,78 +95,16 @@ class running_method_scope {
 };
 
 /// "\nThe failing instruction implements aten::add (debug handle 3) at <string>:3:\n<frames><source>"
-inline std::string describe_handle(const method_debug_info& debug, std::int64_t handle) {
-  auto found = debug.locations.find(handle);
-  if (found == debug.locations.end()) return "\n(no debug information for debug handle " + std::to_string(handle) + ")";
-  const debug_location& where = found->second;
-  std::string text = "\nThe failing instruction implements " + where.node_kind + " (debug handle " + std::to_string(handle) + ")";
-  if (!where.file_line.empty()) text += " at " + where.file_line;
-  text += ":\n";
-  for (const std::string& frame : where.call_stack) text += frame;
-  return text + where.source;
-}
+TORCH_DELEGATE_DECL std::string describe_handle(const method_debug_info& debug, std::int64_t handle);
 
 /// The error text for an instruction_error: the backend's message, then where in the model.
-inline std::string describe_instruction(const method_debug_info* debug, std::int64_t instruction) {
-  std::string text;
-  const std::vector<std::int64_t> handles = debug ? debug->handles_of(instruction) : std::vector<std::int64_t>{};
-  if (handles.empty()) return "\n(no debug information for instruction " + std::to_string(instruction) + ")";
-  for (std::int64_t handle : handles) text += describe_handle(*debug, handle);
-  return text;
-}
+TORCH_DELEGATE_DECL std::string describe_instruction(const method_debug_info* debug, std::int64_t instruction);
 
-/// "aten::add (model.py:12)": the node's kind and where it is, with the file's directory left
-/// out to keep profiles readable (errors keep the full path).
-inline std::string event_name(const debug_location& where) {
-  if (where.file_line.empty()) return where.node_kind;
-  const std::size_t slash = where.file_line.rfind('/');
-  return where.node_kind + " (" + (slash == std::string::npos ? where.file_line : where.file_line.substr(slash + 1)) + ")";
-}
 
 }  // namespace detail
 
-/// The profiler's clock, in nanoseconds: take start and end times of an instruction with it.
-inline std::int64_t now_ns() { return torch::profiler::impl::getTime(); }
-
-/// Whether a profiler is recording: skip timing work otherwise.
-inline bool profiling() { return torch::profiler::impl::profilerEnabled(); }
-
-/// Reports one executed instruction to the active PyTorch profiler (C++ Kineto API,
-/// torch.profiler in Python): it appears as an op named after the original node and its source
-/// line, e.g. "aten::add (model.py:12)", with its debug handle and the backend's name. A no-op
-/// when no profiler is active or outside a lowered method's execute. `name` overrides the op name.
-inline void record_instruction(std::int64_t instruction, std::int64_t start_ns, std::int64_t end_ns,
-                               std::string_view name = {}) {
-  const detail::running_method* method = detail::current_method;
-  if (!method || !profiling()) return;
-  const std::vector<std::int64_t> handles = method->debug ? method->debug->handles_of(instruction)
-                                                          : std::vector<std::int64_t>{instruction};
-  std::string event(name);
-  const std::int64_t handle = handles.empty() ? instruction : handles.front();
-  if (event.empty() && method->debug) {
-    for (std::int64_t h : handles)
-      if (auto found = method->debug->locations.find(h); found != method->debug->locations.end())
-        event += (event.empty() ? "" : " + ") + detail::event_name(found->second);
-  }
-  if (event.empty()) event = "instruction " + std::to_string(instruction);
-  torch::autograd::profiler::reportBackendEventToActiveKinetoProfiler(start_ns / 1000, end_ns / 1000, handle,
-                                                                      at::RecordScope::FUNCTION, event,
-                                                                      std::string(method->backend));
-}
-
-/// Times a scope and reports it with record_instruction when the scope ends.
-class instruction_timer {
- public:
-  explicit instruction_timer(std::int64_t instruction) : instruction_(instruction), start_(profiling() ? now_ns() : -1) {}
-  ~instruction_timer() {
-    if (start_ >= 0) record_instruction(instruction_, start_, now_ns());
-  }
-  instruction_timer(const instruction_timer&) = delete;
-  instruction_timer& operator=(const instruction_timer&) = delete;
-
- private:
-  std::int64_t instruction_;
-  std::int64_t start_;
-};
-
 }  // namespace torch_delegate
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/debug.ipp>
+#endif

@@ -5,8 +5,11 @@
 #include <torch_delegate/convert.hpp>
 #include <torch_delegate/coverage.hpp>
 #include <torch_delegate/debug.hpp>
+#include <torch_delegate/load.hpp>
 #include <torch_delegate/lower.hpp>
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/options.hpp>
 #include <torch_delegate/preprocess.hpp>
+#include <torch_delegate/profiling.hpp>
+#include <torch_delegate/registration.hpp>
 #include <torch_delegate/runtime.hpp>

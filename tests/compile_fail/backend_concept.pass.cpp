@@ -1,24 +1,36 @@
-// The must-compile twins of backend_concept.fail.cpp: the same backends, each fixed.
+// The must-compile twins of backend_concept.fail.cpp: the same backends, each fixed, under the
+// same '// case:' names. check_diagnostics.py compiles every twin in its own translation unit
+// (this prelude + the twin's block), so each must compile on its own.
 #include <torch_delegate/torch_delegate.hpp>
 
+// case: NoName
 struct NoName {
   static constexpr std::string_view name = "no_name";
   static bool is_available() { return true; }
   static int compile(const std::string&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
+void use_NoName() { torch_delegate::register_runtime<NoName>(); }
+
+// case: NoIsAvailable
 struct NoIsAvailable {
   static constexpr std::string_view name = "no_is_available";
   bool is_available() const { return true; }
   static int compile(const std::string&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
+void use_NoIsAvailable() { torch_delegate::register_runtime<NoIsAvailable>(); }
+
+// case: NoCompile
 struct NoCompile {
   static constexpr std::string_view name = "no_compile";
   static bool is_available() { return true; }
   int compile(const std::string&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
+void use_NoCompile() { torch_delegate::register_runtime<NoCompile>(); }
+
+// case: VoidCompile
 struct VoidCompile {
   static constexpr std::string_view name = "void_compile";
   using payload = std::string;
@@ -27,12 +39,18 @@ struct VoidCompile {
   static int compile(const std::vector<std::int64_t>&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
+void use_VoidCompile() { torch_delegate::register_runtime<VoidCompile>(); }
+
+// case: NoExecute
 struct NoExecute {
   static constexpr std::string_view name = "no_execute";
   static bool is_available() { return true; }
   static int compile(const std::string&) { return 0; }
   std::vector<c10::IValue> execute(int&, torch_delegate::inputs inputs) { return {inputs.begin(), inputs.end()}; }
 };
+void use_NoExecute() { torch_delegate::register_runtime<NoExecute>(); }
+
+// case: OverloadedExecute
 struct OverloadedExecute {
   static constexpr std::string_view name = "overloaded_execute";
   static bool is_available() { return true; }
@@ -41,6 +59,9 @@ struct OverloadedExecute {
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
   static at::Tensor execute(int&, const at::Tensor& x, double) { return x; }
 };
+void use_OverloadedExecute() { torch_delegate::register_runtime<OverloadedExecute>(); }
+
+// case: ListedButMissing
 struct ListedButMissing {
   static constexpr std::string_view name = "listed_but_missing";
   static bool is_available() { return true; }
@@ -49,12 +70,18 @@ struct ListedButMissing {
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
   static at::Tensor execute(int&, const at::Tensor& x, const at::Tensor&) { return x; }
 };
+void use_ListedButMissing() { torch_delegate::register_runtime<ListedButMissing>(); }
+
+// case: FloatArgument
 struct FloatArgument {
   static constexpr std::string_view name = "float_argument";
   static bool is_available() { return true; }
   static int compile(const std::string&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x, double) { return x; }
 };
+void use_FloatArgument() { torch_delegate::register_runtime<FloatArgument>(); }
+
+// case: NoPreprocess
 struct NoPreprocess {
   static constexpr std::string_view name = "no_preprocess";
   static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
@@ -62,33 +89,9 @@ struct NoPreprocess {
   static int compile(const std::string&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
-struct NonConstReferenceArgument {
-  static constexpr std::string_view name = "non_const_reference_argument";
-  static bool is_available() { return true; }
-  static int compile(const std::string&) { return 0; }
-  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
-};
-struct PreprocessReturnsAnotherPayload {
-  static constexpr std::string_view name = "preprocess_returns_another_payload";
-  static std::vector<double> preprocess(const torch_delegate::method_to_lower&) { return {}; }
-  static bool is_available() { return true; }
-  static int compile(const std::vector<double>&) { return 0; }
-  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
-};
-struct PreprocessResultOfAnotherPayload {
-  static constexpr std::string_view name = "preprocess_result_of_another_payload";
-  torch_delegate::preprocess_result<std::vector<double>> preprocess(const torch_delegate::method_to_lower&) { return {}; }
-  static bool is_available() { return true; }
-  static int compile(const std::vector<double>&) { return 0; }
-  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
-};
-struct LibTorchPreprocess {
-  static constexpr std::string_view name = "libtorch_preprocess";
-  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
-  static bool is_available() { return true; }
-  static int compile(const std::string&) { return 0; }
-  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
-};
+void use_NoPreprocess() { torch_delegate::lower<NoPreprocess>(torch::jit::Module("m")); }
+
+// case: UnreflectedOptions
 struct PlainOptions {
   double scale = 1.0;
 };
@@ -100,20 +103,47 @@ struct UnreflectedOptions {
   static int compile(const std::string&, const options&) { return 0; }
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
+void use_UnreflectedOptions() { torch_delegate::register_runtime<UnreflectedOptions>(); }
 
-void register_all() {
-  torch_delegate::register_runtime<NoName>();
-  torch_delegate::register_runtime<NoIsAvailable>();
-  torch_delegate::register_runtime<NoCompile>();
-  torch_delegate::register_runtime<VoidCompile>();
-  torch_delegate::register_runtime<NoExecute>();
-  torch_delegate::register_runtime<OverloadedExecute>();
-  torch_delegate::register_runtime<ListedButMissing>();
-  torch_delegate::register_runtime<FloatArgument>();
-  torch_delegate::lower<NoPreprocess>(torch::jit::Module("m"));
-  torch_delegate::register_runtime<UnreflectedOptions>();
-  torch_delegate::register_runtime<NonConstReferenceArgument>();
+// case: NonConstReferenceArgument
+struct NonConstReferenceArgument {
+  static constexpr std::string_view name = "non_const_reference_argument";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+void use_NonConstReferenceArgument() { torch_delegate::register_runtime<NonConstReferenceArgument>(); }
+
+// case: PreprocessReturnsAnotherPayload
+struct PreprocessReturnsAnotherPayload {
+  static constexpr std::string_view name = "preprocess_returns_another_payload";
+  static std::vector<double> preprocess(const torch_delegate::method_to_lower&) { return {}; }
+  static bool is_available() { return true; }
+  static int compile(const std::vector<double>&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+void use_PreprocessReturnsAnotherPayload() {
   torch_delegate::lower<PreprocessReturnsAnotherPayload>(torch::jit::Module("m"));
-  torch_delegate::lower<PreprocessResultOfAnotherPayload>(torch::jit::Module("m"));
-  torch_delegate::lower<LibTorchPreprocess>(torch::jit::Module("m"));
 }
+
+// case: PreprocessResultOfAnotherPayload
+struct PreprocessResultOfAnotherPayload {
+  static constexpr std::string_view name = "preprocess_result_of_another_payload";
+  torch_delegate::preprocess_result<std::vector<double>> preprocess(const torch_delegate::method_to_lower&) { return {}; }
+  static bool is_available() { return true; }
+  static int compile(const std::vector<double>&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+void use_PreprocessResultOfAnotherPayload() {
+  torch_delegate::lower<PreprocessResultOfAnotherPayload>(torch::jit::Module("m"));
+}
+
+// case: LibTorchPreprocess
+struct LibTorchPreprocess {
+  static constexpr std::string_view name = "libtorch_preprocess";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+void use_LibTorchPreprocess() { torch_delegate::lower<LibTorchPreprocess>(torch::jit::Module("m")); }

@@ -1,46 +1,187 @@
 #!/usr/bin/env python3
-"""Compile-fail tests: every *.fail.cpp must fail to compile and its diagnostics must contain
-each of its '// expect: <text>' lines; every *.pass.cpp (the twins) must compile.
+"""Compile-fail tests, one translation unit per case.
+
+A *.fail.cpp is a prelude (everything before its first '// case: <Name>' line) followed by
+cases; a case is the block from its '// case:' line to the next one. Each case is compiled on
+its own, as prelude + that block, and must fail to compile with every one of its own
+'// expect: <text>' lines somewhere in the compiler's stderr. A case without an expect line,
+or an expect line outside a case, is an error in the test file.
+
+The must-compile twins live in the *.pass.cpp of the same stem, with the same '// case:'
+markers: every fail case needs a twin of the same name, and each twin (prelude of the .pass.cpp
++ its block) must compile on its own. A *.pass.cpp without '// case:' markers is compiled whole.
+
+The library header is precompiled once per run into a temporary directory; if that fails
+(a compiler that cannot), the cases are compiled without it.
+
 Usage: check_diagnostics.py <case dir> <include dir> <compiler command...>"""
 import concurrent.futures
+import dataclasses
 import pathlib
 import subprocess
 import sys
+import tempfile
+import time
 
-case_dir, include_dir, compiler = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
-flags = ["-std=c++20", "-fsyntax-only", "-fdiagnostics-color=never", "-ftemplate-backtrace-limit=0",
-         "-I", include_dir, "-isystem", "/usr/include/torch/csrc/api/include"]
-
-
-def run(path):
-    result = subprocess.run(compiler + flags + [str(path)], capture_output=True, text=True)
-    return path, result.returncode, result.stderr
+CASE = "// case:"
+EXPECT = "// expect:"
+TIMEOUT = 900  # seconds per compiler run
+WORKERS = 2
 
 
-cases = sorted(case_dir.glob("*.fail.cpp")) + sorted(case_dir.glob("*.pass.cpp"))
-failures = []
-with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-    for path, code, stderr in pool.map(run, cases):
-        if path.name.endswith(".pass.cpp"):
-            if code != 0:
-                failures.append(f"{path.name}: the twin must compile, but:\n{stderr[:4000]}")
-            else:
-                print(f"ok   {path.name} compiles")
+@dataclasses.dataclass
+class Unit:
+    path: pathlib.Path  # the .fail.cpp / .pass.cpp it comes from
+    case: str | None  # None: the whole file
+    source: str  # the translation unit, with #line directives pointing into path
+    expects: list[str]
+
+    @property
+    def label(self):
+        return f"{self.path.name} [{self.case}]" if self.case else self.path.name
+
+
+def split_cases(path, problems):
+    """Returns (prelude line count, {case name: (first line index, lines, expects)})."""
+    lines = path.read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(CASE)]
+    prelude_end = starts[0] if starts else len(lines)
+    for i in range(prelude_end):
+        if lines[i].startswith(EXPECT):
+            problems.append(f"{path.name}:{i + 1}: '{EXPECT}' line outside any '{CASE}' block")
+    cases = {}
+    for start, end in zip(starts, starts[1:] + [len(lines)]):
+        name = lines[start][len(CASE):].strip()
+        if not name:
+            problems.append(f"{path.name}:{start + 1}: '{CASE}' without a name")
             continue
-        if code == 0:
-            failures.append(f"{path.name}: compiled, but must not")
+        if name in cases:
+            problems.append(f"{path.name}:{start + 1}: case {name} defined twice")
             continue
-        for line in path.read_text().splitlines():
-            if line.startswith("// expect: "):
-                expected = line[len("// expect: "):]
-                if expected in stderr:
-                    print(f"ok   {path.name}: {expected}")
-                else:
-                    failures.append(f"{path.name}: diagnostic missing: {expected}")
+        expects = [line[len(EXPECT):].strip() for line in lines[start:end] if line.startswith(EXPECT)]
+        cases[name] = (start, lines[start:end], expects)
+    return lines[:prelude_end], cases
+
+
+def translation_unit(path, prelude, start, block):
+    quoted = str(path.resolve()).replace("\\", "\\\\").replace('"', '\\"')
+    return "\n".join([f'#line 1 "{quoted}"', *prelude, f'#line {start + 1} "{quoted}"', *block, ""])
+
+
+def collect_units(case_dir, problems):
+    units = []
+    fail_files = sorted(case_dir.glob("*.fail.cpp"))
+    pass_files = sorted(case_dir.glob("*.pass.cpp"))
+    for path in fail_files:
+        prelude, cases = split_cases(path, problems)
+        if not cases:
+            problems.append(f"{path.name}: no '{CASE} <Name>' blocks")
+        for name, (start, block, expects) in cases.items():
+            if not expects:
+                problems.append(f"{path.name} [{name}]: case has no '{EXPECT}' line")
+                continue
+            units.append(Unit(path, name, translation_unit(path, prelude, start, block), expects))
         twin = path.with_name(path.name.replace(".fail.cpp", ".pass.cpp"))
         if not twin.exists():
-            failures.append(f"{path.name}: has no must-compile twin {twin.name}")
+            problems.append(f"{path.name}: has no must-compile twin {twin.name}")
+            continue
+        _, twin_cases = split_cases(twin, [])
+        for name in cases:
+            if name not in twin_cases:
+                problems.append(f"{path.name} [{name}]: no twin '{CASE} {name}' in {twin.name}")
+        for name in twin_cases:
+            if name not in cases:
+                problems.append(f"{twin.name} [{name}]: twin of no case in {path.name}")
+    for path in pass_files:
+        prelude, cases = split_cases(path, problems)
+        for name, (start, block, expects) in cases.items():
+            if expects:
+                problems.append(f"{path.name} [{name}]: '{EXPECT}' line in a must-compile twin")
+            units.append(Unit(path, name, translation_unit(path, prelude, start, block), []))
+        if not cases:
+            units.append(Unit(path, None, path.read_text(), []))
+    return units
 
-for failure in failures:
-    print("FAIL " + failure)
-sys.exit(1 if failures else 0)
+
+def compile_source(command, source_path):
+    begin = time.monotonic()
+    try:
+        result = subprocess.run(command + [str(source_path)], capture_output=True, text=True, timeout=TIMEOUT)
+        code, stderr = result.returncode, result.stderr
+    except subprocess.TimeoutExpired:
+        code, stderr = None, f"timed out after {TIMEOUT} s"
+    return code, stderr, time.monotonic() - begin
+
+
+def build_pch(compiler, flags, tmp, case_dir):
+    """Precompiles the library header (and any <...> include of a prelude); returns the extra
+    flags to use it, or [] if the compiler cannot."""
+    includes = ["#include <torch_delegate/torch_delegate.hpp>"]
+    for path in sorted(case_dir.glob("*.fail.cpp")) + sorted(case_dir.glob("*.pass.cpp")):
+        prelude, _ = split_cases(path, [])
+        includes += [line.strip() for line in prelude if line.strip().startswith("#include <")]
+    header = tmp / "pch.hpp"
+    header.write_text("\n".join(dict.fromkeys(includes)) + "\n")
+    pch_flags = [flag for flag in flags if flag != "-fsyntax-only"]
+    begin = time.monotonic()
+    try:
+        result = subprocess.run(compiler + pch_flags + ["-x", "c++-header", str(header), "-o", str(tmp / "pch.hpp.gch")],
+                                capture_output=True, text=True, timeout=TIMEOUT)
+        ok, stderr = result.returncode == 0, result.stderr
+    except (subprocess.TimeoutExpired, OSError) as error:
+        ok, stderr = False, str(error)
+    elapsed = time.monotonic() - begin
+    if not ok:
+        print(f"note: could not precompile the header ({elapsed:.1f} s), compiling without it:\n{stderr[:2000]}")
+        return []
+    print(f"note: precompiled header built in {elapsed:.1f} s")
+    return ["-include", str(header)]
+
+
+def main():
+    case_dir, include_dir, compiler = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    flags = ["-std=c++20", "-fsyntax-only", "-fdiagnostics-color=never", "-ftemplate-backtrace-limit=0",
+             "-I", include_dir, "-isystem", "/usr/include/torch/csrc/api/include"]
+    begin = time.monotonic()
+    failures = []
+    units = collect_units(case_dir, failures)
+    with tempfile.TemporaryDirectory(prefix="compile_fail.") as tmp_name:
+        tmp = pathlib.Path(tmp_name)
+        command = compiler + flags + build_pch(compiler, flags, tmp, case_dir)
+        sources = []
+        for index, unit in enumerate(units):
+            source = tmp / f"{index:03}.{unit.path.name.split('.')[0]}.{unit.case or 'all'}.cpp"
+            source.write_text(unit.source)
+            sources.append(source)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            results = pool.map(lambda source: compile_source(command, source), sources)
+            for unit, (code, stderr, elapsed) in zip(units, results):
+                must_fail = unit.path.name.endswith(".fail.cpp")
+                if code is None:
+                    failures.append(f"{unit.label}: {stderr}")
+                elif not must_fail:
+                    if code != 0:
+                        failures.append(f"{unit.label}: the twin must compile, but:\n{stderr[:4000]}")
+                    else:
+                        print(f"ok   {unit.label} compiles ({elapsed:.1f} s)")
+                elif code == 0:
+                    failures.append(f"{unit.label}: compiled, but must not ({elapsed:.1f} s)")
+                else:
+                    print(f"ok   {unit.label} fails to compile ({elapsed:.1f} s)")
+                    missing = False
+                    for expected in unit.expects:
+                        if expected in stderr:
+                            print(f"ok   {unit.label}: {expected}")
+                        else:
+                            failures.append(f"{unit.label}: diagnostic missing: {expected}")
+                            missing = True
+                    if missing:
+                        failures.append(f"{unit.label}: its diagnostics were:\n{stderr[:4000]}")
+    for failure in failures:
+        print("FAIL " + failure)
+    print(f"{len(units)} translation units, {len(failures)} failures, {time.monotonic() - begin:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,7 +2,7 @@
 // libbackend_with_compiler_demo.so, either dlopen-ed (what torch.ops.load_library does) or
 // linked (the loader runs its static initialiser). Then LibTorch's own to_backend path lowers
 // a module with it, saves, loads and runs it.
-#include <torch_delegate/lowered_module.hpp>
+#include <torch_delegate/load.hpp>
 
 #include <torch/csrc/jit/backends/backend_detail.h>
 #include <torch/custom_class.h>

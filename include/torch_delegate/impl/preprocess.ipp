@@ -1,0 +1,188 @@
+// Definitions for preprocess.hpp.
+#pragma once
+
+#include <torch_delegate/preprocess.hpp>
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+
+#include <sstream>
+
+namespace torch_delegate {
+
+namespace detail {
+
+/// "self.encoder.weight": the attribute path a prim::GetAttr chain reads, from the method's
+/// `self`; empty when the chain does not start at `self`.
+TORCH_DELEGATE_DECL std::string attribute_path(const torch::jit::Node* node) {
+  std::string path;
+  const torch::jit::Node* at = node;
+  while (at->kind() == c10::prim::GetAttr) {
+    path = "." + at->s(c10::attr::name) + path;
+    const torch::jit::Value* object = at->input(0);
+    if (object->node()->kind() == c10::prim::Param) return object->offset() == 0 ? "self" + path : std::string();
+    at = object->node();
+  }
+  return {};
+}
+
+/// Where a node is, for an error at preprocess: its file, line and highlighted source lines;
+/// for a node without a source range, what it is and which method it belongs to.
+TORCH_DELEGATE_DECL std::string source_of(const torch::jit::Node* node, std::string_view method) {
+  const torch::jit::SourceRange& range = node->sourceRange();
+  if (range.source()) return range.str();
+  std::string text = "(none recorded for this node) ";
+  if (node->kind() == c10::prim::GetAttr) {
+    const std::string path = attribute_path(node);
+    text += "the prim::GetAttr that reads attribute '" + node->s(c10::attr::name) + "'";
+    if (!path.empty()) text += " (" + path + ")";
+  } else {
+    text += "a node of kind " + std::string(node->kind().toQualString());
+  }
+  return text + " in method '" + std::string(method) + "'";
+}
+
+inline std::string highlighted(const torch::jit::SourceRange& range) {
+  if (!range.source()) return {};
+  std::ostringstream out;
+  range.highlight(out);
+  return out.str();
+}
+
+/// A class name as the user wrote it: without the "___torch_mangle_N" segments that cloning
+/// and scripting add.
+inline std::string demangled_name(const std::string& qualified) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= qualified.size()) {
+    std::size_t end = qualified.find('.', start);
+    if (end == std::string::npos) end = qualified.size();
+    const std::string part = qualified.substr(start, end - start);
+    if (part.rfind("___torch_mangle_", 0) != 0) out += (out.empty() ? "" : ".") + part;
+    start = end + 1;
+  }
+  return out;
+}
+
+/// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
+/// frame per submodule or function call, outermost first) and its own source lines.
+TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node) {
+  debug_location where;
+  where.node_kind = node->kind().toQualString();
+  if (auto position = node->sourceRange().file_line_col())
+    where.file_line = std::get<0>(*position) + ":" + std::to_string(std::get<1>(*position));
+  if (auto call_stack = node->callstack()) {
+    for (const auto& [function, call_site, module] : (*call_stack)->vec()) {
+      std::string frame = "  called here";
+      if (module && module->class_type())
+        frame += ", entering submodule '" + module->instance_name() + "' (" +
+                 demangled_name(module->class_type()->name()->qualifiedName()) + ")";
+      if (function) frame += ", method " + function->name();
+      where.call_stack.push_back(frame + ":\n" + highlighted(call_site));
+    }
+  }
+  where.source = highlighted(node->sourceRange());
+  return where;
+}
+
+inline std::string method_names(const torch::jit::Module& module) {
+  std::string names;
+  for (const auto& method : module.get_methods()) names += (names.empty() ? "" : ", ") + method.name();
+  return names.empty() ? std::string("(none)") : names;
+}
+
+/// Checks that `module` has `method` and returns its schema.
+TORCH_DELEGATE_DECL const c10::FunctionSchema& schema_of(const torch::jit::Module& module, const std::string& method,
+                                            const error_context& where) {
+  auto found = module.find_method(method);
+  if (!found)
+    fail(where, "the module (" + module.type()->name()->qualifiedName() + ") has no method '" + method +
+                    "' to lower; its methods are: " + method_names(module));
+  return found->function().getSchema();
+}
+
+/// A copy of a method's graph with every call inlined and the dead code that inlining leaves
+/// (the submodules' prim::GetAttr) removed: what preprocess and coverage look at.
+TORCH_DELEGATE_DECL std::shared_ptr<torch::jit::Graph> inlined_graph(const torch::jit::Module& module, const std::string& method) {
+  auto graph = torch::jit::toGraphFunction(module.get_method(method).function()).graph()->copy();
+  torch::jit::Inline(*graph);
+  torch::jit::EliminateDeadCode(graph);
+  return graph;
+}
+
+TORCH_DELEGATE_DECL c10::impl::GenericDict lowering_plan::spec() const {
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  for (const delegate_unit& unit : units) spec.insert(unit.name, unit.spec);
+  return spec;
+}
+
+TORCH_DELEGATE_DECL lowering_plan plan_lowering(std::string_view backend, std::span<const signature_record> signatures,
+                                                const torch::jit::Module& module,
+                                                const c10::Dict<c10::IValue, c10::IValue>& method_compile_spec) {
+  lowering_plan plan{std::string(backend), {}};
+  for (const auto& entry : method_compile_spec) {
+    if (!entry.key().isString())
+      fail({backend, {}}, "method_compile_spec keys must be method names (str), got " +
+                              entry.key().type()->annotation_str());
+    const std::string& name = entry.key().toStringRef();
+    const error_context where{backend, name};
+    const c10::FunctionSchema& schema = schema_of(module, name, where);
+    const signature_record& signature = select_signature(signatures, schema, where);
+    plan.units.push_back({name, &schema, entry.value(), &signature,
+                          signature.generic ? std::string() : operator_name(backend, signature.text), nullptr});
+  }
+  return plan;
+}
+
+TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std::int64_t payload_version,
+                                                 preprocess_trampoline preprocess, const torch::jit::Module& module,
+                                                 const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
+  c10::impl::GenericDict units(c10::StringType::get(), c10::AnyType::get());
+  for (const delegate_unit& unit : plan.units) {
+    const error_context where = unit.where(plan.backend);
+    const c10::FunctionSchema& schema = *unit.schema;
+    auto graph = inlined_graph(module, unit.name);
+    torch::jit::NodeToDebugHandle handles_of_nodes = generate_debug_handles(graph);
+    // Where each node comes from is read now: preprocess may run passes on the graph in place
+    // and free nodes, so nothing may look at the nodes after it returns.
+    method_debug_info debug;
+    for (const auto& [node, handle] : handles_of_nodes) debug.locations.emplace(handle, locate(node));
+    method_to_lower view(module, plan.backend, unit.name, graph, std::move(handles_of_nodes), schema);
+
+    erased_preprocess_result preprocessed;
+    try {
+      preprocessed = preprocess(view, unit, where);
+    } catch (...) {
+      rethrow_from_backend(where, "preprocess");
+    }
+    debug.instruction_handles = std::move(preprocessed.instruction_handles);
+    method_record record;
+    record.signature = std::string(unit.signature->text);
+    for (std::size_t i = 1; i < schema.arguments().size(); ++i) record.argument_names.push_back(schema.arguments()[i].name());
+    record.output_count = output_count_of(schema.returns()[0].type());
+    record.payload = std::move(preprocessed.payload);
+    record.debug = std::make_shared<method_debug_info>(std::move(debug));
+    units.insert(unit.name, encode_method_record(record));
+  }
+  return encode_processed(plan.backend, payload_version, std::move(units));
+}
+
+}  // namespace detail
+
+TORCH_DELEGATE_DECL torch::jit::DebugHandleType method_to_lower::debug_handle(const torch::jit::Node* node) const {
+  auto found = debug_handles_.find(const_cast<torch::jit::Node*>(node));
+  if (found == debug_handles_.end())
+    detail::fail({backend_, name_}, "the node " + std::string(node->kind().toQualString()) +
+                                        " has no debug handle: it is not a node of this method's graph");
+  return found->second;
+}
+
+TORCH_DELEGATE_DECL void method_to_lower::reject(const torch::jit::Node* node, std::string_view message) const {
+  std::string text(message);
+  text += " Source code: ";
+  text += detail::source_of(node, name_);
+  throw c10::Error(text, "");
+}
+
+}  // namespace torch_delegate

@@ -1,0 +1,73 @@
+// Registering a backend with LibTorch: its runtime (TorchBind classes and JIT operators, so that
+// this process can load and run modules lowered to it) and its preprocess (LibTorch's registry,
+// so that codegen_backend_module and Python's torch._C._jit_to_backend accept it). The templates
+// here only check the backend and hand runtime_of<B> to the non-template registration.
+#pragma once
+
+#include <torch_delegate/detail/backend_check.hpp>
+#include <torch_delegate/detail/config.hpp>
+#include <torch_delegate/detail/invoker.hpp>
+#include <torch_delegate/detail/runtime_objects.hpp>
+#include <torch_delegate/options.hpp>
+#include <torch_delegate/preprocess.hpp>
+
+#include <typeinfo>
+
+namespace torch_delegate {
+
+namespace detail {
+
+/// The preprocess function LibTorch's registry takes.
+using libtorch_preprocess = c10::IValue (*)(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
+                                            const torch::jit::BackendDebugHandleGenerator& generate_debug_handles);
+
+/// Registers a backend's preprocess in LibTorch's registry, once per backend type; another type
+/// (or a non-torch-delegate backend) with the same name is an error.
+TORCH_DELEGATE_DECL void register_preprocess(std::string_view name, const std::type_info& type, libtorch_preprocess preprocess);
+
+}  // namespace detail
+
+/// Inside `compile`: the payload version of the payload being compiled; 0 outside compile.
+/// Deprecated: take a `const torch_delegate::compile_context&` as compile's last parameter.
+[[deprecated("take a 'const torch_delegate::compile_context&' as compile's last parameter")]]
+inline std::int64_t payload_version_being_compiled() { return detail::compiling_payload_version; }
+
+/// Registers the runtime of `B` (its TorchBind class `__torch__.torch.classes.__backends__.<name>`)
+/// so that this process can load and run modules lowered to it. Idempotent.
+template <class B>
+void register_runtime() {
+  static_assert(detail::check_backend<B>());
+  static_assert(detail::require_convertible<payload_t<B>>());
+  static_assert(detail::check_options<options_t<B>>());
+  detail::register_runtime(detail::runtime_of<B>::value, typeid(B));
+}
+
+/// Registers both halves of `B`: its runtime and its preprocess. Idempotent. `lower<B>` calls
+/// it; a backend's shared library calls it once with TORCH_DELEGATE_REGISTER_BACKEND.
+template <class B>
+void register_backend() {
+  static_assert(detail::check_host_backend<B>());
+  register_runtime<B>();
+  detail::register_preprocess(B::name, typeid(B), &detail::preprocess_for_libtorch<B>);
+}
+
+}  // namespace torch_delegate
+
+#define TORCH_DELEGATE_CONCAT_IMPL(a, b) a##b
+#define TORCH_DELEGATE_CONCAT(a, b) TORCH_DELEGATE_CONCAT_IMPL(a, b)
+
+/// Registers the runtime of a backend when its library is loaded: use it in exactly one .cpp
+/// of a runtime-only build (one that loads modules preprocessed elsewhere).
+#define TORCH_DELEGATE_REGISTER_RUNTIME(Backend)                                                  \
+  [[maybe_unused]] static const bool TORCH_DELEGATE_CONCAT(torch_delegate_registered_, __COUNTER__) = \
+      (::torch_delegate::register_runtime<Backend>(), true)
+
+/// Registers a backend (runtime and preprocess) when its library is loaded: put it in one .cpp
+/// of the backend's shared library, e.g. TORCH_DELEGATE_REGISTER_BACKEND(DemoBackend);
+#define TORCH_DELEGATE_REGISTER_BACKEND(Backend)                                                  \
+  [[maybe_unused]] static const bool TORCH_DELEGATE_CONCAT(torch_delegate_registered_, __COUNTER__) = \
+      (::torch_delegate::register_backend<Backend>(), true)
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/registration.ipp>
+#endif

@@ -1,0 +1,18 @@
+// libtorch_delegate: the non-template machinery of torch-delegate, compiled once. Used when a
+// program defines TORCH_DELEGATE_SEPARATE_COMPILATION (Meson: the torch_delegate_compiled
+// dependency); header-only builds compile the same definitions inline instead.
+#define TORCH_DELEGATE_BUILDING_LIBRARY
+#include <torch_delegate/torch_delegate.hpp>
+
+#include <torch_delegate/impl/codegen.ipp>
+#include <torch_delegate/impl/coverage.ipp>
+#include <torch_delegate/impl/debug.ipp>
+#include <torch_delegate/impl/dispatch.ipp>
+#include <torch_delegate/impl/load.ipp>
+#include <torch_delegate/impl/lower.ipp>
+#include <torch_delegate/impl/payload_format.ipp>
+#include <torch_delegate/impl/preprocess.ipp>
+#include <torch_delegate/impl/profiling.ipp>
+#include <torch_delegate/impl/registration.ipp>
+#include <torch_delegate/impl/runtime_objects.ipp>
+#include <torch_delegate/impl/signature.ipp>
