@@ -163,8 +163,9 @@ inline void register_operators(const backend_runtime& runtime) {
     add(operator_name(runtime.name, signature.text), signature);
     add(legacy_operator_name(runtime.name, i), signature);
   }
-  // Lives as long as the process, like a static RegisterOperators.
-  if (!operators.empty()) new torch::jit::RegisterOperators(std::move(operators));
+  // RegisterOperators adds them to the process-wide registry in its constructor and holds no
+  // state: the operators stay registered after it goes out of scope.
+  if (!operators.empty()) torch::jit::RegisterOperators registered(std::move(operators));
 }
 
 inline bool is_identifier(const std::string& name) {
