@@ -9,7 +9,10 @@ or an expect line outside a case, is an error in the test file.
 
 The must-compile twins live in the *.pass.cpp of the same stem, with the same '// case:'
 markers: every fail case needs a twin of the same name, and each twin (prelude of the .pass.cpp
-+ its block) must compile on its own. A *.pass.cpp without '// case:' markers is compiled whole.
++ its block) must compile. A *.pass.cpp without '// case:' markers is compiled whole. The twins
+of a file are compiled together first, as the prelude + every block (one translation unit instead
+of one each: a twin cannot hide another's failure, since every error fails the whole unit); only
+if that unit fails is each twin compiled on its own, to say which ones do not compile.
 
 The library header is precompiled once per run into a temporary directory; if that fails
 (a compiler that cannot), the cases are compiled without it.
@@ -97,10 +100,15 @@ def collect_units(case_dir, problems):
         for name, (start, block, expects) in cases.items():
             if expects:
                 problems.append(f"{path.name} [{name}]: '{EXPECT}' line in a must-compile twin")
-            units.append(Unit(path, name, translation_unit(path, prelude, start, block), []))
-        if not cases:
-            units.append(Unit(path, None, path.read_text(), []))
+        units.append(Unit(path, None, path.read_text(), []))  # all twins of the file together
     return units
+
+
+def twin_units(path):
+    """Each twin of a .pass.cpp on its own (used when the file's twins fail together)."""
+    prelude, cases = split_cases(path, [])
+    return [Unit(path, name, translation_unit(path, prelude, start, block), [])
+            for name, (start, block, _) in cases.items()]
 
 
 def compile_source(command, source_path):
@@ -153,30 +161,48 @@ def main():
             source = tmp / f"{index:03}.{unit.path.name.split('.')[0]}.{unit.case or 'all'}.cpp"
             source.write_text(unit.source)
             sources.append(source)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            results = pool.map(lambda source: compile_source(command, source), sources)
-            for unit, (code, stderr, elapsed) in zip(units, results):
-                must_fail = unit.path.name.endswith(".fail.cpp")
-                if code is None:
-                    failures.append(f"{unit.label}: {stderr}")
-                elif not must_fail:
-                    if code != 0:
-                        failures.append(f"{unit.label}: the twin must compile, but:\n{stderr[:4000]}")
-                    else:
-                        print(f"ok   {unit.label} compiles ({elapsed:.1f} s)")
-                elif code == 0:
-                    failures.append(f"{unit.label}: compiled, but must not ({elapsed:.1f} s)")
+        def compile_units(units, sources):
+            with concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS) as pool:
+                return list(pool.map(lambda source: compile_source(command, source), sources))
+
+        results = compile_units(units, sources)
+        retried = []
+        for unit, (code, _, _) in zip(units, results):
+            if unit.path.name.endswith(".pass.cpp") and code != 0 and twin_units(unit.path):
+                print(f"note: the twins of {unit.path.name} fail together; compiling each on its own")
+                retried += twin_units(unit.path)
+        if retried:
+            retried_sources = []
+            for index, unit in enumerate(retried):
+                source = tmp / f"twin{index:03}.{unit.path.name.split('.')[0]}.{unit.case}.cpp"
+                source.write_text(unit.source)
+                retried_sources.append(source)
+            retried_paths = {unit.path for unit in retried}
+            kept = [(u, r) for u, r in zip(units, results) if u.path not in retried_paths]
+            units = [u for u, _ in kept] + retried
+            results = [r for _, r in kept] + compile_units(retried, retried_sources)
+        for unit, (code, stderr, elapsed) in zip(units, results):
+            must_fail = unit.path.name.endswith(".fail.cpp")
+            if code is None:
+                failures.append(f"{unit.label}: {stderr}")
+            elif not must_fail:
+                if code != 0:
+                    failures.append(f"{unit.label}: the twin must compile, but:\n{stderr[:4000]}")
                 else:
-                    print(f"ok   {unit.label} fails to compile ({elapsed:.1f} s)")
-                    missing = False
-                    for expected in unit.expects:
-                        if expected in stderr:
-                            print(f"ok   {unit.label}: {expected}")
-                        else:
-                            failures.append(f"{unit.label}: diagnostic missing: {expected}")
-                            missing = True
-                    if missing:
-                        failures.append(f"{unit.label}: its diagnostics were:\n{stderr[:4000]}")
+                    print(f"ok   {unit.label} compiles ({elapsed:.1f} s)")
+            elif code == 0:
+                failures.append(f"{unit.label}: compiled, but must not ({elapsed:.1f} s)")
+            else:
+                print(f"ok   {unit.label} fails to compile ({elapsed:.1f} s)")
+                missing = False
+                for expected in unit.expects:
+                    if expected in stderr:
+                        print(f"ok   {unit.label}: {expected}")
+                    else:
+                        failures.append(f"{unit.label}: diagnostic missing: {expected}")
+                        missing = True
+                if missing:
+                    failures.append(f"{unit.label}: its diagnostics were:\n{stderr[:4000]}")
     for failure in failures:
         print("FAIL " + failure)
     print(f"{len(units)} translation units, {len(failures)} failures, {time.monotonic() - begin:.1f} s")

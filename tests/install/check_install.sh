@@ -14,13 +14,13 @@ if [[ $kind == subproject ]]; then
   ln -s "$source_root" "$project/subprojects/torch-delegate"
   cp "$source_root/examples/consumer_app.cpp" "$project/"
   cat >"$project/meson.build" <<'MESON'
-project('torch-delegate-subproject-consumer', 'cpp', default_options: ['cpp_std=c++20'])
+project('torch-delegate-subproject-consumer', 'cpp', default_options: ['cpp_std=c++20', 'debug=false'])
 torch_delegate = dependency('torch_delegate', fallback: ['torch-delegate', 'torch_delegate_dep'],
   default_options: ['tests=false', 'examples=false', 'bench=disabled'])
 executable('consumer', 'consumer_app.cpp', dependencies: torch_delegate)
 MESON
   quiet meson setup "$build/consumer-subproject" "$project"
-  quiet ninja -C "$build/consumer-subproject"
+  quiet ninja -C "$build/consumer-subproject" consumer  # not the subproject's own library
   "$build/consumer-subproject/consumer"
   exit 0
 fi

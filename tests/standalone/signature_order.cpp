@@ -1,9 +1,10 @@
-// Saved modules do not depend on the order of a backend's execute_signatures. Built three
-// times with the same backend name and different lists (TD_SIGNATURE_ORDER):
+// Saved modules do not depend on the order of a backend's execute_signatures. Three builds of
+// one backend (same name, different lists), chosen at run time so that one program stands for
+// three builds of the backend; a process registers only the one its mode names:
 //   1: (Tensor) -> Tensor, (Tensor, Tensor) -> Tensor, (Tensor) -> Tuple[Tensor]   "save <path>"
 //   2: the same three, reversed                                                     "load <path>"
 //   3: the second one removed                                                       "missing <path>"
-// Mode 2 must load and run what mode 1 saved; mode 3 must fail with torch-delegate's
+// Build 2 must load and run what build 1 saved; build 3 must fail with torch-delegate's
 // "incompatible payload" error naming the missing signature.
 #include <torch_delegate/torch_delegate.hpp>
 
@@ -11,21 +12,20 @@
 
 #include <iostream>
 
+template <int Order>
 struct OrderBackend {
   static constexpr std::string_view name = "td_signature_order";
   static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
   static bool is_available() { return true; }
   static std::string compile(const std::string& payload) { return payload; }
 
-#if TD_SIGNATURE_ORDER == 1
-  using execute_signatures = torch_delegate::signatures<at::Tensor(at::Tensor), at::Tensor(at::Tensor, at::Tensor),
-                                                        std::tuple<at::Tensor>(at::Tensor)>;
-#elif TD_SIGNATURE_ORDER == 2
-  using execute_signatures = torch_delegate::signatures<std::tuple<at::Tensor>(at::Tensor), at::Tensor(at::Tensor, at::Tensor),
-                                                        at::Tensor(at::Tensor)>;
-#else
-  using execute_signatures = torch_delegate::signatures<at::Tensor(at::Tensor), std::tuple<at::Tensor>(at::Tensor)>;
-#endif
+  using execute_signatures = std::conditional_t<
+      Order == 1,
+      torch_delegate::signatures<at::Tensor(at::Tensor), at::Tensor(at::Tensor, at::Tensor), std::tuple<at::Tensor>(at::Tensor)>,
+      std::conditional_t<Order == 2,
+                         torch_delegate::signatures<std::tuple<at::Tensor>(at::Tensor), at::Tensor(at::Tensor, at::Tensor),
+                                                    at::Tensor(at::Tensor)>,
+                         torch_delegate::signatures<at::Tensor(at::Tensor), std::tuple<at::Tensor>(at::Tensor)>>>;
   static at::Tensor execute(std::string&, const at::Tensor& x) { return x * 2; }                     // double
   static at::Tensor execute(std::string&, const at::Tensor& x, const at::Tensor& h) { return x + h; }  // add
   static std::tuple<at::Tensor> execute(std::string&, torch_delegate::returning<std::tuple<at::Tensor>>, const at::Tensor& x) {
@@ -39,7 +39,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1], path = argv[2];
-  torch_delegate::register_backend<OrderBackend>();
+  if (mode == "save") torch_delegate::register_backend<OrderBackend<1>>();
+  else if (mode == "load") torch_delegate::register_backend<OrderBackend<2>>();
+  else torch_delegate::register_backend<OrderBackend<3>>();
   const at::Tensor x = torch::full({2}, 5.0), h = torch::full({2}, 1.0);
   if (mode == "save") {
     torch::jit::Module module("m");
@@ -51,7 +53,7 @@ def forward(self, x, h):
 def triple(self, x) -> Tuple[Tensor]:
     return (x * 3,)
 )");
-    torch_delegate::lower<OrderBackend>(module, {{"double", {}}, {"forward", {}}, {"triple", {}}}).save(path);
+    torch_delegate::lower<OrderBackend<1>>(module, {{"double", {}}, {"forward", {}}, {"triple", {}}}).save(path);
     return 0;
   }
   try {
