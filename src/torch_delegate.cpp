@@ -3,6 +3,7 @@
 // dependency); header-only builds compile the same definitions inline instead.
 #define TORCH_DELEGATE_BUILDING_LIBRARY
 #include <torch_delegate/torch_delegate.hpp>
+#include <torch_delegate/partition.hpp>
 
 #include <torch_delegate/impl/codegen.ipp>
 #include <torch_delegate/impl/coverage.ipp>
@@ -10,6 +11,7 @@
 #include <torch_delegate/impl/dispatch.ipp>
 #include <torch_delegate/impl/load.ipp>
 #include <torch_delegate/impl/lower.ipp>
+#include <torch_delegate/impl/partition.ipp>
 #include <torch_delegate/impl/payload_format.ipp>
 #include <torch_delegate/impl/preprocess.ipp>
 #include <torch_delegate/impl/profiling.ipp>

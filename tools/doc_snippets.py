@@ -55,7 +55,6 @@ ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")
 # temporary directory, also its working directory. Not listed: examples/<name>, no arguments.
 PROGRAMS = {
     "demo": {"args": ["{tmp}/demo_lowered.pt"]},
-    "demo_compiled": {"args": ["{tmp}/demo_compiled_lowered.pt"]},
     "runtime_only": {"before": [["demo", "{tmp}/runtime_only_input.pt"]], "args": ["{tmp}/runtime_only_input.pt"]},
 }
 

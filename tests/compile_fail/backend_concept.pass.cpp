@@ -147,3 +147,15 @@ struct LibTorchPreprocess {
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
 void use_LibTorchPreprocess() { torch_delegate::lower<LibTorchPreprocess>(torch::jit::Module("m")); }
+
+// case: PartitionWithoutSupports
+#include <torch_delegate/partition.hpp>
+struct PartitionWithoutSupports {
+  static constexpr std::string_view name = "partition_without_supports";
+  static bool supports(const torch::jit::Node*) { return true; }
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+void use_PartitionWithoutSupports() { torch_delegate::lower_partially<PartitionWithoutSupports>(torch::jit::Module("m")); }

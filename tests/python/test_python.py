@@ -3,6 +3,7 @@
 Run by `meson test` with /usr/bin/python3; the environment gives
   TD_BACKEND_LIBRARY  libbackend_with_compiler_demo.so (registers the backend when loaded)
   TD_DEMO             the C++ demo executable (lowers a module in C++ and saves it)
+  TD_PARTIAL_LOWERING the C++ partial_lowering example (partially lowers a module and saves it)
   TD_WORKDIR          a directory for files
 """
 import os
@@ -87,6 +88,31 @@ def inputs():
 
 
 class CppSavedModules(unittest.TestCase):
+    def test_partially_lowered_module_from_cpp(self):
+        # relu stays in TorchScript, the add/sub regions run in the demo backend.
+        workdir = path("partial")
+        os.makedirs(workdir, exist_ok=True)
+        subprocess.run([os.environ["TD_PARTIAL_LOWERING"]], check=True, capture_output=True, cwd=workdir)
+        loaded = torch.jit.load(os.path.join(workdir, "partially_lowered.pt"))
+        x, h = torch.rand(2, 4), torch.rand(2, 4)
+        expected = torch.relu(x + h - loaded.bias) + x - h
+        self.assertTrue(torch.allclose(loaded(x, h), expected))
+        self.assertIn("2 regions, 4 nodes delegated", loaded._torch_delegate_report)
+        # The rewritten method as TorchScript prints it: weight read and relu in TorchScript, the
+        # regions called on the delegate child.
+        self.assertEqual(loaded.code,
+                         "def forward(self,\n    x: Tensor,\n    h: Tensor) -> Tensor:\n"
+                         "  bias = self.bias\n"
+                         "  __delegate_forward = self.__delegate_forward\n"
+                         "  _0 = (__delegate_forward).forward_region_0(x, h, bias, )\n"
+                         "  b = torch.relu(_0)\n"
+                         "  __delegate_forward0 = self.__delegate_forward\n"
+                         "  _1 = (__delegate_forward0).forward_region_1(b, x, h, )\n"
+                         "  return _1\n")
+        mobile_path = os.path.join(workdir, "partially_lowered.ptl")
+        loaded._save_for_lite_interpreter(mobile_path)
+        self.assertTrue(torch.allclose(_load_for_lite_interpreter(mobile_path)(x, h), expected))
+
     def test_load_module_lowered_and_saved_by_cpp(self):
         saved = path("cpp_lowered.pt")
         subprocess.run([os.environ["TD_DEMO"], saved], check=True, capture_output=True)

@@ -1,0 +1,352 @@
+// Definitions for partition.hpp: canonicalize, form regions, rewrite, report.
+#pragma once
+
+#include <torch_delegate/partition.hpp>
+
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace torch_delegate {
+
+TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
+  switch (reason) {
+    case kept_reason::unsupported_kind: return "unsupported kind";
+    case kept_reason::excluded_by_user: return "excluded by the user";
+    case kept_reason::control_flow: return "control flow";
+    case kept_reason::mutation_or_aliasing: return "mutation or aliasing";
+    case kept_reason::boundary_type: return "boundary type";
+    case kept_reason::region_too_small: return "region too small";
+  }
+  return "?";
+}
+
+TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
+  std::ostringstream out;
+  out << "delegation of " << module << " to backend '" << backend << "'\n";
+  for (const method_delegation& method : methods) {
+    out << "  " << method.method << ": " << method.regions.size() << (method.regions.size() == 1 ? " region, " : " regions, ")
+        << method.delegated_nodes() << " nodes delegated, " << method.kept.size() << " kept in TorchScript\n";
+    for (const region_report& region : method.regions) {
+      out << "    region " << region.name << ": " << region.node_count << " nodes (";
+      for (std::size_t i = 0; i < region.kinds.size(); ++i) out << (i ? ", " : "") << region.kinds[i];
+      out << ")" << (region.location.empty() ? "" : " at " + region.location) << "\n";
+    }
+    for (const kept_node& node : method.kept) {
+      out << "    kept " << node.kind << ": " << torch_delegate::to_string(node.reason);
+      if (!node.detail.empty()) out << " (" << node.detail << ")";
+      out << (node.location.empty() ? "" : " at " + node.location) << "\n";
+    }
+  }
+  return out.str();
+}
+
+TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module) {
+  if (!module.hasattr(delegation_report_attribute)) return {};
+  const c10::IValue value = module.attr(delegation_report_attribute);
+  return value.isString() ? value.toStringRef() : std::string();
+}
+
+namespace detail {
+
+/// One region: a run of consecutive nodes of one block (constants aside), so it is acyclic with
+/// respect to the nodes left outside: any path between two of its nodes stays inside it.
+struct region {
+  std::vector<torch::jit::Node*> nodes;
+  std::vector<torch::jit::Node*> hoisted;   // attribute reads among the nodes: moved before the region's call
+  std::vector<torch::jit::Value*> inputs;   // made outside, constants excepted, in order of first use
+  std::vector<torch::jit::Value*> outputs;  // made inside, used outside
+  int depth = 0;
+};
+
+/// The method's graph as partitioning sees it: calls inlined, non-tensor constants folded, dead
+/// code removed (F.relu's `if inplace:` branch disappears, so it does not block a region).
+inline std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method) {
+  std::shared_ptr<torch::jit::Graph> graph = inlined_graph(module, method);
+  torch::jit::ConstantPropagationImmutableTypes(graph);
+  torch::jit::EliminateDeadCode(graph);
+  return graph;
+}
+
+inline bool crosses_as(const c10::TypePtr& type, bool generic) {
+  if (type->isSubtypeOf(*c10::TensorType::get())) return true;
+  if (!generic) return false;
+  const c10::TypeKind kind = type->kind();
+  return kind == c10::TypeKind::IntType || kind == c10::TypeKind::FloatType || kind == c10::TypeKind::BoolType;
+}
+
+inline bool has_generic_execute(std::span<const signature_record> signatures) {
+  return std::any_of(signatures.begin(), signatures.end(), [](const signature_record& s) { return s.generic; });
+}
+
+struct partitioner {
+  const partition_backend& backend;
+  const partition_options& options;
+  torch::jit::AliasDb alias;
+  bool generic;
+  std::size_t min_size;
+  method_delegation& report;
+  std::vector<region> regions;
+
+  partitioner(const partition_backend& b, const partition_options& o, std::shared_ptr<torch::jit::Graph> graph,
+              method_delegation& r)
+      : backend(b),
+        options(o),
+        alias(std::move(graph)),
+        generic(has_generic_execute(b.signatures)),
+        min_size(o.min_region_size ? o.min_region_size : std::max<std::size_t>(b.min_region_size, 1)),
+        report(r) {}
+
+  void keep(const torch::jit::Node* node, kept_reason reason, std::string detail, int depth) {
+    const debug_location where = locate(node);
+    report.kept.push_back({where.node_kind, reason, std::move(detail), where.file_line, depth});
+  }
+
+  /// Why `node` cannot join a region, or nothing.
+  std::optional<std::pair<kept_reason, std::string>> refusal(torch::jit::Node* node) {
+    const std::string kind = node->kind().toQualString();
+    if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
+    if (!backend.supports(node)) return std::make_pair(kept_reason::unsupported_kind, std::string());
+    if (options.keep_kinds.count(kind)) return std::make_pair(kept_reason::excluded_by_user, std::string());
+    if (alias.isMutable(node)) return std::make_pair(kept_reason::mutation_or_aliasing, std::string("writes to its input"));
+    for (const torch::jit::Value* output : node->outputs())
+      if (alias.hasWriters(output))
+        return std::make_pair(kept_reason::mutation_or_aliasing, "%" + output->debugName() + " is written to later");
+    for (const torch::jit::Value* input : node->inputs())
+      if (input->node()->kind() != c10::prim::Constant && !crosses_as(input->type(), generic))
+        return std::make_pair(kept_reason::boundary_type, input->type()->annotation_str() + " input");
+    for (const torch::jit::Value* output : node->outputs())
+      if (!crosses_as(output->type(), generic))
+        return std::make_pair(kept_reason::boundary_type, output->type()->annotation_str() + " output");
+    return std::nullopt;
+  }
+
+  void close(std::vector<torch::jit::Node*>& run, std::vector<torch::jit::Node*>& reads, int depth) {
+    if (run.empty()) {
+      reads.clear();
+      return;
+    }
+    if (run.size() < min_size) {
+      for (const torch::jit::Node* node : run)
+        keep(node, kept_reason::region_too_small,
+             std::to_string(run.size()) + (run.size() == 1 ? " node" : " nodes") + " < " + std::to_string(min_size), depth);
+    } else {
+      region formed{run, reads, {}, {}, depth};
+      const std::unordered_set<const torch::jit::Node*> inside(run.begin(), run.end());
+      std::unordered_set<const torch::jit::Value*> seen;
+      for (torch::jit::Node* node : run) {
+        for (torch::jit::Value* input : node->inputs())
+          if (!inside.count(input->node()) && input->node()->kind() != c10::prim::Constant && seen.insert(input).second)
+            formed.inputs.push_back(input);
+        for (torch::jit::Value* output : node->outputs())
+          if (std::any_of(output->uses().begin(), output->uses().end(),
+                          [&](const torch::jit::Use& use) { return !inside.count(use.user); }))
+            formed.outputs.push_back(output);
+      }
+      regions.push_back(std::move(formed));
+    }
+    run.clear();
+    reads.clear();
+  }
+
+  void partition(torch::jit::Block* block, int depth) {
+    std::vector<torch::jit::Node*> run;
+    std::vector<torch::jit::Node*> reads;  // attribute reads since the run began
+    for (torch::jit::Node* node : block->nodes()) {
+      if (node->kind() == c10::prim::Constant) continue;  // cloned into each region that reads it
+      if (node->kind() == c10::prim::GetAttr) {
+        // A weight or attribute read stays in TorchScript and passes its value to the region; it
+        // does not end a run: it has no effects, so it can move before the region's call.
+        const std::string path = attribute_path(node);
+        keep(node, kept_reason::unsupported_kind, "reads " + (path.empty() ? std::string("an attribute") : path), depth);
+        if (!run.empty()) reads.push_back(node);
+        continue;
+      }
+      if (auto refused = refusal(node)) {
+        close(run, reads, depth);
+        keep(node, refused->first, std::move(refused->second), depth);
+        for (torch::jit::Block* nested : node->blocks()) partition(nested, depth + 1);
+        continue;
+      }
+      run.push_back(node);
+    }
+    close(run, reads, depth);
+  }
+};
+
+/// A region as a method of the delegate child: (self, input_0, ...) -> output or a tuple of them.
+inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, const c10::TypePtr& self_type) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  graph->addInput("self")->setType(self_type);
+  std::unordered_map<torch::jit::Value*, torch::jit::Value*> mapped;
+  for (std::size_t i = 0; i < formed.inputs.size(); ++i) {
+    // Plain identifiers: an argument named like `x.1` saves but does not load.
+    torch::jit::Value* input = graph->addInput("input_" + std::to_string(i));
+    input->setType(formed.inputs[i]->type());
+    mapped[formed.inputs[i]] = input;
+  }
+  auto map = [&](torch::jit::Value* value) -> torch::jit::Value* {
+    auto found = mapped.find(value);
+    if (found != mapped.end()) return found->second;
+    // A constant read by the region: cloned (constants have no inputs).
+    torch::jit::Node* constant = graph->insertNode(graph->createClone(value->node(), [](torch::jit::Value* v) { return v; }));
+    return mapped[value] = constant->output();
+  };
+  for (torch::jit::Node* node : formed.nodes) {
+    for (torch::jit::Value* input : node->inputs()) map(input);
+    torch::jit::Node* copy = graph->insertNode(graph->createClone(node, map));
+    for (std::size_t i = 0; i < node->outputs().size(); ++i) mapped[node->output(i)] = copy->output(i);
+  }
+  if (formed.outputs.size() == 1) {
+    graph->registerOutput(mapped.at(formed.outputs[0]));
+  } else {
+    std::vector<torch::jit::Value*> outputs;
+    for (torch::jit::Value* output : formed.outputs) outputs.push_back(mapped.at(output));
+    graph->registerOutput(graph->insertNode(graph->createTuple(outputs))->output());
+  }
+  return graph;
+}
+
+/// The method's regions, with the report filled in; regions the backend's execute signatures
+/// cannot call are dissolved into kept nodes.
+inline std::vector<region> form_regions(const partition_backend& backend, const partition_options& options,
+                                        const std::shared_ptr<torch::jit::Graph>& graph, const std::string& method,
+                                        method_delegation& report) {
+  partitioner p(backend, options, graph, report);
+  p.partition(graph->block(), 0);
+  std::vector<region> accepted;
+  for (region& formed : p.regions) {
+    // The region's schema must match an execute signature of the backend.
+    std::vector<c10::Argument> arguments{c10::Argument("self", c10::AnyType::get())};
+    for (std::size_t i = 0; i < formed.inputs.size(); ++i)
+      arguments.emplace_back("input_" + std::to_string(i), formed.inputs[i]->type());
+    std::vector<c10::TypePtr> output_types;
+    for (const torch::jit::Value* output : formed.outputs) output_types.push_back(output->type());
+    c10::TypePtr result = output_types.size() == 1 ? output_types[0] : c10::TupleType::create(output_types);
+    const c10::FunctionSchema schema("region", "", std::move(arguments), {c10::Argument("", result)});
+    try {
+      select_signature(backend.signatures, schema, {backend.name, method});
+    } catch (const c10::Error&) {
+      std::string text = toString(schema.cloneWithName("", ""));
+      for (const torch::jit::Node* node : formed.nodes)
+        p.keep(node, kept_reason::boundary_type, "no execute signature takes " + text, formed.depth);
+      continue;
+    }
+    region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, locate(formed.nodes[0]).file_line,
+                        formed.depth};
+    for (const torch::jit::Node* node : formed.nodes) {
+      ++entry.node_count;
+      const std::string kind = node->kind().toQualString();
+      if (std::find(entry.kinds.begin(), entry.kinds.end(), kind) == entry.kinds.end()) entry.kinds.push_back(kind);
+    }
+    report.regions.push_back(std::move(entry));
+    accepted.push_back(std::move(formed));
+  }
+  return accepted;
+}
+
+inline void check_full(const partition_options& options, const partition_backend& backend, const method_delegation& report) {
+  if (!options.require_full || report.kept.empty()) return;
+  const kept_node& first = report.kept.front();
+  fail({backend.name, report.method},
+       "require_full: " + std::to_string(report.kept.size()) + " node(s) would stay in TorchScript, the first " + first.kind +
+           " (" + std::string(to_string(first.reason)) + (first.detail.empty() ? "" : ": " + first.detail) + ")" +
+           (first.location.empty() ? "" : " at " + first.location));
+}
+
+TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
+                                                       const partition_options& options) {
+  delegation_report report{std::string(backend.name), module.type()->name()->qualifiedName(), {}};
+  for (const std::string& method : options.methods) {
+    schema_of(module, method, {backend.name, method});
+    method_delegation entry{method, {}, {}};
+    form_regions(backend, options, canonical_graph(module, method), method, entry);
+    check_full(options, backend, entry);
+    report.methods.push_back(std::move(entry));
+  }
+  return report;
+}
+
+TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend& backend, const torch::jit::Module& module,
+                                                         const partition_options& options,
+                                                         const lower_regions_function& lower_regions) {
+  // A copy with new class types that shares every parameter, buffer and attribute value.
+  torch::jit::Module result = module.clone(/*inplace=*/true);
+  delegation_report report{std::string(backend.name), module.type()->name()->qualifiedName(), {}};
+  for (const std::string& method : options.methods) {
+    schema_of(result, method, {backend.name, method});
+    std::shared_ptr<torch::jit::Graph> graph = canonical_graph(result, method);
+    method_delegation entry{method, {}, {}};
+    std::vector<region> regions = form_regions(backend, options, graph, method, entry);
+    check_full(options, backend, entry);
+    if (!regions.empty()) {
+      // The regions as methods of one child module, lowered whole-method to the backend.
+      torch::jit::Module child("__torch__.torch_delegate.Regions." + std::string(backend.name) + "." + method);
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        auto function = child._ivalue()->compilation_unit()->create_function(
+            c10::QualifiedName(*child.type()->name(), entry.regions[i].name), region_graph(regions[i], child.type()));
+        child.type()->addMethod(function);
+      }
+      const std::string attribute = "__delegate_" + method;
+      result.register_module(attribute, lower_regions(child));
+
+      // Each region's nodes replaced by a call of its method on the child. A region's input may be
+      // an output of an earlier region, replaced (and destroyed) by then: `replaced` maps it.
+      std::unordered_map<torch::jit::Value*, torch::jit::Value*> replaced;
+      auto replace = [&](torch::jit::Value* old_value, torch::jit::Value* new_value) {
+        old_value->replaceAllUsesWith(new_value);
+        replaced[old_value] = new_value;
+      };
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        const region& formed = regions[i];
+        for (torch::jit::Node* read : formed.hoisted) read->moveBefore(formed.nodes.front());
+        torch::jit::WithInsertPoint insert(formed.nodes.front());
+        torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attribute);
+        std::vector<torch::jit::Value*> arguments{delegate};
+        for (torch::jit::Value* input : formed.inputs) {
+          auto found = replaced.find(input);
+          arguments.push_back(found == replaced.end() ? input : found->second);
+        }
+        torch::jit::Node* call = graph->insertNode(graph->create(c10::prim::CallMethod, arguments, 1));
+        call->s_(c10::attr::name, entry.regions[i].name);
+        call->setSourceRange(formed.nodes.front()->sourceRange());
+        std::vector<c10::TypePtr> output_types;
+        for (const torch::jit::Value* output : formed.outputs) output_types.push_back(output->type());
+        if (formed.outputs.size() == 1) {
+          call->output()->setType(output_types[0]);
+          replace(formed.outputs[0], call->output());
+        } else {
+          call->output()->setType(c10::TupleType::create(output_types));
+          torch::jit::Node* unpack = graph->insertNode(graph->createTupleUnpack(call->output()));
+          for (std::size_t k = 0; k < formed.outputs.size(); ++k) replace(formed.outputs[k], unpack->output(k));
+        }
+        for (auto node = formed.nodes.rbegin(); node != formed.nodes.rend(); ++node) (*node)->destroy();
+      }
+      torch::jit::EliminateDeadCode(graph);
+
+      // The rewritten graph replaces the method of the copy's class, with the method's own schema
+      // (its argument names, defaults and keyword-only arguments; the graph's names are like x.1).
+      const c10::FunctionSchema schema = result.get_method(method).function().getSchema();
+      for (std::size_t i = 0; i < graph->inputs().size() && i < schema.arguments().size(); ++i)
+        graph->inputs()[i]->setDebugName(schema.arguments()[i].name());
+      const c10::QualifiedName name(*result.type()->name(), method);
+      result.type()->unsafeRemoveMethod(method);
+      result._ivalue()->compilation_unit()->unsafeRemoveMethod(name);
+      torch::jit::Function* function = result._ivalue()->compilation_unit()->create_function(name, graph);
+      function->setSchema(schema);
+      result.type()->addMethod(function);
+    }
+    report.methods.push_back(std::move(entry));
+  }
+  result.register_attribute(delegation_report_attribute, c10::StringType::get(), report.to_string());
+  return result;
+}
+
+}  // namespace detail
+
+}  // namespace torch_delegate

@@ -1,0 +1,172 @@
+// Partial lowering: delegate the regions of a method that a backend supports and leave the rest
+// to TorchScript. Each region becomes a delegate unit (a method of a child module lowered to the
+// backend, with debug handles of the original nodes); the method itself is rewritten to call
+// the regions, and the result is a plain TorchScript module. The delegation report says, before
+// lowering (a dry run) or after it, what was delegated and why the rest was not.
+#pragma once
+
+#include <torch_delegate/coverage.hpp>
+#include <torch_delegate/detail/config.hpp>
+#include <torch_delegate/lower.hpp>
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <cstddef>
+#include <functional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace torch_delegate {
+
+/// The knobs of one partial lowering.
+struct partition_options {
+  /// The methods to partition.
+  std::vector<std::string> methods{"forward"};
+  /// The smallest region worth a backend call, in nodes (constants not counted). 0: the
+  /// backend's own `min_region_size`, or 1.
+  std::size_t min_region_size = 0;
+  /// Node kinds to keep in TorchScript although the backend supports them, e.g. "aten::mul".
+  std::set<std::string> keep_kinds;
+  /// Every node must be delegated: an error naming the first node that would stay in
+  /// TorchScript, instead of a partial lowering.
+  bool require_full = false;
+};
+
+/// Why a node stays in TorchScript.
+enum class kept_reason {
+  unsupported_kind,      // the backend's supports() refuses it
+  excluded_by_user,      // its kind is in partition_options::keep_kinds
+  control_flow,          // prim::If / prim::Loop: regions never cross control flow (their bodies are partitioned)
+  mutation_or_aliasing,  // it writes to a tensor, or a value it makes is written to elsewhere
+  boundary_type,         // a value it takes or makes cannot cross into the backend's execute
+  region_too_small,      // its region has fewer nodes than the minimum region size
+};
+
+/// "unsupported kind", "excluded by the user", ...
+TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason);
+
+/// One delegated region of a method.
+struct region_report {
+  std::string name;                // the region's method in the delegate child module, e.g. "forward_region_0"
+  std::size_t node_count = 0;      // nodes, constants not counted
+  std::vector<std::string> kinds;  // distinct node kinds, in order of first appearance
+  std::string location;            // "model.py:12" of its first node, or ""
+  int depth = 0;                   // 0: the method's body; 1: inside an if/loop body; ...
+};
+
+/// One node that stays in TorchScript.
+struct kept_node {
+  std::string kind;
+  kept_reason reason;
+  std::string detail;    // e.g. the type that cannot cross, or the region size
+  std::string location;  // "model.py:12", or ""
+  int depth = 0;
+};
+
+/// What partial lowering does (or did) with one method.
+struct method_delegation {
+  std::string method;
+  std::vector<region_report> regions;
+  std::vector<kept_node> kept;
+  std::size_t delegated_nodes() const {
+    std::size_t count = 0;
+    for (const region_report& region : regions) count += region.node_count;
+    return count;
+  }
+};
+
+/// What partial lowering does (or did) with a module, per method.
+struct delegation_report {
+  std::string backend;
+  std::string module;
+  std::vector<method_delegation> methods;
+
+  std::size_t region_count() const {
+    std::size_t count = 0;
+    for (const method_delegation& method : methods) count += method.regions.size();
+    return count;
+  }
+  /// A readable report: per method, its regions, then each node kept in TorchScript and why.
+  TORCH_DELEGATE_DECL std::string to_string() const;
+};
+
+namespace detail {
+
+/// What partitioning needs of a backend, type-erased.
+struct partition_backend {
+  std::string_view name;
+  supports_function supports;
+  std::span<const signature_record> signatures;  // a region must match one of them
+  std::size_t min_region_size = 1;               // the backend's own minimum
+};
+
+/// Lowers a module whose methods are the regions to the backend (lower<B> with default options).
+using lower_regions_function = std::function<torch::jit::Module(const torch::jit::Module& regions)>;
+
+/// The report of a partial lowering without lowering anything.
+TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
+                                                       const partition_options& options);
+
+/// Partially lowers `module` (not modified): a copy sharing its parameters, whose partitioned
+/// methods call their regions in a child module lowered by `lower_regions`. The report is
+/// stored with the module (delegation_report_of reads it, after save/load too).
+TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend& backend, const torch::jit::Module& module,
+                                                         const partition_options& options,
+                                                         const lower_regions_function& lower_regions);
+
+template <class B>
+constexpr std::size_t backend_min_region_size() {
+  if constexpr (requires { B::min_region_size; })
+    return static_cast<std::size_t>(B::min_region_size);
+  else
+    return 1;
+}
+
+template <class B>
+partition_backend partition_backend_of() {
+  if constexpr (!backend_declares_support<B>) {
+    detail::backend_does_not_declare_supports<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: partial lowering needs 'static bool supports(const torch::jit::Node*)' in the "
+                  "backend: the one place that says which nodes it accepts (docs/partial-lowering.md).");
+  } else {
+    return {B::name, &B::supports, signature_records<B>, backend_min_region_size<B>()};
+  }
+}
+
+}  // namespace detail
+
+/// The attribute of a partially lowered module that holds its delegation report (text).
+inline constexpr const char* delegation_report_attribute = "_torch_delegate_report";
+
+/// Dry run: what lower_partially<B> would delegate, and why the rest would stay in TorchScript.
+template <class B>
+delegation_report delegation_plan(const torch::jit::Module& module, const partition_options& options = {}) {
+  return detail::partition_report(detail::partition_backend_of<B>(), module, options);
+}
+
+/// Delegates the regions of `options.methods` that B supports; the rest stays TorchScript. The
+/// result is a plain TorchScript module (save, load, run anywhere B is registered). The original
+/// module is not modified; the result shares its parameters.
+template <class B>
+torch::jit::Module lower_partially(const torch::jit::Module& module, const partition_options& options = {}) {
+  register_backend<B>();
+  return detail::lower_partitioned(detail::partition_backend_of<B>(), module, options,
+                                   [](const torch::jit::Module& regions) {
+                                     c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+                                     for (const auto& method : regions.get_methods())
+                                       spec.insert(method.name(), encode_options(options_t<B>{}));
+                                     return lower<B>(regions, spec).module();
+                                   });
+}
+
+/// The delegation report a partially lowered module carries (as text); empty for any other module.
+TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module);
+
+}  // namespace torch_delegate
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/partition.ipp>
+#endif

@@ -1,0 +1,301 @@
+// Partial lowering (lower_partially<B>, delegation_plan<B>): regions per block, what stays in
+// TorchScript and why, equal outputs over several graph shapes and random graphs, save/load,
+// shared parameters, the knobs.
+#include "backends.hpp"
+#include "helpers.hpp"
+
+#include <backend_with_compiler_demo/demo_backend.hpp>
+#include <torch_delegate/partition.hpp>
+
+#include <random>
+#include <sstream>
+
+using namespace test_helpers;
+using demo::DemoBackend;
+
+namespace {
+
+/// Runs each region's own graph (generic execute: any boundary type); supports add, sub, mul.
+struct ReferenceBackend : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_reference";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::add || node->kind() == c10::aten::sub || node->kind() == c10::aten::mul ||
+           node->kind() == c10::prim::Constant;
+  }
+};
+
+/// Typed signatures only: (Tensor, Tensor) -> Tensor among them, nothing for three Tensors.
+struct TypedAdd : test_backends::TypedBackend {
+  static constexpr std::string_view name = "td_partition_typed";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::add || node->kind() == c10::prim::Constant;
+  }
+};
+
+/// Lowers partially, checks the outputs equal the original's for a few inputs, and returns the
+/// lowered module.
+template <class Backend = DemoBackend>
+torch::jit::Module lowered_equal(torch::jit::Module module, const torch_delegate::partition_options& options = {},
+                                 int inputs = 2) {
+  torch::jit::Module lowered = torch_delegate::lower_partially<Backend>(module, options);
+  for (int trial = 0; trial < 3; ++trial) {
+    std::vector<c10::IValue> arguments;
+    for (int i = 0; i < inputs; ++i) arguments.emplace_back(torch::randn({3, 4}));
+    const at::Tensor expected = module.forward(arguments).toTensor();
+    const at::Tensor got = lowered.forward(arguments).toTensor();
+    CHECK(got.allclose(expected, 1e-5, 1e-6));
+  }
+  return lowered;
+}
+
+std::size_t count_kind(const torch::jit::Module& module, const std::string& kind) {
+  std::size_t count = 0;
+  auto graph = module.get_method("forward").graph();
+  std::vector<torch::jit::Block*> blocks{graph->block()};
+  while (!blocks.empty()) {
+    torch::jit::Block* block = blocks.back();
+    blocks.pop_back();
+    for (torch::jit::Node* node : block->nodes()) {
+      count += node->kind().toQualString() == kind;
+      for (torch::jit::Block* nested : node->blocks()) blocks.push_back(nested);
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("partial lowering: an unsupported node between two regions") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = torch.relu(a)
+    return b - h
+)");
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+  REQUIRE(plan.methods.size() == 1);
+  CHECK(plan.methods[0].regions.size() == 2);
+  REQUIRE(plan.methods[0].kept.size() == 1);
+  CHECK(plan.methods[0].kept[0].kind == "aten::relu");
+  CHECK(plan.methods[0].kept[0].reason == torch_delegate::kept_reason::unsupported_kind);
+  CHECK(plan.methods[0].kept[0].location == "<string>:4");
+
+  const auto lowered = lowered_equal(module);
+  CHECK(count_kind(lowered, "prim::CallMethod") == 2);
+  CHECK(count_kind(lowered, "aten::relu") == 1);
+  CHECK(count_kind(lowered, "aten::add") == 0);
+  CHECK(torch_delegate::delegation_report_of(lowered) ==
+        "delegation of __torch__.m to backend 'backend_with_compiler_demo'\n"
+        "  forward: 2 regions, 2 nodes delegated, 1 kept in TorchScript\n"
+        "    region forward_region_0: 1 nodes (aten::add) at <string>:3\n"
+        "    region forward_region_1: 1 nodes (aten::sub) at <string>:5\n"
+        "    kept aten::relu: unsupported kind at <string>:4\n");
+}
+
+TEST_CASE("partial lowering: a diamond and a region feeding two consumers") {
+  SUBCASE("diamond, all supported: one region") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = a - x
+    c = a + h
+    return b + c
+)");
+    const auto lowered = lowered_equal(module);
+    CHECK(count_kind(lowered, "prim::CallMethod") == 1);
+  }
+  SUBCASE("a region's output read by an unsupported node and by the next region") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    m = a * x
+    return a - m
+)");
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+    CHECK(plan.methods[0].regions.size() == 2);
+    lowered_equal(module);
+  }
+  SUBCASE("a region with two outputs") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = x - h
+    return a * b
+)");
+    const auto lowered = lowered_equal(module);
+    CHECK(count_kind(lowered, "prim::TupleUnpack") == 1);
+  }
+}
+
+TEST_CASE("partial lowering: regions inside if and loop bodies, never across them") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    y = x + h
+    if bool(x.sum() > 0.0):
+        y = y - h + x
+    else:
+        y = y + h
+    for _ in range(3):
+        y = y + x
+    return y
+)");
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+  std::set<int> depths;
+  for (const auto& region : plan.methods[0].regions) depths.insert(region.depth);
+  CHECK(depths == std::set<int>{0, 1});
+  bool kept_if = false, kept_loop = false;
+  for (const auto& kept : plan.methods[0].kept) {
+    kept_if |= kept.kind == "prim::If" && kept.reason == torch_delegate::kept_reason::control_flow;
+    kept_loop |= kept.kind == "prim::Loop" && kept.reason == torch_delegate::kept_reason::control_flow;
+  }
+  CHECK(kept_if);
+  CHECK(kept_loop);
+  lowered_equal(module);
+}
+
+TEST_CASE("partial lowering: a non-Tensor boundary value crosses into a backend with a generic execute") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    n = x.size(0)
+    return x + n - h
+)");
+  const auto plan = torch_delegate::delegation_plan<ReferenceBackend>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].node_count == 2);
+  const auto lowered = lowered_equal<ReferenceBackend>(module);
+  CHECK(count_kind(lowered, "aten::size") == 1);
+  CHECK(count_kind(lowered, "prim::CallMethod") == 1);
+}
+
+TEST_CASE("partial lowering: a backend with only typed signatures takes only regions that match one") {
+  const auto module = script(R"(
+def forward(self, x, h, z):
+    a = x + h
+    b = torch.relu(a)
+    return b + h + z
+)");
+  const auto plan = torch_delegate::delegation_plan<TypedAdd>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  bool refused = false;
+  for (const auto& kept : plan.methods[0].kept)
+    refused |= kept.reason == torch_delegate::kept_reason::boundary_type &&
+               kept.detail == "no execute signature takes (Any self, Tensor input_0, Tensor input_1, Tensor input_2) -> Tensor";
+  CHECK(refused);
+}
+
+TEST_CASE("partial lowering: mutation keeps a node in TorchScript") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    a.add_(h)
+    return a - h
+)");
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+  bool mutation = false;
+  for (const auto& kept : plan.methods[0].kept)
+    mutation |= kept.kind == "aten::add" && kept.reason == torch_delegate::kept_reason::mutation_or_aliasing;
+  CHECK(mutation);
+  lowered_equal(module);
+}
+
+TEST_CASE("partial lowering: knobs") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = a - h
+    m = b * x
+    return m + x
+)");
+  SUBCASE("minimum region size") {
+    torch_delegate::partition_options options;
+    options.min_region_size = 2;
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(module, options);
+    CHECK(plan.methods[0].regions.size() == 1);
+    bool too_small = false;
+    for (const auto& kept : plan.methods[0].kept)
+      too_small |= kept.kind == "aten::add" && kept.reason == torch_delegate::kept_reason::region_too_small &&
+                   kept.detail == "1 node < 2";
+    CHECK(too_small);
+    lowered_equal(module, options);
+  }
+  SUBCASE("kinds kept in TorchScript") {
+    torch_delegate::partition_options options;
+    options.keep_kinds = {"aten::sub"};
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(module, options);
+    CHECK(plan.methods[0].regions.size() == 2);
+    bool excluded = false;
+    for (const auto& kept : plan.methods[0].kept)
+      excluded |= kept.kind == "aten::sub" && kept.reason == torch_delegate::kept_reason::excluded_by_user;
+    CHECK(excluded);
+    lowered_equal(module, options);
+  }
+  SUBCASE("require full") {
+    torch_delegate::partition_options options;
+    options.require_full = true;
+    CHECK(error_of([&] { torch_delegate::lower_partially<DemoBackend>(module, options); }) ==
+          "torch-delegate: backend 'backend_with_compiler_demo', method 'forward': require_full: 1 node(s) would stay in "
+          "TorchScript, the first aten::mul (unsupported kind) at <string>:5");
+  }
+  SUBCASE("a method that does not exist") {
+    torch_delegate::partition_options options;
+    options.methods = {"encode"};
+    CHECK(error_of([&] { torch_delegate::delegation_plan<DemoBackend>(module, options); })
+              .find("'encode'") != std::string::npos);
+  }
+}
+
+TEST_CASE("partial lowering: the original is untouched, parameters are shared, save and load") {
+  torch::jit::Module module("m");
+  module.register_parameter("w", torch::randn({3, 4}), false);
+  module.define(R"(
+def forward(self, x, h):
+    a = x + self.w
+    b = torch.relu(a)
+    return b - h + self.w
+)");
+  // Weight reads do not split regions: they stay in TorchScript and pass the weight in.
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+  CHECK(plan.methods[0].regions.size() == 2);
+  const std::string original_graph = module.get_method("forward").graph()->toString();
+  const auto lowered = lowered_equal(module);
+  CHECK(module.get_method("forward").graph()->toString() == original_graph);
+  CHECK(count_kind(module, "prim::CallMethod") == 0);
+  CHECK(lowered.attr("w").toTensor().data_ptr() == module.attr("w").toTensor().data_ptr());
+  CHECK(lowered.get_method("forward").function().getSchema().arguments()[1].name() == "x");
+
+  const std::string path = temp_path("partial.pt");
+  lowered.save(path);
+  torch::jit::Module loaded = torch::jit::load(path);
+  const at::Tensor x = torch::randn({3, 4}), h = torch::randn({3, 4});
+  CHECK(loaded.forward({x, h}).toTensor().allclose(module.forward({x, h}).toTensor()));
+  CHECK(torch_delegate::delegation_report_of(loaded) == torch_delegate::delegation_report_of(lowered));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("partial lowering: random graphs give the original's outputs") {
+  // Random straight-line programs over add/sub (delegated) and mul/relu/tanh (kept), each value
+  // reading two earlier ones: chains, diamonds, fan-out and regions split by unsupported nodes.
+  std::mt19937 random(12345);
+  for (int trial = 0; trial < 12; ++trial) {
+    std::ostringstream source;
+    source << "def forward(self, x, h):\n";
+    std::vector<std::string> values{"x", "h"};
+    const int length = 3 + static_cast<int>(random() % 12);
+    for (int i = 0; i < length; ++i) {
+      const std::string a = values[random() % values.size()], b = values[random() % values.size()];
+      const std::string name = "v" + std::to_string(i);
+      switch (random() % 6) {
+        case 0: case 1: source << "    " << name << " = " << a << " + " << b << "\n"; break;
+        case 2: source << "    " << name << " = " << a << " - " << b << "\n"; break;
+        case 3: source << "    " << name << " = " << a << " * " << b << "\n"; break;
+        case 4: source << "    " << name << " = torch.tanh(" << a << ")\n"; break;
+        default: source << "    " << name << " = " << a << " + " << b << " * 2.0\n"; break;
+      }
+      values.push_back(name);
+    }
+    source << "    return " << values.back() << " + " << values[values.size() / 2] << "\n";
+    CAPTURE(source.str());
+    lowered_equal(script(source.str()));
+    lowered_equal<ReferenceBackend>(script(source.str()));
+  }
+}
