@@ -1,9 +1,12 @@
 // torch-delegate vs LibTorch's own to_backend, side by side in one process and one run.
 //   bench_delegate [google benchmark flags]   per-call, typed-path, lowering, load, thread figures
 //   bench_delegate --memory                   resident bytes added by one lowered module (JSON)
+//   BM_partition_*/N                          partial lowering of a method of N nodes (issue 12)
 //   bench_delegate --instructions             the key cases once more, each in its own td_count_*
 //                                             function, for valgrind --tool=callgrind (bench/run)
 #include "bench_backends.hpp"
+
+#include <torch_delegate/partition.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -52,6 +55,53 @@ BENCHMARK(BM_call_bare_aten_add);
 BENCHMARK(BM_call_scripted_original);
 BENCHMARK(BM_call_interpreter_upstream);
 BENCHMARK(BM_call_interpreter_ours);
+
+// Partial lowering on large methods (issue 12: partitioning 10 000 nodes in ≤ 1 s): a
+// straight-line method of N nodes, add/sub (supported) with a relu (kept in TorchScript) every
+// 100 nodes, so N/100 regions. BM_partition_plan: delegation_plan<B> (canonical graph, alias
+// analysis, regions, report); BM_partition_lower: lower_partially<B> (also the regions'
+// preprocess, the child module's TorchScript and the rewritten method).
+struct PartitionBench {
+  static constexpr std::string_view name = "td_bench_partition";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::add || node->kind() == c10::aten::sub || node->kind() == c10::prim::Constant;
+  }
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static std::string compile(const std::string& payload) { return payload; }
+  static std::vector<c10::IValue> execute(std::string&, torch_delegate::inputs) { return {}; }
+};
+
+const torch::jit::Module& module_of(std::int64_t nodes) {
+  static std::map<std::int64_t, torch::jit::Module> modules;
+  auto found = modules.find(nodes);
+  if (found != modules.end()) return found->second;
+  std::ostringstream source;
+  source << "def forward(self, x, h):\n    v = x\n";
+  for (std::int64_t i = 0; i < nodes; ++i) {
+    if (i % 100 == 99)
+      source << "    v = torch.relu(v)\n";
+    else
+      source << "    v = v " << (i % 2 ? "-" : "+") << " h\n";
+  }
+  source << "    return v\n";
+  torch::jit::Module module("m");
+  module.define(source.str());
+  return modules.emplace(nodes, module).first->second;
+}
+
+void BM_partition_plan(benchmark::State& state) {
+  const torch::jit::Module& module = module_of(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(torch_delegate::delegation_plan<PartitionBench>(module));
+  state.counters["nodes"] = static_cast<double>(state.range(0));
+}
+void BM_partition_lower(benchmark::State& state) {
+  const torch::jit::Module& module = module_of(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(torch_delegate::lower_partially<PartitionBench>(module));
+  state.counters["nodes"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_partition_plan)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_partition_lower)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
 // 2. the typed C++ path vs calling execute directly --------------------------------------------
 void BM_call_typed_ours(benchmark::State& state) {

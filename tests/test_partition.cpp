@@ -7,6 +7,7 @@
 #include <backend_with_compiler_demo/demo_backend.hpp>
 #include <torch_delegate/partition.hpp>
 
+#include <atomic>
 #include <random>
 #include <sstream>
 
@@ -22,6 +23,37 @@ struct ReferenceBackend : test_backends::GenericBackend {
     return node->kind() == c10::aten::add || node->kind() == c10::aten::sub || node->kind() == c10::aten::mul ||
            node->kind() == c10::prim::Constant;
   }
+};
+
+/// Refuses any region that multiplies (its own check on a whole candidate region).
+struct NoMulRegions : ReferenceBackend {
+  static constexpr std::string_view name = "td_partition_no_mul_regions";
+  static bool accepts_region(std::span<const torch::jit::Node* const> region) {
+    return std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return node->kind() == c10::aten::mul; });
+  }
+};
+
+/// Availability from test_backends::toggle_available; counts its execute calls.
+inline std::atomic<int> fallback_add_calls{0};
+struct FallbackAdd {
+  static constexpr std::string_view name = "td_partition_fallback";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::add || node->kind() == c10::prim::Constant;
+  }
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return test_backends::toggle_available.load(); }
+  static std::string compile(const std::string& payload) { return payload; }
+  static at::Tensor execute(std::string&, const at::Tensor& x, const at::Tensor& h) {
+    ++fallback_add_calls;
+    return x + h;
+  }
+};
+
+/// Sets toggle_available for a scope.
+struct availability {
+  explicit availability(bool value) : before(test_backends::toggle_available.exchange(value)) {}
+  ~availability() { test_backends::toggle_available = before; }
+  bool before;
 };
 
 /// Typed signatures only: (Tensor, Tensor) -> Tensor among them, nothing for three Tensors.
@@ -198,6 +230,24 @@ def forward(self, x, h):
   lowered_equal(module);
 }
 
+TEST_CASE("partial lowering: the backend refuses a whole candidate region") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = a * h
+    m = torch.relu(b)
+    return m - x
+)");
+  const auto plan = torch_delegate::delegation_plan<NoMulRegions>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::sub"});
+  std::size_t refused = 0;
+  for (const auto& kept : plan.methods[0].kept)
+    refused += kept.reason == torch_delegate::kept_reason::refused_by_backend && kept.detail == "2-node region";
+  CHECK(refused == 2);
+  lowered_equal<NoMulRegions>(module);
+}
+
 TEST_CASE("partial lowering: knobs") {
   const auto module = script(R"(
 def forward(self, x, h):
@@ -298,4 +348,62 @@ TEST_CASE("partial lowering: random graphs give the original's outputs") {
     lowered_equal(script(source.str()));
     lowered_equal<ReferenceBackend>(script(source.str()));
   }
+}
+
+TEST_CASE("partial lowering: availability, strict (default) and with fallback") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    return torch.relu(a) * 2.0
+)");
+  const at::Tensor x = torch::randn({5}), h = torch::randn({5});
+  const at::Tensor expected = torch::relu(x + h) * 2.0;
+  torch_delegate::partition_options fallback;
+  fallback.fallback_when_unavailable = true;
+  const std::string path = temp_path("availability.pt");
+
+  SUBCASE("available at lowering, unavailable at call time") {
+    auto strict_module = torch_delegate::lower_partially<FallbackAdd>(module);
+    auto fallback_module = torch_delegate::lower_partially<FallbackAdd>(module, fallback);
+    const int before = fallback_add_calls;
+    CHECK(fallback_module.forward({x, h}).toTensor().allclose(expected));
+    CHECK(fallback_add_calls == before + 1);  // available: the backend ran the region
+    availability off(false);
+    CHECK(error_of([&] { strict_module.forward({x, h}); }).find("Backend is not available.") != std::string::npos);
+    CHECK(fallback_module.forward({x, h}).toTensor().allclose(expected));
+    CHECK(fallback_add_calls == before + 1);  // unavailable: the original TorchScript ran
+  }
+  SUBCASE("available at lowering, unavailable at load") {
+    torch_delegate::lower_partially<FallbackAdd>(module).save(path);
+    {
+      availability off(false);
+      CHECK(error_of([&] { torch::jit::load(path); }).find("Backend is not available.") != std::string::npos);
+    }
+    torch_delegate::lower_partially<FallbackAdd>(module, fallback).save(path);
+    availability off(false);
+    torch::jit::Module loaded = torch::jit::load(path);
+    const int before = fallback_add_calls;
+    CHECK(loaded.forward({x, h}).toTensor().allclose(expected));
+    CHECK(fallback_add_calls == before);
+    // Available again later: the handles were never compiled, so the original keeps running.
+    availability on(true);
+    CHECK(loaded.forward({x, h}).toTensor().allclose(expected));
+    CHECK(fallback_add_calls == before);
+  }
+  SUBCASE("unavailable at lowering, available at load") {
+    {
+      availability off(false);
+      torch_delegate::lower_partially<FallbackAdd>(module, fallback).save(path);
+    }
+    torch::jit::Module loaded = torch::jit::load(path);
+    const int before = fallback_add_calls;
+    CHECK(loaded.forward({x, h}).toTensor().allclose(expected));
+    CHECK(fallback_add_calls == before + 1);
+  }
+  SUBCASE("unavailable at lowering, strict: LibTorch's warning, then its error at call time") {
+    availability off(false);
+    auto strict_module = torch_delegate::lower_partially<FallbackAdd>(module);
+    CHECK(error_of([&] { strict_module.forward({x, h}); }).find("Backend is not available.") != std::string::npos);
+  }
+  std::remove(path.c_str());
 }

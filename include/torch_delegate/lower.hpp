@@ -43,20 +43,31 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_planned(const lowering_plan& plan, 
 
 }  // namespace detail
 
-/// Lowers `module`'s methods to B with an untyped method_compile_spec, exactly LibTorch's
-/// format: {"forward": {"key": value, ...}, ...}. The original module is not modified.
+namespace detail {
+
 template <class B>
-lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::GenericDict& method_compile_spec) {
+lowered_module<B> lower_with(const torch::jit::Module& module, const c10::impl::GenericDict& method_compile_spec,
+                             bool fallback_when_unavailable) {
   register_backend<B>();
   // One plan: each unit's schema, signature and operator decided once; its options decoded once
   // (unknown keys warned about here), all before any preprocessing.
   detail::lowering_plan plan = detail::plan_lowering(B::name, detail::signature_records<B>, module, method_compile_spec);
   if (plan.units.empty()) detail::fail({B::name, {}}, "no method to lower: the method_compile_spec is empty");
+  plan.fallback_when_unavailable = fallback_when_unavailable;
   for (detail::delegate_unit& unit : plan.units)
     unit.options = std::make_shared<const options_t<B>>(
         detail::decode_backend_options<B>(unit.spec, unit.where(B::name), unknown_option_keys::warn));
   return lowered_module<B>(detail::lower_planned(plan, module, payload_version_of<B>(), &detail::preprocess_one<B>,
                                                  detail::runtime_of<B>::value));
+}
+
+}  // namespace detail
+
+/// Lowers `module`'s methods to B with an untyped method_compile_spec, exactly LibTorch's
+/// format: {"forward": {"key": value, ...}, ...}. The original module is not modified.
+template <class B>
+lowered_module<B> lower(const torch::jit::Module& module, const c10::impl::GenericDict& method_compile_spec) {
+  return detail::lower_with<B>(module, method_compile_spec, /*fallback_when_unavailable=*/false);
 }
 
 /// Lowers `module`'s methods to B with typed options per method (default: "forward" with

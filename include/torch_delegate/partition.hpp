@@ -32,6 +32,10 @@ struct partition_options {
   /// Every node must be delegated: an error naming the first node that would stay in
   /// TorchScript, instead of a partial lowering.
   bool require_full = false;
+  /// Availability fallback: where the backend is not available (at load or at call time), each
+  /// region runs its original TorchScript instead of raising "Backend is not available.".
+  /// Off by default (strict: LibTorch's behaviour and texts).
+  bool fallback_when_unavailable = false;
 };
 
 /// Why a node stays in TorchScript.
@@ -42,6 +46,7 @@ enum class kept_reason {
   mutation_or_aliasing,  // it writes to a tensor, or a value it makes is written to elsewhere
   boundary_type,         // a value it takes or makes cannot cross into the backend's execute
   region_too_small,      // its region has fewer nodes than the minimum region size
+  refused_by_backend,    // the backend's accepts_region refused the region it was in
 };
 
 /// "unsupported kind", "excluded by the user", ...
@@ -95,15 +100,20 @@ struct delegation_report {
 namespace detail {
 
 /// What partitioning needs of a backend, type-erased.
+using accepts_region_function = bool (*)(std::span<const torch::jit::Node* const> region);
+
 struct partition_backend {
   std::string_view name;
   supports_function supports;
+  accepts_region_function accepts_region = nullptr;  // B::accepts_region, if declared
   std::span<const signature_record> signatures;  // a region must match one of them
   std::size_t min_region_size = 1;               // the backend's own minimum
 };
 
-/// Lowers a module whose methods are the regions to the backend (lower<B> with default options).
-using lower_regions_function = std::function<torch::jit::Module(const torch::jit::Module& regions)>;
+/// Lowers a module whose methods are the regions to the backend (lower<B> with default options,
+/// with or without availability fallback).
+using lower_regions_function =
+    std::function<torch::jit::Module(const torch::jit::Module& regions, bool fallback_when_unavailable)>;
 
 /// The report of a partial lowering without lowering anything.
 TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
@@ -132,7 +142,12 @@ partition_backend partition_backend_of() {
                   "torch-delegate: partial lowering needs 'static bool supports(const torch::jit::Node*)' in the "
                   "backend: the one place that says which nodes it accepts (docs/partial-lowering.md).");
   } else {
-    return {B::name, &B::supports, signature_records<B>, backend_min_region_size<B>()};
+    accepts_region_function accepts = nullptr;
+    if constexpr (requires(std::span<const torch::jit::Node* const> region) {
+                    { B::accepts_region(region) } -> std::same_as<bool>;
+                  })
+      accepts = &B::accepts_region;
+    return {B::name, &B::supports, accepts, signature_records<B>, backend_min_region_size<B>()};
   }
 }
 
@@ -154,11 +169,11 @@ template <class B>
 torch::jit::Module lower_partially(const torch::jit::Module& module, const partition_options& options = {}) {
   register_backend<B>();
   return detail::lower_partitioned(detail::partition_backend_of<B>(), module, options,
-                                   [](const torch::jit::Module& regions) {
+                                   [](const torch::jit::Module& regions, bool fallback_when_unavailable) {
                                      c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
                                      for (const auto& method : regions.get_methods())
                                        spec.insert(method.name(), encode_options(options_t<B>{}));
-                                     return lower<B>(regions, spec).module();
+                                     return detail::lower_with<B>(regions, spec, fallback_when_unavailable).module();
                                    });
 }
 

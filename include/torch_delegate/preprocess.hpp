@@ -86,6 +86,10 @@ struct delegate_unit {
 struct lowering_plan {
   std::string backend;
   std::vector<delegate_unit> units;
+  /// Availability fallback (partial lowering): the lowered module loads where the backend is
+  /// unavailable (no "Backend is not available." from __setstate__) and answers
+  /// td_is_available(), so that its caller runs the original TorchScript instead.
+  bool fallback_when_unavailable = false;
 
   /// `__method_compile_spec`: each unit's spec, by name.
   TORCH_DELEGATE_DECL c10::impl::GenericDict spec() const;

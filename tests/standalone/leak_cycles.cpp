@@ -1,4 +1,4 @@
-// N cycles of lower -> save -> load -> run; the heap in use must not grow. Run with 4 000
+// N cycles of lower -> save -> load -> run; the heap in use must not grow. Run with 2 000
 // cycles by meson test, and under LeakSanitizer by tools/sanitize.
 // Usage: leak_cycles <cycles> <directory for the file>
 #include <backend_with_compiler_demo/demo_backend.hpp>

@@ -26,7 +26,12 @@ TORCH_DELEGATE_DECL std::string return_annotation(const c10::FunctionSchema& sch
 /// The methods every lowered module has. LibTorch's own lowered modules also have
 /// __create_backend, __is_available and __create_backend_debug_info; they are inlined here because
 /// torch::jit::load compiles every method of the class again (see docs/performance.md).
-TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& backend_class, const std::string& debug_info);
+TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& backend_class, const std::string& debug_info,
+                                                             bool fallback_when_unavailable = false);
+
+/// With availability fallback: `td_is_available()` on the lowered module (the backend is
+/// available and compiled this module's handles) and on its wrapper (forwarding).
+TORCH_DELEGATE_DECL std::string availability_method_source(bool wrapper);
 
 /// "torch_delegate.demo_execute0(<handle>, x, h)" (resolved by generated_code_resolver), a
 /// 1-tuple result re-wrapped.

@@ -80,7 +80,12 @@ TORCH_DELEGATE_DECL std::string return_annotation(const c10::FunctionSchema& sch
   return schema.returns()[0].type()->annotation_str();
 }
 
-TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& backend_class, const std::string& debug_info) {
+TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& backend_class, const std::string& debug_info,
+                                                             bool fallback_when_unavailable) {
+  const std::string unavailable = fallback_when_unavailable
+                                      ? "        td_no_handles_: Dict[str, Any] = {}\n"
+                                        "        self.__handles = td_no_handles_\n"
+                                      : "        raise Exception(\"Backend is not available.\")\n";
   return "def __getstate__(self):\n"
          "    return self.__method_compile_spec, self.__processed_module, True\n"
          "\n"
@@ -92,8 +97,16 @@ TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& 
          "        self.__backend_debug_info = " + debug_info + "\n"
          "    if self.__backend.is_available():\n"
          "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
-         "    else:\n"
-         "        raise Exception(\"Backend is not available.\")\n";
+         "    else:\n" +
+         unavailable;
+}
+
+TORCH_DELEGATE_DECL std::string availability_method_source(bool wrapper) {
+  if (wrapper)
+    return "def td_is_available(self) -> bool:\n"
+           "    return self.__loweredModule__.td_is_available()\n";
+  return "def td_is_available(self) -> bool:\n"
+         "    return len(self.__handles) > 0 and self.__backend.is_available()\n";
 }
 
 TORCH_DELEGATE_DECL std::string operator_call(const std::string& operator_name, const std::string& handle,

@@ -70,7 +70,7 @@ struct lowered_module_types {
 };
 
 TORCH_DELEGATE_DECL std::string lowered_types_key(const lowering_plan& plan, const torch::jit::Module& original) {
-  std::string key = plan.backend + "|" + original.type()->name()->qualifiedName();
+  std::string key = plan.backend + (plan.fallback_when_unavailable ? "|fallback|" : "|") + original.type()->name()->qualifiedName();
   for (const delegate_unit& unit : plan.units)
     key += "|" + unit.name + ":" + toString(unit.schema->cloneWithName("", "")) + "@" + unit.operator_name;
   return key;
@@ -98,8 +98,13 @@ inline lowered_module_types build_lowered_module_types(const lowering_plan& plan
   torch::jit::Module wrapper("torch.jit.LoweredWrapper." + plan.backend + "." + module_name, unit, /*shouldMangle=*/true);
   wrapper.register_module("__loweredModule__", lowered);
   const auto resolver = std::make_shared<generated_code_resolver>();
-  std::string lowered_source = lowered_module_common_source(backend_class_name(plan.backend), debug_info_value);
+  std::string lowered_source =
+      lowered_module_common_source(backend_class_name(plan.backend), debug_info_value, plan.fallback_when_unavailable);
   std::string wrapper_source;
+  if (plan.fallback_when_unavailable) {
+    lowered_source += "\n" + availability_method_source(/*wrapper=*/false);
+    wrapper_source = availability_method_source(/*wrapper=*/true);
+  }
   for (const delegate_unit& unit : plan.units) {
     const error_context where = unit.where(plan.backend);
     lowered_source += "\n" + lowered_method_source(unit.name, *unit.schema, where, unit.operator_name);
@@ -161,7 +166,10 @@ TORCH_DELEGATE_DECL torch::jit::Module assemble_lowered_module(const lowering_pl
   } else {
     TORCH_WARN(unavailable_warning(plan.backend));
     c10::impl::GenericDict placeholders(c10::StringType::get(), c10::AnyType::get());
-    for (const delegate_unit& unit : plan.units) placeholders.insert(unit.name, c10::IValue());
+    // None handles: calling one is LibTorch's "Backend is not available."; with fallback, no
+    // handles at all, which td_is_available() reads as "run the original".
+    if (!plan.fallback_when_unavailable)
+      for (const delegate_unit& unit : plan.units) placeholders.insert(unit.name, c10::IValue());
     lowered.setattr("__handles", placeholders);
   }
   torch::jit::Module wrapper(types.unit, types.wrapper);

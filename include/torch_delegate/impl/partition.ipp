@@ -22,6 +22,7 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
     case kept_reason::mutation_or_aliasing: return "mutation or aliasing";
     case kept_reason::boundary_type: return "boundary type";
     case kept_reason::region_too_small: return "region too small";
+    case kept_reason::refused_by_backend: return "refused by the backend";
   }
   return "?";
 }
@@ -237,6 +238,12 @@ inline std::vector<region> form_regions(const partition_backend& backend, const 
         p.keep(node, kept_reason::boundary_type, "no execute signature takes " + text, formed.depth);
       continue;
     }
+    if (backend.accepts_region &&
+        !backend.accepts_region(std::span<const torch::jit::Node* const>(formed.nodes.data(), formed.nodes.size()))) {
+      for (const torch::jit::Node* node : formed.nodes)
+        p.keep(node, kept_reason::refused_by_backend, std::to_string(formed.nodes.size()) + "-node region", formed.depth);
+      continue;
+    }
     region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, locate(formed.nodes[0]).file_line,
                         formed.depth};
     for (const torch::jit::Node* node : formed.nodes) {
@@ -293,7 +300,18 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
         child.type()->addMethod(function);
       }
       const std::string attribute = "__delegate_" + method;
-      result.register_module(attribute, lower_regions(child));
+      result.register_module(attribute, lower_regions(child, options.fallback_when_unavailable));
+
+      // With fallback, the method asks once, on entry, whether the regions can run in the backend.
+      torch::jit::Value* available = nullptr;
+      if (options.fallback_when_unavailable) {
+        torch::jit::WithInsertPoint at_entry(graph->block()->nodes().front());
+        torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attribute);
+        torch::jit::Node* ask = graph->insertNode(graph->create(c10::prim::CallMethod, {delegate}, 1));
+        ask->s_(c10::attr::name, "td_is_available");
+        ask->output()->setType(c10::BoolType::get());
+        available = ask->output();
+      }
 
       // Each region's nodes replaced by a call of its method on the child. A region's input may be
       // an output of an earlier region, replaced (and destroyed) by then: `replaced` maps it.
@@ -305,7 +323,15 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
       for (std::size_t i = 0; i < regions.size(); ++i) {
         const region& formed = regions[i];
         for (torch::jit::Node* read : formed.hoisted) read->moveBefore(formed.nodes.front());
-        torch::jit::WithInsertPoint insert(formed.nodes.front());
+        // With fallback: if available: <call the region> else: <the region's own nodes>.
+        torch::jit::Node* choice = nullptr;
+        if (available) {
+          choice = graph->create(c10::prim::If, {available}, 0);
+          choice->insertBefore(formed.nodes.front());
+          choice->addBlock();
+          choice->addBlock();
+        }
+        torch::jit::WithInsertPoint insert(choice ? choice->blocks()[0]->return_node() : formed.nodes.front());
         torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attribute);
         std::vector<torch::jit::Value*> arguments{delegate};
         for (torch::jit::Value* input : formed.inputs) {
@@ -317,15 +343,33 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
         call->setSourceRange(formed.nodes.front()->sourceRange());
         std::vector<c10::TypePtr> output_types;
         for (const torch::jit::Value* output : formed.outputs) output_types.push_back(output->type());
+        std::vector<torch::jit::Value*> results;
         if (formed.outputs.size() == 1) {
           call->output()->setType(output_types[0]);
-          replace(formed.outputs[0], call->output());
+          results.push_back(call->output());
         } else {
           call->output()->setType(c10::TupleType::create(output_types));
           torch::jit::Node* unpack = graph->insertNode(graph->createTupleUnpack(call->output()));
-          for (std::size_t k = 0; k < formed.outputs.size(); ++k) replace(formed.outputs[k], unpack->output(k));
+          results.assign(unpack->outputs().begin(), unpack->outputs().end());
         }
-        for (auto node = formed.nodes.rbegin(); node != formed.nodes.rend(); ++node) (*node)->destroy();
+        if (!choice) {
+          for (std::size_t k = 0; k < results.size(); ++k) replace(formed.outputs[k], results[k]);
+          for (auto node = formed.nodes.rbegin(); node != formed.nodes.rend(); ++node) (*node)->destroy();
+          continue;
+        }
+        // The if's outputs replace the region's outside it; the region's nodes move into the else
+        // branch, which returns their values.
+        const std::unordered_set<const torch::jit::Node*> inside(formed.nodes.begin(), formed.nodes.end());
+        for (std::size_t k = 0; k < results.size(); ++k) {
+          choice->blocks()[0]->registerOutput(results[k]);
+          torch::jit::Value* chosen = choice->addOutput()->setType(output_types[k]);
+          const std::vector<torch::jit::Use> uses = formed.outputs[k]->uses();
+          for (const torch::jit::Use& use : uses)
+            if (!inside.count(use.user)) use.user->replaceInput(use.offset, chosen);
+          replaced[formed.outputs[k]] = chosen;
+        }
+        for (torch::jit::Node* node : formed.nodes) node->moveBefore(choice->blocks()[1]->return_node());
+        for (torch::jit::Value* output : formed.outputs) choice->blocks()[1]->registerOutput(output);
       }
       torch::jit::EliminateDeadCode(graph);
 
