@@ -124,6 +124,25 @@ def forward(self, x, h):
         "    kept aten::relu: unsupported kind at <string>:4\n");
 }
 
+TEST_CASE("partial lowering: canonicalization folds a wrapper's branch on a constant flag (as F.relu's inplace)") {
+  // Inlined, helper's `if inplace:` is a prim::If on a constant; constant propagation removes it,
+  // so the add joins the sub in one region instead of stopping at control flow.
+  const auto module = script(R"(
+def helper(self, x, h, inplace: bool = False):
+    if inplace:
+        return x.add_(h)
+    return x + h
+
+def forward(self, x, h):
+    return self.helper(x, h) - h
+)");
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::add", "aten::sub"});
+  CHECK(plan.methods[0].kept.empty());
+  lowered_equal(module);
+}
+
 TEST_CASE("partial lowering: a diamond and a region feeding two consumers") {
   SUBCASE("diamond, all supported: one region") {
     const auto module = script(R"(
