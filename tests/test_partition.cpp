@@ -298,6 +298,27 @@ def forward(self, x, h):
     CHECK(excluded);
     lowered_equal(module, options);
   }
+  SUBCASE("submodules kept in TorchScript, by path") {
+    torch::jit::Module inner("Inner");
+    inner.define("def forward(self, x, h):\n    return x + h\n");
+    torch::jit::Module encoder("Encoder");
+    encoder.register_module("block", inner);
+    encoder.define("def forward(self, x, h):\n    return self.block.forward(x, h) - x\n");
+    torch::jit::Module parent("Parent");
+    parent.register_module("encoder", encoder);
+    parent.define("def forward(self, x, h):\n    return self.encoder.forward(x, h) + h\n");
+    CHECK(torch_delegate::delegation_plan<DemoBackend>(parent).methods[0].regions.size() == 1);
+    torch_delegate::partition_options options;
+    options.keep_submodules = {"encoder.block"};
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(parent, options);
+    REQUIRE(plan.methods[0].kept.size() == 1);
+    CHECK(plan.methods[0].kept[0].kind == "aten::add");
+    CHECK(plan.methods[0].kept[0].detail == "in submodule encoder.block");
+    CHECK(plan.methods[0].regions.size() == 1);  // encoder's sub and the parent's add
+    lowered_equal(parent, options);
+    options.keep_submodules = {"encoder"};
+    CHECK(torch_delegate::delegation_plan<DemoBackend>(parent, options).methods[0].kept.size() == 2);
+  }
   SUBCASE("require full") {
     torch_delegate::partition_options options;
     options.require_full = true;

@@ -29,6 +29,9 @@ struct partition_options {
   std::size_t min_region_size = 0;
   /// Node kinds to keep in TorchScript although the backend supports them, e.g. "aten::mul".
   std::set<std::string> keep_kinds;
+  /// Submodules (by attribute path from the module, e.g. "encoder.block1") whose nodes stay in
+  /// TorchScript, with everything they call.
+  std::set<std::string> keep_submodules;
   /// Every node must be delegated: an error naming the first node that would stay in
   /// TorchScript, instead of a partial lowering.
   bool require_full = false;

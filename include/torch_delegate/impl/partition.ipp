@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -74,6 +75,28 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Modu
   return graph;
 }
 
+/// "encoder.block1": the submodule a node was inlined from, by attribute path ("" for the
+/// method's own nodes; calls of the module's own methods add nothing).
+inline std::string submodule_path(const torch::jit::Node* node) {
+  std::string path;
+  if (auto call_stack = node->callstack())
+    for (const auto& [function, call_site, module] : (*call_stack)->vec()) {
+      if (!module || !module->class_type()) continue;
+      std::string name = module->instance_name();
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (name == "self") continue;
+      path += (path.empty() ? "" : ".") + module->instance_name();
+    }
+  return path;
+}
+
+/// The first of `kept` that is `path` or contains it, or nullptr.
+inline const std::string* kept_submodule(const std::set<std::string>& kept, const std::string& path) {
+  for (const std::string& submodule : kept)
+    if (path == submodule || path.rfind(submodule + ".", 0) == 0) return &submodule;
+  return nullptr;
+}
+
 inline bool crosses_as(const c10::TypePtr& type, bool generic) {
   if (type->isSubtypeOf(*c10::TensorType::get())) return true;
   if (!generic) return false;
@@ -114,6 +137,9 @@ struct partitioner {
     if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
     if (!backend.supports(node)) return std::make_pair(kept_reason::unsupported_kind, std::string());
     if (options.keep_kinds.count(kind)) return std::make_pair(kept_reason::excluded_by_user, std::string());
+    if (!options.keep_submodules.empty())
+      if (const std::string* submodule = kept_submodule(options.keep_submodules, submodule_path(node)))
+        return std::make_pair(kept_reason::excluded_by_user, "in submodule " + *submodule);
     if (alias.isMutable(node)) return std::make_pair(kept_reason::mutation_or_aliasing, std::string("writes to its input"));
     for (const torch::jit::Value* output : node->outputs())
       if (alias.hasWriters(output))
