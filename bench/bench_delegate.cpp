@@ -56,6 +56,25 @@ BENCHMARK(BM_call_scripted_original);
 BENCHMARK(BM_call_interpreter_upstream);
 BENCHMARK(BM_call_interpreter_ours);
 
+// The same add as a region of a partially lowered method (issue 12: a region's call overhead
+// within 1.2x of the whole-method path): forward calls the region's method on the delegate
+// child, which calls the backend.
+struct PartialAddBackend : bench::OurAddBackend {
+  static constexpr std::string_view name = "bench_ours_partial_add";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::add || node->kind() == c10::prim::Constant;
+  }
+};
+torch::jit::Module& partial_module() {
+  static torch::jit::Module module = torch_delegate::lower_partially<PartialAddBackend>(bench::scripted_add());
+  return module;
+}
+void BM_call_region_ours(benchmark::State& state) {
+  auto& module = partial_module();
+  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs()));
+}
+BENCHMARK(BM_call_region_ours);
+
 // Partial lowering on large methods (issue 12: partitioning 10 000 nodes in ≤ 1 s): a
 // straight-line method of N nodes, add/sub (supported) with a relu (kept in TorchScript) every
 // 100 nodes, so N/100 regions. BM_partition_plan: delegation_plan<B> (canonical graph, alias
@@ -229,6 +248,7 @@ namespace cases {
 void bare_aten_add() { benchmark::DoNotOptimize(at::add(x, h)); }
 void interpreter_upstream() { benchmark::DoNotOptimize(upstream_module().forward(inputs())); }
 void interpreter_ours() { benchmark::DoNotOptimize(our_module().module().forward(inputs())); }
+void region_ours() { benchmark::DoNotOptimize(partial_module().forward(inputs())); }
 void typed_ours() {
   static auto forward = our_module().method<at::Tensor(at::Tensor, at::Tensor)>("forward");
   benchmark::DoNotOptimize(forward(x, h));
@@ -264,6 +284,7 @@ void lower_second_ours() {
 TD_COUNT_CASE(bare_aten_add)
 TD_COUNT_CASE(interpreter_upstream)
 TD_COUNT_CASE(interpreter_ours)
+TD_COUNT_CASE(region_ours)
 TD_COUNT_CASE(typed_ours)
 TD_COUNT_CASE(direct_execute)
 TD_COUNT_CASE(load_upstream)
@@ -284,6 +305,7 @@ int instruction_cases() {
   const entry all[] = {{"bare_aten_add", cases::bare_aten_add, td_count_bare_aten_add, 200},
                        {"interpreter_upstream", cases::interpreter_upstream, td_count_interpreter_upstream, 200},
                        {"interpreter_ours", cases::interpreter_ours, td_count_interpreter_ours, 200},
+                       {"region_ours", cases::region_ours, td_count_region_ours, 200},
                        {"typed_ours", cases::typed_ours, td_count_typed_ours, 200},
                        {"direct_execute", cases::direct_execute, td_count_direct_execute, 200},
                        {"load_upstream", cases::load_upstream, td_count_load_upstream, 10},

@@ -95,6 +95,20 @@ std::size_t count_kind(const torch::jit::Module& module, const std::string& kind
   return count;
 }
 
+/// Parent.forward = encoder.forward(x, h) + h; Encoder.forward = block.forward(x, h) - x;
+/// Inner.forward = `block_body` (the submodules of a model, by path: "encoder", "encoder.block").
+torch::jit::Module nested_modules(const std::string& block_body) {
+  torch::jit::Module inner("Inner");
+  inner.define("def forward(self, x, h):\n    return " + block_body + "\n");
+  torch::jit::Module encoder("Encoder");
+  encoder.register_module("block", inner);
+  encoder.define("def forward(self, x, h):\n    return self.block.forward(x, h) - x\n");
+  torch::jit::Module parent("Parent");
+  parent.register_module("encoder", encoder);
+  parent.define("def forward(self, x, h):\n    return self.encoder.forward(x, h) + h\n");
+  return parent;
+}
+
 }  // namespace
 
 TEST_CASE("partial lowering: an unsupported node between two regions") {
@@ -299,14 +313,7 @@ def forward(self, x, h):
     lowered_equal(module, options);
   }
   SUBCASE("submodules kept in TorchScript, by path") {
-    torch::jit::Module inner("Inner");
-    inner.define("def forward(self, x, h):\n    return x + h\n");
-    torch::jit::Module encoder("Encoder");
-    encoder.register_module("block", inner);
-    encoder.define("def forward(self, x, h):\n    return self.block.forward(x, h) - x\n");
-    torch::jit::Module parent("Parent");
-    parent.register_module("encoder", encoder);
-    parent.define("def forward(self, x, h):\n    return self.encoder.forward(x, h) + h\n");
+    torch::jit::Module parent = nested_modules("x + h");
     CHECK(torch_delegate::delegation_plan<DemoBackend>(parent).methods[0].regions.size() == 1);
     torch_delegate::partition_options options;
     options.keep_submodules = {"encoder.block"};
@@ -319,12 +326,70 @@ def forward(self, x, h):
     options.keep_submodules = {"encoder"};
     CHECK(torch_delegate::delegation_plan<DemoBackend>(parent, options).methods[0].kept.size() == 2);
   }
+  SUBCASE("submodules lowered alone (selective lowering), by path") {
+    torch::jit::Module parent = nested_modules("x + h - x");
+    torch_delegate::partition_options options;
+    options.lower_submodules = {"encoder.block"};
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(parent, options);
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    CHECK(plan.methods[0].regions[0].node_count == 2);  // the block's add and sub
+    REQUIRE(plan.methods[0].kept.size() == 2);           // the encoder's sub, the parent's add
+    for (const auto& kept : plan.methods[0].kept) {
+      CHECK(kept.reason == torch_delegate::kept_reason::excluded_by_user);
+      CHECK(kept.detail == "outside the submodules to lower");
+    }
+    const auto lowered = lowered_equal(parent, options);
+    CHECK(count_kind(lowered, "aten::add") == 1);
+    CHECK(count_kind(lowered, "aten::sub") == 1);
+    // require_full applies to the selected submodules only.
+    options.require_full = true;
+    lowered_equal(parent, options);
+    options.lower_submodules = {"encoder"};  // its block included: 3 nodes in one region
+    CHECK(torch_delegate::delegation_plan<DemoBackend>(parent, options).methods[0].regions[0].node_count == 3);
+    // A submodule with an unsupported node cannot be lowered completely.
+    torch::jit::Module relu_block("ReluBlock");
+    relu_block.define("def forward(self, x, h):\n    return torch.relu(x) + h\n");
+    parent.register_module("activation", relu_block);
+    parent.define("def activate(self, x, h):\n    return self.activation.forward(x, h) * h\n");
+    options.methods = {"activate"};
+    options.lower_submodules = {"activation"};
+    CHECK(error_of([&] { torch_delegate::lower_partially<DemoBackend>(parent, options); }) ==
+          "torch-delegate: backend 'backend_with_compiler_demo', method 'activate': require_full: 1 node(s) would stay in "
+          "TorchScript, the first aten::relu (unsupported kind) at <string>:2");
+  }
+  SUBCASE("a submodule path that does not exist") {
+    torch::jit::Module parent = nested_modules("x + h");
+    torch_delegate::partition_options options;
+    options.keep_submodules = {"encodr"};
+    CHECK(error_of([&] { torch_delegate::delegation_plan<DemoBackend>(parent, options); }) ==
+          "torch-delegate: backend 'backend_with_compiler_demo': keep_submodules: 'encodr' is not a submodule of "
+          "__torch__.Parent (its submodules: encoder, encoder.block)");
+    options.keep_submodules.clear();
+    options.lower_submodules = {"encoder.blok"};
+    CHECK(error_of([&] { torch_delegate::lower_partially<DemoBackend>(parent, options); }) ==
+          "torch-delegate: backend 'backend_with_compiler_demo': lower_submodules: 'encoder.blok' is not a submodule of "
+          "__torch__.Parent (its submodules: encoder, encoder.block)");
+  }
   SUBCASE("require full") {
     torch_delegate::partition_options options;
     options.require_full = true;
     CHECK(error_of([&] { torch_delegate::lower_partially<DemoBackend>(module, options); }) ==
           "torch-delegate: backend 'backend_with_compiler_demo', method 'forward': require_full: 1 node(s) would stay in "
           "TorchScript, the first aten::mul (unsupported kind) at <string>:5");
+  }
+  SUBCASE("require full: attribute reads stay in TorchScript and do not count") {
+    torch::jit::Module weighted("Weighted");
+    weighted.register_parameter("bias", torch::randn({4}), false);
+    weighted.define("def forward(self, x, h):\n    return x + h - self.bias\n");
+    torch_delegate::partition_options options;
+    options.require_full = true;
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(weighted, options);
+    REQUIRE(plan.methods[0].kept.size() == 1);
+    CHECK(plan.methods[0].kept[0].reason == torch_delegate::kept_reason::attribute_read);
+    CHECK(plan.methods[0].kept[0].detail == "self.bias");
+    auto lowered = torch_delegate::lower_partially<DemoBackend>(weighted, options);
+    const at::Tensor x = torch::randn({2, 4}), h = torch::randn({2, 4});
+    CHECK(lowered.forward({x, h}).toTensor().allclose(weighted.forward({x, h}).toTensor()));
   }
   SUBCASE("a method that does not exist") {
     torch_delegate::partition_options options;
@@ -390,60 +455,85 @@ TEST_CASE("partial lowering: random graphs give the original's outputs") {
   }
 }
 
-TEST_CASE("partial lowering: availability, strict (default) and with fallback") {
-  const auto module = script(R"(
+TEST_CASE("availability table: strict (default) and fallback, partial and whole-method") {
+  // The seed's host/target availability table: whether the backend is available when lowering,
+  // when loading and when calling. Each cell in both modes, for a partial lowering (relu stays in
+  // TorchScript) and a whole-method one (require_full: the method is one region).
+  enum class cell { call_unavailable, load_unavailable, lowered_unavailable_loaded_available, never_available };
+  const auto partial = script(R"(
 def forward(self, x, h):
     a = x + h
     return torch.relu(a) * 2.0
 )");
+  const auto whole = script(R"(
+def forward(self, x, h):
+    return x + h
+)");
   const at::Tensor x = torch::randn({5}), h = torch::randn({5});
-  const at::Tensor expected = torch::relu(x + h) * 2.0;
-  torch_delegate::partition_options fallback;
-  fallback.fallback_when_unavailable = true;
   const std::string path = temp_path("availability.pt");
-
-  SUBCASE("available at lowering, unavailable at call time") {
-    auto strict_module = torch_delegate::lower_partially<FallbackAdd>(module);
-    auto fallback_module = torch_delegate::lower_partially<FallbackAdd>(module, fallback);
-    const int before = fallback_add_calls;
-    CHECK(fallback_module.forward({x, h}).toTensor().allclose(expected));
-    CHECK(fallback_add_calls == before + 1);  // available: the backend ran the region
-    availability off(false);
-    CHECK(error_of([&] { strict_module.forward({x, h}); }).find("Backend is not available.") != std::string::npos);
-    CHECK(fallback_module.forward({x, h}).toTensor().allclose(expected));
-    CHECK(fallback_add_calls == before + 1);  // unavailable: the original TorchScript ran
-  }
-  SUBCASE("available at lowering, unavailable at load") {
-    torch_delegate::lower_partially<FallbackAdd>(module).save(path);
-    {
-      availability off(false);
-      CHECK(error_of([&] { torch::jit::load(path); }).find("Backend is not available.") != std::string::npos);
-    }
-    torch_delegate::lower_partially<FallbackAdd>(module, fallback).save(path);
-    availability off(false);
-    torch::jit::Module loaded = torch::jit::load(path);
-    const int before = fallback_add_calls;
-    CHECK(loaded.forward({x, h}).toTensor().allclose(expected));
-    CHECK(fallback_add_calls == before);
-    // Available again later: the handles were never compiled, so the original keeps running.
-    availability on(true);
-    CHECK(loaded.forward({x, h}).toTensor().allclose(expected));
-    CHECK(fallback_add_calls == before);
-  }
-  SUBCASE("unavailable at lowering, available at load") {
-    {
-      availability off(false);
-      torch_delegate::lower_partially<FallbackAdd>(module, fallback).save(path);
-    }
-    torch::jit::Module loaded = torch::jit::load(path);
-    const int before = fallback_add_calls;
-    CHECK(loaded.forward({x, h}).toTensor().allclose(expected));
-    CHECK(fallback_add_calls == before + 1);
-  }
-  SUBCASE("unavailable at lowering, strict: LibTorch's warning, then its error at call time") {
-    availability off(false);
-    auto strict_module = torch_delegate::lower_partially<FallbackAdd>(module);
-    CHECK(error_of([&] { strict_module.forward({x, h}); }).find("Backend is not available.") != std::string::npos);
-  }
+  for (const bool fallback : {false, true})
+    for (const bool whole_method : {false, true})
+      for (const cell which : {cell::call_unavailable, cell::load_unavailable, cell::lowered_unavailable_loaded_available,
+                               cell::never_available}) {
+        CAPTURE(fallback);
+        CAPTURE(whole_method);
+        CAPTURE(static_cast<int>(which));
+        torch::jit::Module module = whole_method ? whole : partial;
+        const at::Tensor expected = module.forward({x, h}).toTensor();
+        torch_delegate::partition_options options;
+        options.fallback_when_unavailable = fallback;
+        options.require_full = whole_method;
+        const bool available_at_lowering = which == cell::call_unavailable || which == cell::load_unavailable;
+        torch::jit::Module lowered = [&] {
+          availability scope(available_at_lowering);
+          return torch_delegate::lower_partially<FallbackAdd>(module, options);
+        }();
+        if (whole_method) CHECK(count_kind(lowered, "aten::add") == (fallback ? 1 : 0));  // only the else branch
+        // What a call gives: the backend's result (ran_in_backend), the original's (fallback), or
+        // LibTorch's error (strict).
+        auto call = [&](torch::jit::Module& target, bool ran_in_backend) {
+          if (!ran_in_backend && !fallback) {
+            CHECK(error_of([&] { target.forward({x, h}); }).find("Backend is not available.") != std::string::npos);
+            return;
+          }
+          const int calls = fallback_add_calls;
+          CHECK(target.forward({x, h}).toTensor().allclose(expected));
+          CHECK(fallback_add_calls == calls + (ran_in_backend ? 1 : 0));
+        };
+        switch (which) {
+          case cell::call_unavailable: {
+            call(lowered, true);
+            availability off(false);
+            call(lowered, false);
+            break;
+          }
+          case cell::load_unavailable: {
+            lowered.save(path);
+            availability off(false);
+            if (!fallback) {
+              CHECK(error_of([&] { torch::jit::load(path); }).find("Backend is not available.") != std::string::npos);
+              break;
+            }
+            torch::jit::Module loaded = torch::jit::load(path);
+            call(loaded, false);
+            // Available again later: the handles were never compiled, so the original keeps running.
+            availability on(true);
+            call(loaded, false);
+            break;
+          }
+          case cell::lowered_unavailable_loaded_available: {
+            lowered.save(path);
+            availability on(true);
+            torch::jit::Module loaded = torch::jit::load(path);
+            call(loaded, true);
+            break;
+          }
+          case cell::never_available: {
+            availability off(false);
+            call(lowered, false);
+            break;
+          }
+        }
+      }
   std::remove(path.c_str());
 }

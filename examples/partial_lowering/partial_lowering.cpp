@@ -1,13 +1,22 @@
 // Partial lowering: the demo backend (add and sub only) takes the regions of a method it
 // supports; relu and the weight read stay in TorchScript. The delegation report before lowering
-// (a dry run) and after save and load; the outputs equal the original's.
+// (a dry run) and after save and load; the outputs equal the original's. Then selective lowering
+// (one submodule, by path) and availability fallback (a backend whose device goes away).
 #include <backend_with_compiler_demo/demo_backend.hpp>
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/torch_delegate.hpp>
 
 #include <torch/script.h>
 
+#include <atomic>
 #include <iostream>
+
+// The demo backend on a device that can go away: is_available() turns false when unplugged.
+std::atomic<bool> device_present{true};
+struct UnpluggableDemo : demo::DemoBackend {
+  static constexpr std::string_view name = "unpluggable_demo";
+  static bool is_available() { return device_present.load(); }
+};
 
 int main() {
   torch::jit::Module model("Model");
@@ -31,7 +40,45 @@ def forward(self, x, h):
   // [partial]
 
   const at::Tensor x = torch::randn({2, 4}), h = torch::randn({2, 4});
-  const bool equal = loaded.forward({x, h}).toTensor().allclose(model.forward({x, h}).toTensor());
+  bool equal = loaded.forward({x, h}).toTensor().allclose(model.forward({x, h}).toTensor());
+
+  torch::jit::Module encoder("Encoder");
+  encoder.define("def forward(self, x, h):\n    return x + h - x\n");
+  torch::jit::Module net("Net");
+  net.register_module("encoder", encoder);
+  net.define("def forward(self, x, h):\n    y = self.encoder.forward(x, h)\n    return y - h + x\n");
+  // [selective]
+  torch_delegate::partition_options only_encoder;
+  only_encoder.lower_submodules = {"encoder"};  // LibTorch's selective lowering, by path
+  only_encoder.require_full = true;             // ... and all of the encoder, or an error
+  std::cout << "--- output: selective ---\n"
+            << torch_delegate::delegation_plan<demo::DemoBackend>(net, only_encoder).to_string() << "--- end output ---\n";
+  torch::jit::Module selective = torch_delegate::lower_partially<demo::DemoBackend>(net, only_encoder);
+  // [selective]
+  equal = equal && selective.forward({x, h}).toTensor().allclose(net.forward({x, h}).toTensor());
+
+  // [fallback]
+  torch_delegate::partition_options fallback;
+  fallback.fallback_when_unavailable = true;
+  torch::jit::Module resilient = torch_delegate::lower_partially<UnpluggableDemo>(model, fallback);
+  at::Tensor in_backend = resilient.forward({x, h}).toTensor();  // the regions run in the backend
+  device_present = false;                                         // the device goes away
+  at::Tensor in_torchscript = resilient.forward({x, h}).toTensor();  // the original TorchScript runs
+  // [fallback]
+  equal = equal && in_backend.allclose(in_torchscript) && in_torchscript.allclose(model.forward({x, h}).toTensor());
+  // Without fallback (the default), the same call raises LibTorch's error.
+  device_present = true;
+  torch::jit::Module strict = torch_delegate::lower_partially<UnpluggableDemo>(model);
+  device_present = false;
+  try {
+    strict.forward({x, h});
+    equal = false;
+  } catch (const std::exception& error) {  // the interpreter's error, LibTorch's text in it
+    const bool libtorch_text = std::string(error.what()).find("Backend is not available.") != std::string::npos;
+    std::cout << "strict mode: " << (libtorch_text ? "Backend is not available." : error.what()) << "\n";
+    equal = equal && libtorch_text;
+  }
+
   std::cout << (equal ? "partial_lowering: same outputs as the original" : "MISMATCH") << "\n";
   return equal ? 0 : 1;
 }

@@ -32,8 +32,14 @@ struct partition_options {
   /// Submodules (by attribute path from the module, e.g. "encoder.block1") whose nodes stay in
   /// TorchScript, with everything they call.
   std::set<std::string> keep_submodules;
-  /// Every node must be delegated: an error naming the first node that would stay in
-  /// TorchScript, instead of a partial lowering.
+  /// Selective lowering (LibTorch's `_jit_to_backend_selective`, here in C++): when not empty,
+  /// only the nodes of these submodules (by attribute path, with everything they call) are
+  /// delegated; the rest of the module stays in TorchScript. With `require_full`, every node of
+  /// these submodules must be delegated.
+  std::set<std::string> lower_submodules;
+  /// Every node must be delegated (attribute reads aside: they stay in TorchScript and pass their
+  /// value in): an error naming the first node that would stay in TorchScript, instead of a
+  /// partial lowering.
   bool require_full = false;
   /// Availability fallback: where the backend is not available (at load or at call time), each
   /// region runs its original TorchScript instead of raising "Backend is not available.".
@@ -50,6 +56,7 @@ enum class kept_reason {
   boundary_type,         // a value it takes or makes cannot cross into the backend's execute
   region_too_small,      // its region has fewer nodes than the minimum region size
   refused_by_backend,    // the backend's accepts_region refused the region it was in
+  attribute_read,        // prim::GetAttr (self.weight): read in TorchScript, its value passed to the region
 };
 
 /// "unsupported kind", "excluded by the user", ...
@@ -68,7 +75,7 @@ struct region_report {
 struct kept_node {
   std::string kind;
   kept_reason reason;
-  std::string detail;    // e.g. the type that cannot cross, or the region size
+  std::string detail;    // e.g. the type that cannot cross, the region size, "outside the submodules to lower"
   std::string location;  // "model.py:12", or ""
   int depth = 0;
 };

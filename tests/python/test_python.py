@@ -129,6 +129,19 @@ class CppSavedModules(unittest.TestCase):
         mobile_path = os.path.join(workdir, "partially_lowered.ptl")
         loaded._save_for_lite_interpreter(mobile_path)
         self.assertTrue(torch.allclose(_load_for_lite_interpreter(mobile_path)(x, h), expected))
+        # A region's run-time error points at the model's own line, in the full JIT and, symbolicated
+        # by LibTorch from the debug handles, in the lite interpreter.
+        bad = (torch.rand(2, 4), torch.rand(13, 9))
+        debug_path = os.path.join(workdir, "partially_lowered_debug.ptl")
+        loaded._save_for_lite_interpreter(debug_path, _save_mobile_debug_info=True)
+        for run in (loaded, _load_for_lite_interpreter(debug_path)):
+            with self.assertRaises(RuntimeError) as raised:
+                run(*bad)
+            message = str(raised.exception)
+            self.assertIn("backend 'backend_with_compiler_demo', method 'forward_region_0': in execute", message)
+            self.assertIn("shapes [2, 4] and [13, 9] are not broadcastable", message)
+            self.assertIn("The failing instruction implements aten::add", message)
+            self.assertIn("    a = x + h - self.bias\n        ~~~~~ <--- HERE", message)
 
     def test_load_module_lowered_and_saved_by_cpp(self):
         saved = path("cpp_lowered.pt")

@@ -24,6 +24,7 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
     case kept_reason::boundary_type: return "boundary type";
     case kept_reason::region_too_small: return "region too small";
     case kept_reason::refused_by_backend: return "refused by the backend";
+    case kept_reason::attribute_read: return "attribute read";
   }
   return "?";
 }
@@ -90,11 +91,32 @@ inline std::string submodule_path(const torch::jit::Node* node) {
   return path;
 }
 
-/// The first of `kept` that is `path` or contains it, or nullptr.
-inline const std::string* kept_submodule(const std::set<std::string>& kept, const std::string& path) {
-  for (const std::string& submodule : kept)
+/// The first of `submodules` that is `path` or contains it, or nullptr.
+inline const std::string* enclosing_submodule(const std::set<std::string>& submodules, const std::string& path) {
+  for (const std::string& submodule : submodules)
     if (path == submodule || path.rfind(submodule + ".", 0) == 0) return &submodule;
   return nullptr;
+}
+
+/// The detail of a node kept because it is outside partition_options::lower_submodules.
+inline constexpr std::string_view outside_selection = "outside the submodules to lower";
+
+/// Every path in keep_submodules and lower_submodules names a submodule of `module`.
+inline void check_submodule_paths(const partition_backend& backend, const torch::jit::Module& module,
+                                  const partition_options& options) {
+  std::set<std::string> known;
+  for (const torch::jit::NameModule& named : module.named_modules())
+    if (!named.name.empty()) known.insert(named.name);
+  for (const auto& [knob, paths] : {std::pair{"keep_submodules", &options.keep_submodules},
+                                    std::pair{"lower_submodules", &options.lower_submodules}})
+    for (const std::string& path : *paths)
+      if (!known.count(path)) {
+        std::string list;
+        for (const std::string& name : known) list += (list.empty() ? "" : ", ") + name;
+        fail({backend.name, {}}, std::string(knob) + ": '" + path + "' is not a submodule of " +
+                                     module.type()->name()->qualifiedName() + " (its submodules: " +
+                                     (list.empty() ? "none" : list) + ")");
+      }
 }
 
 inline bool crosses_as(const c10::TypePtr& type, bool generic) {
@@ -134,12 +156,17 @@ struct partitioner {
   /// Why `node` cannot join a region, or nothing.
   std::optional<std::pair<kept_reason, std::string>> refusal(torch::jit::Node* node) {
     const std::string kind = node->kind().toQualString();
+    // The user's choice of submodules first: outside the selection, nothing else matters.
+    if (!options.keep_submodules.empty() || !options.lower_submodules.empty()) {
+      const std::string path = submodule_path(node);
+      if (const std::string* submodule = enclosing_submodule(options.keep_submodules, path))
+        return std::make_pair(kept_reason::excluded_by_user, "in submodule " + *submodule);
+      if (!options.lower_submodules.empty() && !enclosing_submodule(options.lower_submodules, path))
+        return std::make_pair(kept_reason::excluded_by_user, std::string(outside_selection));
+    }
     if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
     if (!backend.supports(node)) return std::make_pair(kept_reason::unsupported_kind, std::string());
     if (options.keep_kinds.count(kind)) return std::make_pair(kept_reason::excluded_by_user, std::string());
-    if (!options.keep_submodules.empty())
-      if (const std::string* submodule = kept_submodule(options.keep_submodules, submodule_path(node)))
-        return std::make_pair(kept_reason::excluded_by_user, "in submodule " + *submodule);
     if (alias.isMutable(node)) return std::make_pair(kept_reason::mutation_or_aliasing, std::string("writes to its input"));
     for (const torch::jit::Value* output : node->outputs())
       if (alias.hasWriters(output))
@@ -190,7 +217,7 @@ struct partitioner {
         // A weight or attribute read stays in TorchScript and passes its value to the region; it
         // does not end a run: it has no effects, so it can move before the region's call.
         const std::string path = attribute_path(node);
-        keep(node, kept_reason::unsupported_kind, "reads " + (path.empty() ? std::string("an attribute") : path), depth);
+        keep(node, kept_reason::attribute_read, path.empty() ? std::string("an attribute") : path, depth);
         if (!run.empty()) reads.push_back(node);
         continue;
       }
@@ -283,17 +310,23 @@ inline std::vector<region> form_regions(const partition_backend& backend, const 
   return accepted;
 }
 
+/// require_full: attribute reads and the nodes outside lower_submodules may stay in TorchScript.
 inline void check_full(const partition_options& options, const partition_backend& backend, const method_delegation& report) {
-  if (!options.require_full || report.kept.empty()) return;
-  const kept_node& first = report.kept.front();
+  if (!options.require_full) return;
+  std::vector<const kept_node*> kept;
+  for (const kept_node& node : report.kept)
+    if (node.reason != kept_reason::attribute_read && node.detail != outside_selection) kept.push_back(&node);
+  if (kept.empty()) return;
+  const kept_node& first = *kept.front();
   fail({backend.name, report.method},
-       "require_full: " + std::to_string(report.kept.size()) + " node(s) would stay in TorchScript, the first " + first.kind +
+       "require_full: " + std::to_string(kept.size()) + " node(s) would stay in TorchScript, the first " + first.kind +
            " (" + std::string(to_string(first.reason)) + (first.detail.empty() ? "" : ": " + first.detail) + ")" +
            (first.location.empty() ? "" : " at " + first.location));
 }
 
 TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
                                                        const partition_options& options) {
+  check_submodule_paths(backend, module, options);
   delegation_report report{std::string(backend.name), module.type()->name()->qualifiedName(), {}};
   for (const std::string& method : options.methods) {
     schema_of(module, method, {backend.name, method});
@@ -308,6 +341,7 @@ TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& 
 TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend& backend, const torch::jit::Module& module,
                                                          const partition_options& options,
                                                          const lower_regions_function& lower_regions) {
+  check_submodule_paths(backend, module, options);
   // A copy with new class types that shares every parameter, buffer and attribute value.
   torch::jit::Module result = module.clone(/*inplace=*/true);
   delegation_report report{std::string(backend.name), module.type()->name()->qualifiedName(), {}};
