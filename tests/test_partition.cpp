@@ -33,6 +33,17 @@ struct NoMulRegions : ReferenceBackend {
   }
 };
 
+/// Takes regions of add and sub, but its preprocess rejects sub (as a compiler that finds a
+/// problem only when it compiles the region).
+struct RejectsSubInPreprocess : ReferenceBackend {
+  static constexpr std::string_view name = "td_partition_rejects_sub";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    for (const torch::jit::Node* node : method.graph()->nodes())
+      if (node->kind() == c10::aten::sub) method.reject(node, "sub is not compiled here.");
+    return ReferenceBackend::preprocess(method);
+  }
+};
+
 /// Availability from test_backends::toggle_available; counts its execute calls.
 inline std::atomic<int> fallback_add_calls{0};
 struct FallbackAdd {
@@ -281,6 +292,20 @@ def forward(self, x, h):
   lowered_equal<NoMulRegions>(module);
 }
 
+TEST_CASE("partial lowering: a preprocess rejection in a region points at the model's line") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = torch.relu(a)
+    c = b - h
+    return c
+)");
+  const std::string error = error_of([&] { torch_delegate::lower_partially<RejectsSubInPreprocess>(module); });
+  CHECK_CONTAINS(error, "sub is not compiled here. Source code: ");
+  CHECK_CONTAINS(error, "line 5");
+  CHECK_CONTAINS(error, "    c = b - h\n        ~~~~~ <--- HERE");
+}
+
 TEST_CASE("partial lowering: knobs") {
   const auto module = script(R"(
 def forward(self, x, h):
@@ -417,6 +442,10 @@ def forward(self, x, h):
   CHECK(count_kind(module, "prim::CallMethod") == 0);
   CHECK(lowered.attr("w").toTensor().data_ptr() == module.attr("w").toTensor().data_ptr());
   CHECK(lowered.get_method("forward").function().getSchema().arguments()[1].name() == "x");
+  // An unannotated argument's inferred Tensor becomes an explicit Tensor: LibTorch checks a call's
+  // Tensor arguments cheaply only against that one (bench: BM_call_region_ours).
+  CHECK(module.get_method("forward").function().getSchema().arguments()[1].type()->expectRef<c10::TensorType>().isInferredType());
+  CHECK(!lowered.get_method("forward").function().getSchema().arguments()[1].type()->expectRef<c10::TensorType>().isInferredType());
 
   const std::string path = temp_path("partial.pt");
   lowered.save(path);

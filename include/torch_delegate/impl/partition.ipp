@@ -324,6 +324,19 @@ inline void check_full(const partition_options& options, const partition_backend
            (first.location.empty() ? "" : " at " + first.location));
 }
 
+/// `schema` with each unannotated argument's inferred `Tensor` as an explicit `Tensor`: the same
+/// type, but LibTorch 1.13 checks a call's Tensor arguments cheaply only against the explicit one
+/// (FunctionSchema::checkArg's fast path compares with TensorType::get()); against the inferred
+/// one it builds a complete TensorType of every argument on every call, ~1 µs for two.
+inline c10::FunctionSchema with_explicit_tensor_types(const c10::FunctionSchema& schema) {
+  std::vector<c10::Argument> arguments;
+  for (const c10::Argument& argument : schema.arguments()) {
+    const auto tensor = argument.type()->cast<c10::TensorType>();
+    arguments.push_back(tensor && tensor->isInferredType() ? argument.cloneWithType(c10::TensorType::get()) : argument);
+  }
+  return schema.cloneWithArguments(std::move(arguments));
+}
+
 TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
                                                        const partition_options& options) {
   check_submodule_paths(backend, module, options);
@@ -442,7 +455,7 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
       result.type()->unsafeRemoveMethod(method);
       result._ivalue()->compilation_unit()->unsafeRemoveMethod(name);
       torch::jit::Function* function = result._ivalue()->compilation_unit()->create_function(name, graph);
-      function->setSchema(schema);
+      function->setSchema(with_explicit_tensor_types(schema));
       result.type()->addMethod(function);
     }
     report.methods.push_back(std::move(entry));
