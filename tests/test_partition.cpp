@@ -44,6 +44,14 @@ struct RejectsSubInPreprocess : ReferenceBackend {
   }
 };
 
+/// Typed options (a required target, a scale) and typed signatures; takes regions of adds.
+struct TypedOptionsAdd : test_backends::TypedBackend {
+  static constexpr std::string_view name = "td_partition_typed_options";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::add || node->kind() == c10::prim::Constant;
+  }
+};
+
 /// Availability from test_backends::toggle_available; counts its execute calls.
 inline std::atomic<int> fallback_add_calls{0};
 struct FallbackAdd {
@@ -304,6 +312,46 @@ def forward(self, x, h):
   CHECK_CONTAINS(error, "sub is not compiled here. Source code: ");
   CHECK_CONTAINS(error, "line 5");
   CHECK_CONTAINS(error, "    c = b - h\n        ~~~~~ <--- HERE");
+}
+
+TEST_CASE("partial lowering: each region is compiled with its method's typed options") {
+  auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    return torch.relu(a)
+
+def encode(self, x, h):
+    b = torch.relu(x)
+    return b + h
+)");
+  torch_delegate::partition_options options;
+  options.methods = {"forward", "encode"};
+  test_backends::typed_options forward_options;
+  forward_options.target = std::string("cpu");
+  forward_options.scale = 3.0;
+  test_backends::typed_options encode_options;
+  encode_options.target = std::string("cpu");
+  encode_options.scale = -1.0;
+  auto lowered = torch_delegate::lower_partially<TypedOptionsAdd>(module, options,
+                                                                  {{"forward", forward_options}, {"encode", encode_options}});
+  const at::Tensor x = torch::randn({4}), h = torch::randn({4});
+  CHECK(lowered.forward({x, h}).toTensor().allclose(torch::relu((x + h) * 3.0)));  // the backend scales its result
+  CHECK(lowered.get_method("encode")({x, h}).toTensor().allclose((torch::relu(x) + h) * -1.0));
+  // After save and load the regions compile with the same options.
+  const std::string path = temp_path("typed_options_partial.pt");
+  lowered.save(path);
+  torch::jit::Module loaded = torch::jit::load(path);
+  CHECK(loaded.forward({x, h}).toTensor().allclose(torch::relu((x + h) * 3.0)));
+  std::remove(path.c_str());
+
+  // A required option not given: the error names the region and the option.
+  CHECK(error_of([&] { torch_delegate::lower_partially<TypedOptionsAdd>(module, options); }) ==
+        "torch-delegate: backend 'td_partition_typed_options', method 'forward_region_0': missing required option 'target' (str)");
+  // Options for a method that is not partitioned.
+  options.methods = {"forward"};
+  CHECK(error_of([&] { torch_delegate::lower_partially<TypedOptionsAdd>(module, options, {{"encode", encode_options}}); }) ==
+        "torch-delegate: backend 'td_partition_typed_options', method 'encode': compile options are given for a method that "
+        "is not partitioned (partition_options::methods: forward)");
 }
 
 TEST_CASE("partial lowering: knobs") {

@@ -120,10 +120,14 @@ struct partition_backend {
   std::size_t min_region_size = 1;               // the backend's own minimum
 };
 
-/// Lowers a module whose methods are the regions to the backend (lower<B> with default options,
-/// with or without availability fallback).
-using lower_regions_function =
-    std::function<torch::jit::Module(const torch::jit::Module& regions, bool fallback_when_unavailable)>;
+/// Lowers a module whose methods are the regions of `method` to the backend (lower<B> with that
+/// method's options, with or without availability fallback).
+using lower_regions_function = std::function<torch::jit::Module(const torch::jit::Module& regions, const std::string& method,
+                                                                bool fallback_when_unavailable)>;
+
+/// Every method with compile options is one that partial lowering partitions.
+TORCH_DELEGATE_DECL void check_option_methods(std::string_view backend, const std::vector<std::string>& option_methods,
+                                              const partition_options& options);
 
 /// The report of a partial lowering without lowering anything.
 TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
@@ -174,17 +178,25 @@ delegation_report delegation_plan(const torch::jit::Module& module, const partit
 
 /// Delegates the regions of `options.methods` that B supports; the rest stays TorchScript. The
 /// result is a plain TorchScript module (save, load, run anywhere B is registered). The original
-/// module is not modified; the result shares its parameters.
+/// module is not modified; the result shares its parameters. Each region of a method is compiled
+/// with that method's entry in `compile_options` (default-constructed options where it has none;
+/// a backend with required options must be given them).
 template <class B>
-torch::jit::Module lower_partially(const torch::jit::Module& module, const partition_options& options = {}) {
+torch::jit::Module lower_partially(const torch::jit::Module& module, const partition_options& options = {},
+                                   const method_options<B>& compile_options = {}) {
   register_backend<B>();
-  return detail::lower_partitioned(detail::partition_backend_of<B>(), module, options,
-                                   [](const torch::jit::Module& regions, bool fallback_when_unavailable) {
-                                     c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
-                                     for (const auto& method : regions.get_methods())
-                                       spec.insert(method.name(), encode_options(options_t<B>{}));
-                                     return detail::lower_with<B>(regions, spec, fallback_when_unavailable).module();
-                                   });
+  std::vector<std::string> option_methods;
+  for (const auto& entry : compile_options) option_methods.push_back(entry.first);
+  detail::check_option_methods(B::name, option_methods, options);
+  return detail::lower_partitioned(
+      detail::partition_backend_of<B>(), module, options,
+      [&compile_options](const torch::jit::Module& regions, const std::string& method, bool fallback_when_unavailable) {
+        const auto given = compile_options.find(method);
+        const c10::IValue method_spec = given == compile_options.end() ? encode_options(options_t<B>{}) : encode_options(given->second);
+        c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+        for (const auto& region : regions.get_methods()) spec.insert(region.name(), method_spec);
+        return detail::lower_with<B>(regions, spec, fallback_when_unavailable).module();
+      });
 }
 
 /// The delegation report a partially lowered module carries (as text); empty for any other module.

@@ -337,6 +337,17 @@ inline c10::FunctionSchema with_explicit_tensor_types(const c10::FunctionSchema&
   return schema.cloneWithArguments(std::move(arguments));
 }
 
+TORCH_DELEGATE_DECL void check_option_methods(std::string_view backend, const std::vector<std::string>& option_methods,
+                                              const partition_options& options) {
+  for (const std::string& method : option_methods)
+    if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end()) {
+      std::string partitioned;
+      for (const std::string& name : options.methods) partitioned += (partitioned.empty() ? "" : ", ") + name;
+      fail({backend, method}, "compile options are given for a method that is not partitioned (partition_options::methods: " +
+                                  partitioned + ")");
+    }
+}
+
 TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
                                                        const partition_options& options) {
   check_submodule_paths(backend, module, options);
@@ -373,7 +384,7 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
         child.type()->addMethod(function);
       }
       const std::string attribute = "__delegate_" + method;
-      result.register_module(attribute, lower_regions(child, options.fallback_when_unavailable));
+      result.register_module(attribute, lower_regions(child, method, options.fallback_when_unavailable));
 
       // With fallback, the method asks once, on entry, whether the regions can run in the backend.
       torch::jit::Value* available = nullptr;
