@@ -176,6 +176,62 @@ def forward(self, x, h):
   lowered_equal(module);
 }
 
+TEST_CASE("partial lowering: a run goes on past an unsupported node that it does not depend on") {
+  SUBCASE("independent of the relu: one region of both adds, called before the relu") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    r = torch.relu(x)
+    c = a - h
+    return r + c
+)");
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+    REQUIRE(plan.methods[0].regions.size() == 2);  // add, sub | (relu) | the last add uses r
+    CHECK(plan.methods[0].regions[0].node_count == 2);
+    CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::add", "aten::sub"});
+    const auto lowered = lowered_equal(module);
+    CHECK(count_kind(lowered, "prim::CallMethod") == 2);
+  }
+  SUBCASE("a node with side effects stops the run (print)") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    print("between")
+    c = x - h
+    return a * c
+)");
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+    CHECK(plan.methods[0].regions.size() == 2);
+    lowered_equal(module);
+  }
+  SUBCASE("a node that writes stops the run") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    y = x * 1.0
+    a = x + h
+    y.add_(h)
+    c = x - h
+    return a * c + y
+)");
+    const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
+    REQUIRE(plan.methods[0].regions.size() >= 2);
+    CHECK(plan.methods[0].regions[0].node_count == 1);
+    lowered_equal(module);
+  }
+  SUBCASE("with fallback: the passed node runs after the region's if") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    r = torch.relu(x)
+    c = a - h
+    return r * c
+)");
+    torch_delegate::partition_options options;
+    options.fallback_when_unavailable = true;
+    lowered_equal(module, options);
+  }
+}
+
 TEST_CASE("partial lowering: a diamond and a region feeding two consumers") {
   SUBCASE("diamond, all supported: one region") {
     const auto module = script(R"(

@@ -57,8 +57,10 @@ TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& m
 
 namespace detail {
 
-/// One region: a run of consecutive nodes of one block (constants aside), so it is acyclic with
-/// respect to the nodes left outside: any path between two of its nodes stays inside it.
+/// One region: a run of nodes of one block (constants aside) in program order. The nodes between
+/// them that stay in TorchScript have no effects and none of the run's later nodes uses what they
+/// make, so the region, called where its first node was, is acyclic with respect to the nodes
+/// left outside: any path between two of its nodes stays inside it.
 struct region {
   std::vector<torch::jit::Node*> nodes;
   std::vector<torch::jit::Node*> hoisted;   // attribute reads among the nodes: moved before the region's call
@@ -208,9 +210,24 @@ struct partitioner {
     reads.clear();
   }
 
+  /// Whether a run may continue past `node`, which stays in TorchScript: later nodes that do not
+  /// use its values then join the run and are called before it. Only a node without effects may
+  /// be passed (no side effects, no writes, nothing written to later, no nested blocks), so the
+  /// order of every effect is kept; a node that reads what it produces is passed too.
+  bool can_pass(torch::jit::Node* node) {
+    if (!node->blocks().empty() || node->hasSideEffects() || alias.isMutable(node)) return false;
+    return std::none_of(node->outputs().begin(), node->outputs().end(),
+                        [&](const torch::jit::Value* output) { return alias.hasWriters(output); });
+  }
+
   void partition(torch::jit::Block* block, int depth) {
     std::vector<torch::jit::Node*> run;
-    std::vector<torch::jit::Node*> reads;  // attribute reads since the run began
+    std::vector<torch::jit::Node*> reads;              // attribute reads since the run began
+    std::unordered_set<const torch::jit::Value*> passed;  // made by nodes the run passed, or from them
+    auto restart = [&] {
+      close(run, reads, depth);
+      passed.clear();
+    };
     for (torch::jit::Node* node : block->nodes()) {
       if (node->kind() == c10::prim::Constant) continue;  // cloned into each region that reads it
       if (node->kind() == c10::prim::GetAttr) {
@@ -222,14 +239,22 @@ struct partitioner {
         continue;
       }
       if (auto refused = refusal(node)) {
-        close(run, reads, depth);
         keep(node, refused->first, std::move(refused->second), depth);
+        if (!run.empty() && can_pass(node)) {
+          // The run goes on past it; what it makes cannot join the run.
+          for (const torch::jit::Value* output : node->outputs()) passed.insert(output);
+          continue;
+        }
+        restart();
         for (torch::jit::Block* nested : node->blocks()) partition(nested, depth + 1);
         continue;
       }
+      const bool uses_passed = std::any_of(node->inputs().begin(), node->inputs().end(),
+                                           [&](const torch::jit::Value* input) { return passed.count(input) > 0; });
+      if (uses_passed) restart();  // it must run after a node the run passed: a new run begins with it
       run.push_back(node);
     }
-    close(run, reads, depth);
+    restart();
   }
 };
 
