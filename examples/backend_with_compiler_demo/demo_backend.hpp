@@ -42,7 +42,11 @@ struct DemoBackend {
   static bool supports(const torch::jit::Node* node) {
     static constexpr std::string_view kinds[] = {"prim::Constant", "aten::add", "aten::sub", "prim::TupleConstruct"};
     const std::string_view kind = node->kind().toQualString();
-    return std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds);
+    if (std::find(std::begin(kinds), std::end(kinds), kind) == std::end(kinds)) return false;
+    // Its instructions read tensors; a number (a scalar operand, alpha) must be a constant.
+    return std::all_of(node->inputs().begin(), node->inputs().end(), [](const torch::jit::Value* input) {
+      return input->type()->kind() == c10::TypeKind::TensorType || input->node()->kind() == c10::prim::Constant;
+    });
   }
   // [supports]
 
