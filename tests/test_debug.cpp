@@ -10,7 +10,9 @@
 #include <torch/csrc/jit/mobile/import.h>
 #include <torch/csrc/jit/mobile/module.h>
 
+#include <mutex>
 #include <set>
+#include <thread>
 
 using namespace test_helpers;
 
@@ -165,6 +167,65 @@ TEST_CASE("profiling: delegated instructions appear in the PyTorch profiler unde
   CHECK(names[1] == "aten::sub (<string>:2)");
   // Without a profiler nothing is recorded and nothing is slower than a flag check.
   CHECK_FALSE(torch_delegate::profiling());
+}
+
+namespace {
+/// Adds in chunks on at::parallel_for's threads through torch_delegate::parallel_for; each chunk
+/// reports the add instruction to the profiler, and the thread it ran on.
+std::mutex chunk_threads_mutex;
+std::set<std::thread::id> chunk_threads;
+struct ParallelBackend {
+  static constexpr std::string_view name = "td_test_parallel";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    for (const torch::jit::Node* node : method.graph()->nodes())
+      if (node->kind() == c10::aten::add) return std::to_string(method.debug_handle(node));
+    method.reject(method.graph()->return_node(), "no add");
+    return {};
+  }
+  static bool is_available() { return true; }
+  static std::int64_t compile(const std::string& payload) { return std::stoll(payload); }
+  static at::Tensor execute(std::int64_t& add_handle, const at::Tensor& x, const at::Tensor& h) {
+    at::Tensor out = at::empty_like(x);
+    const float* a = x.data_ptr<float>();
+    const float* b = h.data_ptr<float>();
+    float* c = out.data_ptr<float>();
+    torch_delegate::parallel_for(0, x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
+      torch_delegate::instruction_timer timer(add_handle);
+      for (std::int64_t i = begin; i < end; ++i) c[i] = a[i] + b[i];
+      std::lock_guard<std::mutex> lock(chunk_threads_mutex);
+      chunk_threads.insert(std::this_thread::get_id());
+    });
+    return out;
+  }
+};
+}  // namespace
+
+TEST_CASE("profiling: instructions timed on at::parallel_for's worker threads reach the profiler") {
+  auto lowered = torch_delegate::lower<ParallelBackend>(script("def forward(self, x, h):\n    return x + h\n"));
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(2);
+  using namespace torch::autograd::profiler;
+  torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  prepareProfiler(config, {torch::profiler::impl::ActivityType::CPU});
+  enableProfiler(config, {torch::profiler::impl::ActivityType::CPU});
+  chunk_threads.clear();
+  const at::Tensor x = torch::rand({1 << 16}), h = torch::rand({1 << 16});
+  const at::Tensor sum = lowered.forward({x, h}).toTensor();
+  auto result = disableProfiler();
+  at::set_num_threads(threads_before);
+  CHECK(sum.equal(x + h));
+  std::size_t events = 0;
+  std::set<std::uint64_t> event_threads;
+  for (const auto& event : result->events()) {
+    if (event.backend() != "td_test_parallel") continue;
+    ++events;
+    event_threads.insert(event.startThreadId());
+    CHECK(event.name() == "aten::add (<string>:2)");
+  }
+  // One event per chunk, from every thread that ran one (the worker's too).
+  CHECK(chunk_threads.size() == 2);
+  CHECK(events >= 2);
+  CHECK(event_threads.size() == chunk_threads.size());
 }
 
 TEST_CASE("coverage report: accepted and rejected nodes per method, with sources and counts") {
