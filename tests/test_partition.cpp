@@ -564,6 +564,7 @@ def forward(self, x, h):
 /// mul/tanh (kept), each reading earlier values (chains, diamonds, fan-out), `if` and `for`
 /// blocks with statements of their own, and int values (`a.size(0)`) that feed additions.
 struct random_program {
+  explicit random_program(std::mt19937& generator) : random(generator) {}
   std::mt19937& random;
   std::ostringstream source;
   int counter = 0;
@@ -630,7 +631,7 @@ struct random_program {
 TEST_CASE("partial lowering: random graphs give the original's outputs") {
   std::mt19937 random(12345);
   for (int trial = 0; trial < 30; ++trial) {
-    const std::string source = random_program{random}.write();
+    const std::string source = random_program(random).write();
     CAPTURE(source);
     torch_delegate::partition_options options;
     options.fallback_when_unavailable = trial % 3 == 0;  // the rewrite with an if per region

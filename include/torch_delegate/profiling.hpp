@@ -12,7 +12,6 @@
 #include <ATen/ThreadLocalState.h>
 
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
 namespace torch_delegate {

@@ -100,6 +100,14 @@ inline const std::string* enclosing_submodule(const std::set<std::string>& submo
   return nullptr;
 }
 
+/// "a, b, c"
+template <class Names>
+std::string comma_separated(const Names& names) {
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+  return list;
+}
+
 /// The detail of a node kept because it is outside partition_options::lower_submodules.
 inline constexpr std::string_view outside_selection = "outside the submodules to lower";
 
@@ -112,13 +120,10 @@ inline void check_submodule_paths(const partition_backend& backend, const torch:
   for (const auto& [knob, paths] : {std::pair{"keep_submodules", &options.keep_submodules},
                                     std::pair{"lower_submodules", &options.lower_submodules}})
     for (const std::string& path : *paths)
-      if (!known.count(path)) {
-        std::string list;
-        for (const std::string& name : known) list += (list.empty() ? "" : ", ") + name;
+      if (!known.count(path))
         fail({backend.name, {}}, std::string(knob) + ": '" + path + "' is not a submodule of " +
                                      module.type()->name()->qualifiedName() + " (its submodules: " +
-                                     (list.empty() ? "none" : list) + ")");
-      }
+                                     (known.empty() ? "none" : comma_separated(known)) + ")");
 }
 
 inline bool crosses_as(const c10::TypePtr& type, bool generic) {
@@ -365,12 +370,9 @@ inline c10::FunctionSchema with_explicit_tensor_types(const c10::FunctionSchema&
 TORCH_DELEGATE_DECL void check_option_methods(std::string_view backend, const std::vector<std::string>& option_methods,
                                               const partition_options& options) {
   for (const std::string& method : option_methods)
-    if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end()) {
-      std::string partitioned;
-      for (const std::string& name : options.methods) partitioned += (partitioned.empty() ? "" : ", ") + name;
+    if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end())
       fail({backend, method}, "compile options are given for a method that is not partitioned (partition_options::methods: " +
-                                  partitioned + ")");
-    }
+                                  comma_separated(options.methods) + ")");
 }
 
 TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
