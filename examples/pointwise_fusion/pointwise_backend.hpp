@@ -1,0 +1,54 @@
+// pointwise_fusion: a CPU backend that fuses each delegated region of elementwise ops into one
+// loop. Eager PyTorch makes one pass over memory and allocates one tensor per op; a fused region
+// makes one pass for all of them, vectorized for the CPU it runs on (kernels.hpp) and spread over
+// at::parallel_for's threads. With partial lowering (torch_delegate::lower_partially), every
+// other node stays in TorchScript. docs/pointwise-fusion.md: what it fuses, its figures, limits.
+#pragma once
+
+#include "fused_program.hpp"
+
+#include <torch_delegate/backend.hpp>
+#include <torch_delegate/lowered_module.hpp>
+#include <torch_delegate/runtime.hpp>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pointwise {
+
+/// What compile makes of a payload: the program, and per input slot what reads it.
+struct compiled_region {
+  fused_program program;
+  std::vector<std::int64_t> first_reader;  // per input: the step id (1-based) of its first reader, 0 if none
+  std::vector<bool> only_compared;          // per input: read only by comparisons and where's condition
+  std::vector<std::uint32_t> last_use;      // per slot: the index of the last step that reads it
+};
+
+// [struct]
+struct PointwiseBackend {
+  static constexpr std::string_view name = "pointwise_fusion";
+
+  /// The elementwise ops it fuses (docs/pointwise-fusion.md lists them, with their overloads):
+  /// float tensors, numbers and constants in, one tensor out.
+  static bool supports(const torch::jit::Node* node);
+  /// A region of one node is not worth a call; eager does a single op as well.
+  static constexpr std::size_t min_region_size = 2;
+
+  // host side (pointwise_preprocess.cpp): the region's graph -> a fused program
+  static torch_delegate::preprocess_result<std::string> preprocess(const torch_delegate::method_to_lower& region);
+
+  // runtime side (pointwise_runtime.cpp)
+  static bool is_available() { return true; }
+  static compiled_region compile(const std::string& payload);
+  static std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
+};
+// [struct]
+
+/// The ISA of the kernels this process runs ("avx512", "avx2", "baseline").
+std::string_view kernel_isa();
+
+}  // namespace pointwise
