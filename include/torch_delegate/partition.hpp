@@ -38,8 +38,9 @@ struct partition_options {
   /// these submodules must be delegated.
   std::set<std::string> lower_submodules;
   /// Every node must be delegated (attribute reads aside: they stay in TorchScript and pass their
-  /// value in): an error naming the first node that would stay in TorchScript, instead of a
-  /// partial lowering.
+  /// value in; so does the tuple a method returns its results in, if the backend does not take
+  /// it): an error naming the first node that would stay in TorchScript, instead of a partial
+  /// lowering.
   bool require_full = false;
   /// Availability fallback: where the backend is not available (at load or at call time), each
   /// region runs its original TorchScript instead of raising "Backend is not available.".
@@ -57,6 +58,7 @@ enum class kept_reason {
   region_too_small,      // its region has fewer nodes than the minimum region size
   refused_by_backend,    // the backend's accepts_region refused the region it was in
   attribute_read,        // prim::GetAttr (self.weight): read in TorchScript, its value passed to the region
+  result_tuple,          // the prim::TupleConstruct a method returns its results in, when the backend does not take it
 };
 
 /// "unsupported kind", "excluded by the user", ...

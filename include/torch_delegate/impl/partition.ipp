@@ -25,6 +25,7 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
     case kept_reason::region_too_small: return "region too small";
     case kept_reason::refused_by_backend: return "refused by the backend";
     case kept_reason::attribute_read: return "attribute read";
+    case kept_reason::result_tuple: return "result tuple";
   }
   return "?";
 }
@@ -172,7 +173,12 @@ struct partitioner {
         return std::make_pair(kept_reason::excluded_by_user, std::string(outside_selection));
     }
     if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
-    if (!backend.supports(node)) return std::make_pair(kept_reason::unsupported_kind, std::string());
+    if (!backend.supports(node)) {
+      // The tuple a method returns its results in packs them; it is no computation.
+      const bool packs_results = node->kind() == c10::prim::TupleConstruct && node->output()->uses().size() == 1 &&
+                                 node->output()->uses()[0].user == node->owningBlock()->return_node();
+      return std::make_pair(packs_results ? kept_reason::result_tuple : kept_reason::unsupported_kind, std::string());
+    }
     if (options.keep_kinds.count(kind)) return std::make_pair(kept_reason::excluded_by_user, std::string());
     if (alias.isMutable(node)) return std::make_pair(kept_reason::mutation_or_aliasing, std::string("writes to its input"));
     for (const torch::jit::Value* output : node->outputs())
@@ -345,7 +351,9 @@ inline void check_full(const partition_options& options, const partition_backend
   if (!options.require_full) return;
   std::vector<const kept_node*> kept;
   for (const kept_node& node : report.kept)
-    if (node.reason != kept_reason::attribute_read && node.detail != outside_selection) kept.push_back(&node);
+    if (node.reason != kept_reason::attribute_read && node.reason != kept_reason::result_tuple &&
+        node.detail != outside_selection)
+      kept.push_back(&node);
   if (kept.empty()) return;
   const kept_node& first = *kept.front();
   fail({backend.name, report.method},

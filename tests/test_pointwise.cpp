@@ -1,0 +1,331 @@
+// The pointwise_fusion backend (examples/pointwise_fusion): every op against eager, on every
+// kernel ISA this CPU runs, over shapes that broadcast, are empty, strided or span threads, with
+// NaN, infinities and subnormals; random fused programs; its errors; its payload decoder; the
+// profiler seeing its worker threads; a partially lowered feed-forward block.
+#include "helpers.hpp"
+
+#include "pointwise_fusion/pointwise_backend.hpp"
+
+#include <torch_delegate/partition.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <random>
+#include <set>
+
+using namespace test_helpers;
+using pointwise::PointwiseBackend;
+
+namespace {
+
+/// Every node must be delegated, even a one-node region: a case cannot pass by staying in TorchScript.
+torch::jit::Module fuse(const torch::jit::Module& module) {
+  torch_delegate::partition_options options;
+  options.require_full = true;
+  options.min_region_size = 1;
+  return torch_delegate::lower_partially<PointwiseBackend>(module, options);
+}
+
+/// Values with every special a float has, and ordinary ones around them.
+at::Tensor special_values(at::IntArrayRef shape, std::uint64_t seed) {
+  at::Tensor values = torch::randn(shape, at::TensorOptions(at::kFloat)) * 3;
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 100.0f, -100.0f, 1.0f};
+  float* data = values.data_ptr<float>();
+  std::mt19937_64 random(seed);
+  for (std::int64_t i = 0; i < values.numel(); ++i)
+    if (random() % 8 == 0) data[i] = specials[random() % std::size(specials)];
+  return values;
+}
+
+struct kernel_isa_guard {
+  std::string previous{pointwise::kernel_isa()};
+  ~kernel_isa_guard() { pointwise::select_kernels(previous); }
+};
+
+std::vector<std::string> runnable_isas() {
+  std::vector<std::string> isas;
+  for (const char* isa : {"baseline", "avx2", "avx512"})
+    if (pointwise::kernels_named(isa)) isas.emplace_back(isa);
+  return isas;
+}
+
+void check_same(const c10::IValue& fused, const c10::IValue& eager, double rtol, double atol) {
+  REQUIRE(fused.isTensor());
+  const at::Tensor a = fused.toTensor(), b = eager.toTensor();
+  REQUIRE((a.sizes() == b.sizes()));
+  REQUIRE((a.scalar_type() == b.scalar_type()));
+  if (a.scalar_type() == at::kBool) {
+    CHECK(a.equal(b));
+    return;
+  }
+  const bool close = at::allclose(a, b, rtol, atol, /*equal_nan=*/true);
+  if (!close) {
+    const at::Tensor difference = (a - b).abs().nan_to_num(0, 0, 0);
+    const std::int64_t worst = difference.flatten().argmax().item<std::int64_t>();
+    const std::string worst_text = "worst at " + std::to_string(worst) + ": fused " +
+                                   std::to_string(a.flatten()[worst].item<float>()) + ", eager " +
+                                   std::to_string(b.flatten()[worst].item<float>());
+    INFO(worst_text);
+    CHECK(close);
+  }
+}
+
+struct op_case {
+  const char* expression;  // of x (and y)
+  double rtol = 1e-5, atol = 1e-6;
+};
+
+}  // namespace
+
+TEST_CASE("pointwise_fusion: every op equals eager on every kernel ISA, for specials, shapes and strides") {
+  // Stated tolerances (docs/pointwise-fusion.md): rtol 1e-5 / atol 1e-6; pow with a general
+  // exponent (e^(e ln x)) rtol 1e-4.
+  const op_case cases[] = {
+      {"x + y"}, {"x - y"}, {"x * y"}, {"x / y"}, {"x + 2.5"}, {"x - 1.5"}, {"3.0 - x"}, {"x * 0.25"}, {"x / 3.0"},
+      {"torch.add(x, y, alpha=2.0)"}, {"torch.sub(x, y, alpha=0.5)"}, {"torch.rsub(x, y)"}, {"-x"},
+      {"torch.abs(x)"}, {"torch.relu(x)"}, {"torch.sigmoid(x)"}, {"torch.tanh(x)"}, {"torch.exp(x)"},
+      {"torch.log(x)"}, {"torch.sqrt(x)"}, {"torch.rsqrt(x)"}, {"torch.reciprocal(x)"},
+      {"torch.pow(x, 2.0)"}, {"torch.pow(x, 3.0)"}, {"torch.pow(x, 0.5)"}, {"torch.pow(x, -0.5)"},
+      {"torch.pow(x, -1.0)"}, {"torch.pow(x, -2.0)"}, {"torch.pow(x, 0.0)"}, {"torch.pow(x, 1.0)"},
+      {"torch.pow(x, 2.5)", 1e-4}, {"torch.pow(x, 4.0)", 1e-4}, {"torch.pow(x, -3.0)", 1e-4}, {"torch.pow(x, 2)"},
+      {"torch.clamp(x, -1.0, 1.0)"}, {"torch.clamp(x, min=0.5)"}, {"torch.clamp(x, max=0.5)"},
+      {"torch.clamp_min(x, 0.2)"}, {"torch.clamp_max(x, 0.2)"}, {"torch.minimum(x, y)"}, {"torch.maximum(x, y)"},
+      {"torch.gelu(x)"}, {"torch.gelu(x, approximate='tanh')"}, {"torch.silu(x)"},
+      {"x > y"}, {"x < y"}, {"x >= 0.0"}, {"x <= y"}, {"x == y"}, {"x != y"},
+      {"torch.where(x > y, x, y)"}, {"torch.where(x < 0.5, 1.0, x)"}, {"torch.where(x > 0.0, y, -1.0)"},
+  };
+  struct shape_case {
+    const char* name;
+    std::vector<std::int64_t> x, y;
+    bool strided_x = false;
+  };
+  const shape_case shapes[] = {
+      {"equal, 3 x 700 (not a multiple of the block)", {3, 700}, {3, 700}},
+      {"empty", {0}, {0}},
+      {"one element", {1}, {1}},
+      {"y broadcast along rows", {4, 300}, {300}},
+      {"y a size-1 column", {5, 17}, {5, 1}},
+      {"y 0-dim", {40}, {}},
+      {"x transposed (strided)", {9, 33}, {9, 33}, true},
+  };
+  const kernel_isa_guard restore;
+  const std::vector<std::string> isas = runnable_isas();
+  CHECK(isas.front() == "baseline");
+  for (const op_case& op : cases) {
+    const torch::jit::Module module = script("def forward(self, x, y):\n    return " + std::string(op.expression) + "\n");
+    const torch::jit::Module fused = fuse(module);
+    for (const shape_case& shape : shapes) {
+      at::Tensor x = special_values(shape.x, 1), y = special_values(shape.y, 2);
+      if (shape.strided_x) x = special_values({shape.x[1], shape.x[0]}, 3).t();
+      const c10::IValue eager = module.get_method("forward")({x, y});
+      for (const std::string& isa : isas) {
+        const std::string where = std::string(op.expression) + ", " + shape.name + ", " + isa;
+        INFO(where);
+        REQUIRE(pointwise::select_kernels(isa));
+        check_same(fused.get_method("forward")({x, y}), eager, op.rtol, op.atol);
+      }
+    }
+  }
+}
+
+TEST_CASE("pointwise_fusion: a large input is split over two threads and equals eager") {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  const torch::jit::Module module =
+      script("def forward(self, x, h):\n    return torch.gelu(x * h + 1.0, approximate='tanh') - torch.sigmoid(h)\n");
+  const at::Tensor x = special_values({1 << 20}, 4), h = special_values({1 << 20}, 5);
+  check_same(fuse(module).get_method("forward")({x, h}), module.get_method("forward")({x, h}), 1e-5, 1e-6);
+  at::set_num_threads(threads);
+}
+
+TEST_CASE("pointwise_fusion: random fused programs equal eager") {
+  // Chains over x, y, z with constants, shared subexpressions and several outputs.
+  const char* unary[] = {"torch.relu({})", "torch.sigmoid({})", "torch.tanh({})", "torch.exp(torch.clamp({}, -5.0, 5.0))",
+                         "torch.abs({})", "-{}", "torch.gelu({})", "torch.silu({})", "torch.pow({}, 2.0)",
+                         "torch.sqrt(torch.abs({}) + 1.0)", "torch.log(torch.abs({}) + 0.5)", "torch.clamp({}, min=-0.5)"};
+  const char* binary[] = {"{} + {}", "{} - {}", "{} * {}", "{} / (torch.abs({}) + 1.0)", "torch.maximum({}, {})",
+                          "torch.minimum({}, {})", "torch.where({} > {}, {}, {})", "torch.add({}, {}, alpha=0.5)"};
+  auto fill = [](std::string pattern, const std::vector<std::string>& arguments) {
+    std::size_t next = 0;
+    for (std::size_t at = pattern.find("{}"); at != std::string::npos; at = pattern.find("{}")) {
+      pattern.replace(at, 2, arguments[next % arguments.size()]);
+      ++next;
+    }
+    return pattern;
+  };
+  std::mt19937 random(20261124);
+  for (int program = 0; program < 40; ++program) {
+    std::vector<std::string> values{"x", "y", "z"};
+    std::string body;
+    const int length = 2 + static_cast<int>(random() % 9);
+    for (int i = 0; i < length; ++i) {
+      std::string expression;
+      const std::string a = values[random() % values.size()], b = values[random() % values.size()];
+      if (random() % 2)
+        expression = fill(unary[random() % std::size(unary)], {a});
+      else {
+        const std::string pattern = binary[random() % std::size(binary)];
+        expression = pattern.starts_with("torch.where") ? fill(pattern, {a, b, b, a}) : fill(pattern, {a, b});
+      }
+      if (random() % 3 == 0) expression = "(" + expression + ") * " + std::to_string(1 + random() % 4) + ".5";
+      body += "    v" + std::to_string(i) + " = " + expression + "\n";
+      values.push_back("v" + std::to_string(i));
+    }
+    const std::string returned = random() % 2 ? values.back() : "(" + values.back() + ", " + values[values.size() - 2] + ")";
+    const std::string source = "def forward(self, x, y, z):\n" + body + "    return " + returned + "\n";
+    INFO(source);
+    const torch::jit::Module module = script(source);
+    const torch::jit::Module fused = fuse(module);
+    const std::int64_t n = 1 + static_cast<std::int64_t>(random() % 3000);
+    const std::vector<c10::IValue> inputs{torch::randn({n}), torch::randn({n}), random() % 3 ? torch::randn({n}) : torch::randn({})};
+    const c10::IValue eager = module.get_method("forward")(inputs);
+    const c10::IValue result = fused.get_method("forward")(inputs);
+    if (eager.isTuple()) {
+      REQUIRE(result.isTuple());
+      for (std::size_t i = 0; i < eager.toTupleRef().elements().size(); ++i)
+        check_same(result.toTupleRef().elements()[i], eager.toTupleRef().elements()[i], 1e-4, 1e-5);
+    } else {
+      check_same(result, eager, 1e-4, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("pointwise_fusion: bool inputs and outputs, numbers from TorchScript, a returned input") {
+  const torch::jit::Module module = script(R"(
+def forward(self, mask, x, y, n: float):
+    s = x * n + y
+    return torch.where(mask, s, y), s > n, x
+)");
+  const torch::jit::Module fused = fuse(module);
+  const at::Tensor mask = torch::rand({6, 5}) > 0.5, x = torch::randn({6, 5}), y = torch::randn({5});
+  const std::vector<c10::IValue> inputs{mask, x, y, 1.5};
+  const auto eager = module.get_method("forward")(inputs).toTupleRef().elements();
+  const auto result = fused.get_method("forward")(inputs).toTupleRef().elements();
+  REQUIRE(result.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) check_same(result[i], eager[i], 1e-6, 1e-6);
+  CHECK(result[2].toTensor().is_same(x));  // returned as given, like TorchScript
+}
+
+TEST_CASE("pointwise_fusion: errors name the op and point at the model's line") {
+  const torch::jit::Module fused = fuse(script(R"(
+def forward(self, x, y):
+    a = torch.relu(x)
+    return a * y + 1.0
+)"));
+  const std::string dtype = error_of([&] { fused.get_method("forward")({torch::ones({3}), torch::ones({3}, at::kLong)}); });
+  CHECK_CONTAINS(dtype, "pointwise_fusion: aten::mul expects float32 tensors; input 2 is a Long tensor of shape [3]");
+  CHECK_CONTAINS(dtype, "return a * y + 1.0");
+  CHECK_CONTAINS(dtype, "<string>:4");
+
+  const std::string shape = error_of([&] { fused.get_method("forward")({torch::ones({2, 3}), torch::ones({4})}); });
+  CHECK_CONTAINS(shape, "pointwise_fusion: aten::mul: shapes [2, 3] and [4] are not broadcastable");
+  CHECK_CONTAINS(shape, "<string>:4");
+
+  const std::string device = error_of([&] { fused.get_method("forward")({at::empty({3}, at::kMeta), torch::ones({3})}); });
+  CHECK_CONTAINS(device, "pointwise_fusion: aten::relu runs on the CPU; input 1 is on meta");
+  CHECK_CONTAINS(device, "a = torch.relu(x)");
+}
+
+TEST_CASE("pointwise_fusion: what it does not fuse stays in TorchScript, with the reason") {
+  const torch::jit::Module module = script(R"(
+def forward(self, x, y):
+    a = x * y + 1.0
+    b = torch.matmul(a, y)
+    c = torch.div(a, y, rounding_mode='floor')
+    return b + c * 2.0 - 1.0
+)");
+  const std::string report = torch_delegate::delegation_plan<PointwiseBackend>(module).to_string();
+  INFO(report);
+  CHECK_CONTAINS(report, "aten::matmul");
+  CHECK_CONTAINS(report, "aten::div");
+  CHECK_CONTAINS(report, "unsupported kind");
+  const torch::jit::Module fused = torch_delegate::lower_partially<PointwiseBackend>(module);
+  const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 4});
+  check_same(fused.get_method("forward")({x, y}), module.get_method("forward")({x, y}), 1e-5, 1e-5);
+}
+
+TEST_CASE("pointwise_fusion: a feed-forward block: the Linears stay in TorchScript, the pointwise chains are fused") {
+  torch::jit::Module module("ffn");
+  module.register_parameter("w1", torch::randn({64, 16}) * 0.1, false);
+  module.register_parameter("b1", torch::randn({64}) * 0.1, false);
+  module.register_parameter("w2", torch::randn({16, 64}) * 0.1, false);
+  module.register_parameter("b2", torch::randn({16}) * 0.1, false);
+  module.define(R"(
+def forward(self, x):
+    h = torch.linear(x, self.w1, self.b1)
+    g = 0.5 * h * (1.0 + torch.tanh(0.7978845608028654 * (h + 0.044715 * torch.pow(h, 3.0))))
+    return (x + torch.linear(g, self.w2, self.b2)) * 0.5
+)");
+  const torch_delegate::delegation_report plan = torch_delegate::delegation_plan<PointwiseBackend>(module);
+  INFO(plan.to_string());
+  REQUIRE(plan.methods.size() == 1);
+  REQUIRE(plan.methods[0].regions.size() == 2);  // the GELU (8 nodes), the residual add and scale
+  CHECK(plan.methods[0].regions[0].node_count == 8);
+  CHECK(plan.methods[0].regions[1].node_count == 2);
+  std::size_t linears = 0;
+  for (const auto& kept : plan.methods[0].kept) linears += kept.kind == "aten::linear";
+  CHECK(linears == 2);
+  const torch::jit::Module fused = torch_delegate::lower_partially<PointwiseBackend>(module);
+  const at::Tensor x = torch::randn({32, 16});
+  check_same(fused.get_method("forward")({x}), module.get_method("forward")({x}), 1e-5, 1e-6);
+}
+
+TEST_CASE("pointwise_fusion: the profiler sees the fused region's work on every thread that ran it") {
+  const torch::jit::Module fused = fuse(script("def forward(self, x, h):\n    return torch.tanh(x * h) + h\n"));
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  using namespace torch::autograd::profiler;
+  torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  prepareProfiler(config, {torch::profiler::impl::ActivityType::CPU});
+  enableProfiler(config, {torch::profiler::impl::ActivityType::CPU});
+  const at::Tensor x = torch::randn({1 << 20}), h = torch::randn({1 << 20});
+  fused.get_method("forward")({x, h});
+  auto result = disableProfiler();
+  at::set_num_threads(threads);
+  std::set<std::uint64_t> event_threads;
+  for (const auto& event : result->events()) {
+    if (event.backend() != "pointwise_fusion") continue;
+    event_threads.insert(event.startThreadId());
+    CHECK_CONTAINS(event.name(), "aten::mul (<string>:2)");
+    CHECK_CONTAINS(event.name(), "aten::tanh (<string>:2)");
+  }
+  CHECK(event_threads.size() == 2);
+}
+
+TEST_CASE("pointwise_fusion payload: round trip, and a clear error for each malformed input") {
+  pointwise::fused_program program;
+  program.input_count = 2;
+  program.constants.push_back({2, 0.1f});
+  pointwise::step mul{pointwise::op::mul, 3, 0, 1};
+  pointwise::step add{pointwise::op::add_scaled, 4, 3, 2};
+  add.imm = -2.5f;
+  program.steps = {mul, add};
+  program.step_kinds = {"aten::mul", "aten::sub"};
+  program.outputs = {{4, false}, {3, false}};
+  program.slot_count = 5;
+  const std::string text = pointwise::encode(program);
+  CHECK(text == "pointwise_fusion 1\ninputs 2\nconst 2 0.1\nmul 3 0 aten::mul 0 1\nadd_scaled 4 -2.5 aten::sub 3 2\noutputs 4 3\n");
+  CHECK(pointwise::encode(pointwise::decode(text)) == text);
+
+  const std::pair<std::string, std::string> malformed[] = {
+      {"", "pointwise_fusion payload: empty"},
+      {"pointwise_fusion 2\n", "line 1: format version 2 is not one this build reads (1 to 1)"},
+      {"demo 1\n", "line 1: expected the header 'pointwise_fusion <version>', got 'demo 1'"},
+      {"pointwise_fusion 1\nmul 0 0 aten::mul 0 0\n", "line 2: expected 'inputs <count>' before 'mul'"},
+      {"pointwise_fusion 1\ninputs 1\nfma 1 0 aten::mul 0\n", "line 3: unknown op 'fma'"},
+      {"pointwise_fusion 1\ninputs 1\nmul 1 0 aten::mul 0 7\n", "line 3: operand slot 7 is not defined before slot 1"},
+      {"pointwise_fusion 1\ninputs 1\nmul 2 0 aten::mul 0 0\n", "line 3: expected the next slot 1, got 2"},
+      {"pointwise_fusion 1\ninputs 1\nneg 1 0 aten::neg 0 0\n", "line 3: unexpected text at the end of the line"},
+      {"pointwise_fusion 1\ninputs 1\nneg 1 x aten::neg 0\n", "line 3: expected the step's immediate (a number), got 'x'"},
+      {"pointwise_fusion 1\ninputs 1\noutputs 3\n", "line 3: expected an output slot below 1, got '3'"},
+      {"pointwise_fusion 1\ninputs 1\noutputs 0\nneg 1 0 aten::neg 0\n", "line 4: nothing may follow 'outputs'"},
+      {"pointwise_fusion 1\ninputs 1\nneg 1 0 aten::neg 0\n", "pointwise_fusion payload: no 'outputs' line"},
+      {"pointwise_fusion 1\ninputs 99999999\n", "line 2: expected the input count (a number from 0 to 1048576), got '99999999'"},
+  };
+  for (const auto& [payload, message] : malformed) {
+    INFO(payload);
+    CHECK_CONTAINS(error_of([&] { pointwise::decode(payload); }), message);
+  }
+  // A constant cannot be returned: compile refuses it (the decoder only checks the syntax).
+  CHECK_CONTAINS(error_of([] { PointwiseBackend::compile("pointwise_fusion 1\ninputs 1\nconst 1 2\noutputs 1\n"); }),
+                 "output slot 1 is a constant");
+}
