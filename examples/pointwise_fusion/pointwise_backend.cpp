@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <algorithm>
 #include <map>
@@ -114,6 +116,11 @@ bool PointwiseBackend::supports(const torch::jit::Node* node) {
 // ---------------------------------------------------------------------------------------------
 
 torch_delegate::preprocess_result<std::string> PointwiseBackend::preprocess(const torch_delegate::method_to_lower& region) {
+  // Python's F.silu / F.gelu / F.relu inline as `if inplace: ... else: ...` on a constant: fold
+  // those (a region from partial lowering is folded already; a whole method is not).
+  std::shared_ptr<torch::jit::Graph> folded = region.graph();  // the unit's own copy, shared
+  torch::jit::ConstantPropagationImmutableTypes(folded);
+  torch::jit::EliminateDeadCode(folded);
   const torch::jit::Graph& graph = *region.graph();
   fused_program program;
   program.input_count = program.slot_count = static_cast<std::uint32_t>(graph.inputs().size() - 1);  // `self` aside

@@ -38,10 +38,10 @@ struct PointwiseBackend {
   /// A region of one node is not worth a call; eager does a single op as well.
   static constexpr std::size_t min_region_size = 2;
 
-  // host side (pointwise_preprocess.cpp): the region's graph -> a fused program
+  // host side (pointwise_backend.cpp): the region's graph -> a fused program
   static torch_delegate::preprocess_result<std::string> preprocess(const torch_delegate::method_to_lower& region);
 
-  // runtime side (pointwise_runtime.cpp)
+  // runtime side (pointwise_backend.cpp, kernels.cpp)
   static bool is_available() { return true; }
   static compiled_region compile(const std::string& payload);
   static std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
