@@ -17,6 +17,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -257,11 +258,12 @@ void run(const kernel_call& call, std::int64_t begin, std::int64_t end) {
   float* scratch = thread_scratch((call.scratch_count + 1) * block_size);
   thread_local std::vector<float*> at;
   at.resize(call.slot_count);
+  const std::int64_t filled = std::min(block_size, end - begin);  // a small call fills little
   for (std::size_t i = 0; i < call.slot_count; ++i) {
     const slot_binding& slot = call.slots[i];
     at[i] = scratch + slot.scratch * block_size;
     if (slot.kind == slot_kind::scalar)
-      for (std::int64_t j = 0; j < block_size; ++j) at[i][j] = slot.scalar;
+      for (std::int64_t j = 0; j < filled; ++j) at[i][j] = slot.scalar;
   }
   for (std::int64_t offset = begin; offset < end; offset += block_size) {
     const std::int64_t n = std::min(block_size, end - offset);

@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <sstream>
@@ -455,6 +456,26 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
     results.emplace_back(std::move(result));
   }
   return results;
+}
+
+namespace {
+template <std::size_t N>
+at::Tensor execute_one(compiled_region& region, std::array<c10::IValue, N> arguments) {
+  std::vector<c10::IValue> results = PointwiseBackend::execute(region, torch_delegate::inputs(arguments));
+  if (results.size() != 1 || !results[0].isTensor())
+    fail_at(0, "the fused region returns " + std::to_string(results.size()) + " values, not one tensor");
+  return std::move(results[0]).toTensor();
+}
+}  // namespace
+
+at::Tensor PointwiseBackend::execute(compiled_region& region, const at::Tensor& a) {
+  return execute_one<1>(region, {a});
+}
+at::Tensor PointwiseBackend::execute(compiled_region& region, const at::Tensor& a, const at::Tensor& b) {
+  return execute_one<2>(region, {a, b});
+}
+at::Tensor PointwiseBackend::execute(compiled_region& region, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+  return execute_one<3>(region, {a, b, c});
 }
 
 }  // namespace pointwise

@@ -45,6 +45,13 @@ struct PointwiseBackend {
   static bool is_available() { return true; }
   static compiled_region compile(const std::string& payload);
   static std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
+  // Typed overloads for the most common regions (one result, up to three tensors in): they
+  // take TorchScript's operator path, ~2 us less per call than the generic execute's.
+  using execute_signatures = torch_delegate::signatures<at::Tensor(at::Tensor), at::Tensor(at::Tensor, at::Tensor),
+                                                        at::Tensor(at::Tensor, at::Tensor, at::Tensor)>;
+  static at::Tensor execute(compiled_region& region, const at::Tensor& a);
+  static at::Tensor execute(compiled_region& region, const at::Tensor& a, const at::Tensor& b);
+  static at::Tensor execute(compiled_region& region, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c);
 };
 // [struct]
 
