@@ -329,3 +329,15 @@ TEST_CASE("pointwise_fusion payload: round trip, and a clear error for each malf
   CHECK_CONTAINS(error_of([] { PointwiseBackend::compile("pointwise_fusion 1\ninputs 1\nconst 1 2\noutputs 1\n"); }),
                  "output slot 1 is a constant");
 }
+
+TEST_CASE("pointwise_fusion: a module saved with payload format 1 keeps loading and giving the same results (tests/data)") {
+  const torch::jit::Module loaded = torch::jit::load(std::string(TD_TEST_DATA_DIR) + "/pointwise_fusion_format1_by_e0f6b63.pt");
+  const at::Tensor x = torch::linspace(-3, 3, 8).reshape({2, 4}), h = torch::tensor({0.5f, -0.25f, 0.0f});
+  const at::Tensor w = torch::arange(12, torch::kFloat).reshape({3, 4}) / 10 - 0.5, b = torch::tensor({0.25f, -0.5f, 1.0f});
+  const at::Tensor g = at::gelu(x, "tanh");
+  const at::Tensor y = at::linear(g, w, b);
+  const auto results = loaded.get_method("forward")({x, h}).toTupleRef().elements();
+  REQUIRE(results.size() == 2);
+  check_same(results[0], at::where(y > h, y, h) * 2.0 - at::sigmoid(h), 1e-5, 1e-5);
+  check_same(results[1], y > h, 0, 0);
+}
