@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -313,23 +314,24 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
   if (inputs.size() != program.input_count)
     fail_at(0, "the fused region takes " + std::to_string(program.input_count) + " inputs, got " + std::to_string(inputs.size()));
 
-  std::vector<slot_binding> slots(program.slot_count);
-  std::vector<at::DimVector> shapes(program.slot_count);
-  std::vector<at::Tensor> tensors(program.input_count);  // the inputs streamed (made contiguous if need be)
+  // Small vectors: a call on a few elements costs about what its allocations cost.
+  c10::SmallVector<slot_binding, 16> slots(program.slot_count);
+  c10::SmallVector<at::DimVector, 16> shapes(program.slot_count);
+  c10::SmallVector<at::Tensor, 4> tensors(program.input_count);  // the inputs streamed (made contiguous if need be)
 
   // Inputs: float tensors (or bool ones where only compared), numbers.
   for (std::uint32_t i = 0; i < program.input_count; ++i) {
     const c10::IValue& value = inputs[i];
     const std::int64_t reader = region.first_reader[i];
-    const std::string reader_kind = reader > 0 ? program.step_kinds[reader - 1] : std::string("the region");
+    const auto reader_kind = [&] { return reader > 0 ? program.step_kinds[reader - 1] : std::string("the region"); };
     if (value.isTensor()) {
       const at::Tensor& tensor = value.toTensor();
-      if (!tensor.defined()) fail_at(reader, reader_kind + ": input " + std::to_string(i + 1) + " is an undefined tensor");
+      if (!tensor.defined()) fail_at(reader, reader_kind() + ": input " + std::to_string(i + 1) + " is an undefined tensor");
       if (tensor.device().type() != c10::DeviceType::CPU)
-        fail_at(reader, reader_kind + " runs on the CPU; input " + std::to_string(i + 1) + " is on " + tensor.device().str());
+        fail_at(reader, reader_kind() + " runs on the CPU; input " + std::to_string(i + 1) + " is on " + tensor.device().str());
       const bool is_bool = tensor.scalar_type() == at::kBool;
       if (tensor.scalar_type() != at::kFloat && !(is_bool && region.only_compared[i]))
-        fail_at(reader, reader_kind + " expects float32 tensors" + std::string(region.only_compared[i] ? " (or bool)" : "") +
+        fail_at(reader, reader_kind() + " expects float32 tensors" + std::string(region.only_compared[i] ? " (or bool)" : "") +
                             "; input " + std::to_string(i + 1) + " is a " + std::string(c10::toString(tensor.scalar_type())) +
                             " tensor of shape " + shape_text(tensor.sizes()));
       shapes[i] = at::DimVector(tensor.sizes());
@@ -344,7 +346,7 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
       slots[i].kind = slot_kind::scalar;
       slots[i].scalar = value.isBool() ? float(value.toBool()) : static_cast<float>(value.toScalar().toDouble());
     } else {
-      fail_at(reader, reader_kind + ": input " + std::to_string(i + 1) + " is a " + value.type()->annotation_str() +
+      fail_at(reader, reader_kind() + ": input " + std::to_string(i + 1) + " is a " + value.type()->annotation_str() +
                           "; expected a Tensor or a number");
     }
   }
@@ -353,9 +355,23 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
     slots[constant.slot].scalar = constant.value;
   }
 
-  // Shapes: each step broadcasts its operands, like the op it implements.
+  // Shapes: each step broadcasts its operands, like the op it implements. When every tensor
+  // input has one shape (the common case), so does every step.
+  std::optional<at::IntArrayRef> common;
+  bool uniform = true;
+  for (std::uint32_t i = 0; i < program.input_count && uniform; ++i) {
+    if (!inputs[i].isTensor()) continue;
+    const at::IntArrayRef sizes = inputs[i].toTensor().sizes();
+    if (!common) common = sizes;
+    else uniform = sizes.equals(*common);
+  }
+  const bool one_shape = uniform && common.has_value();
   at::DimVector iteration_shape;
-  for (std::size_t index = 0; index < program.steps.size(); ++index) {
+  if (one_shape) {
+    iteration_shape = at::DimVector(*common);
+    for (const step& s : program.steps) shapes[s.dst] = iteration_shape;
+  }
+  for (std::size_t index = 0; index < program.steps.size() && !one_shape; ++index) {
     const step& s = program.steps[index];
     const std::uint32_t operands[3] = {s.a, s.b, s.c};
     at::DimVector shape = shapes[operands[0]];
@@ -383,7 +399,7 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
   }
 
   // Outputs: a tensor of the iteration shape per returned step; written by the loop directly.
-  std::vector<at::Tensor> full(program.outputs.size());
+  c10::SmallVector<at::Tensor, 4> full(program.outputs.size());
   for (std::size_t o = 0; o < program.outputs.size(); ++o) {
     const fused_program::output& output = program.outputs[o];
     slot_binding& slot = slots[output.slot];
@@ -395,7 +411,7 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
 
   // Block buffers: one per scalar / bool slot, and one per live intermediate, reused when it dies.
   std::uint32_t scratch_count = 0;
-  std::vector<std::uint32_t> free_buffers;
+  c10::SmallVector<std::uint32_t, 16> free_buffers;
   for (slot_binding& slot : slots)
     if (slot.kind == slot_kind::scalar || slot.kind == slot_kind::bool_input || slot.kind == slot_kind::bool_output)
       slot.scratch = scratch_count++;
