@@ -15,7 +15,7 @@ namespace isa_avx512 { extern const kernel_set kernels; }
 std::string_view op_name(op code) {
   static constexpr std::array<std::string_view, op_count> names{
       "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "cube",
-      "pow", "gelu_erf", "gelu_tanh", "silu", "copy", "add", "sub", "mul", "div", "add_scaled", "minimum",
+      "pow", "gelu_erf", "gelu_tanh", "silu", "add_imm", "mul_imm", "copy", "add", "sub", "mul", "div", "add_scaled", "minimum",
       "maximum", "lt", "le", "gt", "ge", "eq", "ne", "where"};
   const auto index = static_cast<std::size_t>(code);
   return index < names.size() ? names[index] : std::string_view("?");

@@ -61,9 +61,10 @@ inline float exp_(float x) {
   float clamped = select(x < -104.0f, -104.0f, x);
   clamped = select(clamped > 88.8f, 88.8f, clamped);
   clamped = select(is_nan, 0.0f, clamped);
-  const float scaled = clamped * 1.44269504088896341f;
-  const std::int32_t n = static_cast<std::int32_t>(select(scaled >= 0.0f, scaled + 0.5f, scaled - 0.5f));
-  const float fn = static_cast<float>(n);
+  constexpr float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float shifted = clamped * 1.44269504088896341f + shifter;
+  const float fn = shifted - shifter;
+  const std::int32_t n = std::bit_cast<std::int32_t>(shifted) - std::bit_cast<std::int32_t>(shifter);
   float r = clamped - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
   const float r2 = r * r;
@@ -111,7 +112,27 @@ inline float log_(float x) {
   return select(x != x, x, result);
 }
 
-/// tanh x: Cephes' tanhf polynomial below 0.625, 1 - 2 / (e^2|x| + 1) above.
+/// e^z for z in [0, 40] or NaN (tanh's argument): no clamping, no subnormal or overflow paths;
+/// n = round(z / ln 2) by the 1.5 * 2^23 trick instead of two conversions.
+inline float exp_bounded(float z) {
+  constexpr float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float shifted = z * 1.44269504088896341f + shifter;
+  const float fn = shifted - shifter;
+  const std::int32_t n = std::bit_cast<std::int32_t>(shifted) - std::bit_cast<std::int32_t>(shifter);
+  float r = z - fn * 0.693359375f;
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  return p * std::bit_cast<float>((n + 127) << 23);
+}
+
+/// tanh x: Cephes' tanhf polynomial below 0.625, 1 - 2 / (e^2|x| + 1) above (2|x| capped at
+/// 40, where the result is 1 in float).
 inline float tanh_(float x) {
   const float z = x * x;
   float p = -5.70498872745e-3f;
@@ -121,7 +142,8 @@ inline float tanh_(float x) {
   p = p * z - 3.33332819422e-1f;
   const float small = p * z * x + x;
   const float magnitude = std::abs(x);
-  const float large_magnitude = 1.0f - 2.0f / (exp_(magnitude + magnitude) + 1.0f);
+  const float doubled = magnitude + magnitude;
+  const float large_magnitude = 1.0f - 2.0f / (exp_bounded(select(doubled > 40.0f, 40.0f, doubled)) + 1.0f);
   const float large = select(x < 0.0f, -large_magnitude, large_magnitude);
   return select(magnitude < 0.625f, small, large);  // NaN: the comparison fails, large is NaN
 }
@@ -219,6 +241,8 @@ inline void run_step(const step& s, float* const* at, std::int64_t n) {
     case op::gelu_erf: return unary(d, a, n, [](float x) { return gelu_erf_(x); });
     case op::gelu_tanh: return unary(d, a, n, [](float x) { return gelu_tanh_(x); });
     case op::silu: return unary(d, a, n, [](float x) { return x / (1.0f + exp_(-x)); });
+    case op::add_imm: return unary(d, a, n, [k](float x) { return x + k; });
+    case op::mul_imm: return unary(d, a, n, [k](float x) { return x * k; });
     case op::copy: return unary(d, a, n, [](float x) { return x; });
     case op::add: return binary(d, a, b, n, [](float x, float y) { return x + y; });
     case op::sub: return binary(d, a, b, n, [](float x, float y) { return x - y; });

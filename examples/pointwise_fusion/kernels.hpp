@@ -19,6 +19,8 @@ enum class op : std::uint8_t {
   gelu_erf,   // F.gelu(a)
   gelu_tanh,  // F.gelu(a, approximate='tanh')
   silu,
+  add_imm,  // a + imm: compile's form of an add or sub with a constant (one load less per element)
+  mul_imm,  // a * imm
   copy,
   // binary
   add, sub, mul, div,

@@ -262,7 +262,23 @@ compiled_region PointwiseBackend::compile(const std::string& payload) {
   } catch (const std::invalid_argument& error) {
     throw c10::Error(error.what(), "");
   }
-  const fused_program& program = region.program;
+  fused_program& program = region.program;
+  // A constant operand of add, sub or mul becomes the step's immediate: the loop then reads one
+  // block less per element (the payload keeps the plain op; this is compile's choice).
+  std::vector<std::optional<float>> constant_of(program.slot_count);
+  for (const fused_program::constant& constant : program.constants) constant_of[constant.slot] = constant.value;
+  for (step& s : program.steps) {
+    const std::optional<float> a = constant_of[s.a], b = arity(s.code) > 1 ? constant_of[s.b] : std::nullopt;
+    if (a.has_value() == b.has_value()) continue;  // none, or both (TorchScript folds those)
+    if (s.code == op::add || (s.code == op::add_scaled && b)) {
+      const float k = s.code == op::add ? 1.0f : s.imm;
+      s = step{op::add_imm, s.dst, b ? s.a : s.b, 0, 0, b ? k * *b : *a};
+    } else if (s.code == op::sub && b) {
+      s = step{op::add_imm, s.dst, s.a, 0, 0, -*b};
+    } else if (s.code == op::mul) {
+      s = step{op::mul_imm, s.dst, b ? s.a : s.b, 0, 0, b ? *b : *a};
+    }
+  }
   region.first_reader.assign(program.input_count, 0);
   region.only_compared.assign(program.input_count, true);
   region.last_use.assign(program.slot_count, 0);
