@@ -8,6 +8,7 @@
 
 #include <torch_delegate/partition.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <random>
 #include <set>
@@ -17,12 +18,19 @@ using pointwise::PointwiseBackend;
 
 namespace {
 
+/// pointwise_fusion taking every region, one cheap node too (the backend itself leaves a lone add
+/// or relu to eager).
+struct FuseEverything : PointwiseBackend {
+  static constexpr std::string_view name = "pointwise_fusion_every_region";
+  static bool accepts_region(std::span<const torch::jit::Node* const>) { return true; }
+};
+
 /// Every node must be delegated, even a one-node region: a case cannot pass by staying in TorchScript.
 torch::jit::Module fuse(const torch::jit::Module& module) {
   torch_delegate::partition_options options;
   options.require_full = true;
   options.min_region_size = 1;
-  return torch_delegate::lower_partially<PointwiseBackend>(module, options);
+  return torch_delegate::lower_partially<FuseEverything>(module, options);
 }
 
 /// Values with every special a float has, and ordinary ones around them.
@@ -269,8 +277,28 @@ def forward(self, x):
   check_same(fused.get_method("forward")({x}), module.get_method("forward")({x}), 1e-5, 1e-6);
 }
 
+TEST_CASE("pointwise_fusion: a lone transcendental op is fused, a lone cheap one is left to eager") {
+  const torch::jit::Module module = script(R"(
+def forward(self, x, w):
+    h = torch.gelu(torch.matmul(x, w), approximate='tanh')
+    return torch.relu(torch.matmul(h, w))
+)");
+  const torch_delegate::delegation_report plan = torch_delegate::delegation_plan<PointwiseBackend>(module);
+  INFO(plan.to_string());
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::gelu"});
+  bool relu_refused = false;
+  for (const auto& kept : plan.methods[0].kept)
+    relu_refused |= kept.kind == "aten::relu" && kept.reason == torch_delegate::kept_reason::refused_by_backend;
+  CHECK(relu_refused);
+  const at::Tensor x = torch::randn({8, 8}), w = torch::randn({8, 8});
+  check_same(torch_delegate::lower_partially<PointwiseBackend>(module).get_method("forward")({x, w}),
+             module.get_method("forward")({x, w}), 1e-5, 1e-5);
+}
+
 TEST_CASE("pointwise_fusion: the profiler sees the fused region's work on every thread that ran it") {
-  const torch::jit::Module fused = fuse(script("def forward(self, x, h):\n    return torch.tanh(x * h) + h\n"));
+  const torch::jit::Module fused = torch_delegate::lower_partially<PointwiseBackend>(
+      script("def forward(self, x, h):\n    return torch.tanh(x * h) + h\n"));
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
   using namespace torch::autograd::profiler;
@@ -289,6 +317,21 @@ TEST_CASE("pointwise_fusion: the profiler sees the fused region's work on every 
     CHECK_CONTAINS(event.name(), "aten::tanh (<string>:2)");
   }
   CHECK(event_threads.size() == 2);
+}
+
+TEST_CASE("pointwise_fusion under LibTorch's legacy profiler: runs (instructions are not reported to it)") {
+  // record_instruction reports to Kineto only; under the legacy profiler it used to crash or hang.
+  const torch::jit::Module fused = torch_delegate::lower_partially<PointwiseBackend>(
+      script("def forward(self, x):\n    return torch.relu(x * 2.0 + 1.0)\n"));
+  const at::Tensor x = torch::randn({1 << 18});
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  {
+    torch::autograd::profiler::RecordProfile guard(temp_path("legacy_trace.json"));
+    CHECK(fused.get_method("forward")({x}).toTensor().equal(torch::relu(x * 2.0 + 1.0)));
+  }
+  at::set_num_threads(threads);
+  std::filesystem::remove(temp_path("legacy_trace.json"));
 }
 
 TEST_CASE("pointwise_fusion payload: round trip, and a clear error for each malformed input") {

@@ -113,6 +113,21 @@ bool PointwiseBackend::supports(const torch::jit::Node* node) {
   return false;
 }
 
+bool PointwiseBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+  std::size_t nodes = 0;
+  const torch::jit::Node* only = nullptr;
+  for (const torch::jit::Node* node : region)
+    if (node->kind() != c10::prim::Constant) {
+      ++nodes;
+      only = node;
+    }
+  if (nodes != 1) return nodes > 1;
+  using namespace c10;
+  static const std::set<Symbol> worth_a_call{aten::gelu, aten::silu, aten::sigmoid, aten::tanh,
+                                             aten::exp,  aten::log,  aten::pow};
+  return worth_a_call.count(only->kind()) > 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // preprocess: the region's graph -> a fused program
 // ---------------------------------------------------------------------------------------------

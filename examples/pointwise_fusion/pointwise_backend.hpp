@@ -35,8 +35,9 @@ struct PointwiseBackend {
   /// The elementwise ops it fuses (docs/pointwise-fusion.md lists them, with their overloads):
   /// float tensors, numbers and constants in, one tensor out.
   static bool supports(const torch::jit::Node* node);
-  /// A region of one node is not worth a call; eager does a single op as well.
-  static constexpr std::size_t min_region_size = 2;
+  /// A region of one node is worth a call only for an op whose kernel beats ATen's (gelu, silu,
+  /// sigmoid, tanh, exp, log, pow): a single add or relu, eager does as well.
+  static bool accepts_region(std::span<const torch::jit::Node* const> region);
 
   // host side (pointwise_backend.cpp): the region's graph -> a fused program
   static torch_delegate::preprocess_result<std::string> preprocess(const torch_delegate::method_to_lower& region);

@@ -19,7 +19,8 @@ namespace torch_delegate {
 /// The profiler's clock, in nanoseconds: take start and end times of an instruction with it.
 TORCH_DELEGATE_DECL std::int64_t now_ns();
 
-/// Whether a profiler is recording: skip timing work otherwise.
+/// Whether the PyTorch (Kineto) profiler is recording: skip timing work otherwise. LibTorch's
+/// legacy profiler does not take backend events; under it, this is false.
 TORCH_DELEGATE_DECL bool profiling();
 
 /// Reports one executed instruction to the active PyTorch profiler: it appears as an op named

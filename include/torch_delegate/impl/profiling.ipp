@@ -5,6 +5,7 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/profiler/api.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/csrc/profiler/util.h>
 
 #include <string>
@@ -26,7 +27,13 @@ inline std::string event_name(const debug_location& where) {
 
 TORCH_DELEGATE_DECL std::int64_t now_ns() { return torch::profiler::impl::getTime(); }
 
-TORCH_DELEGATE_DECL bool profiling() { return torch::profiler::impl::profilerEnabled(); }
+// Kineto's only: record_instruction reports through reportBackendEventToActiveKinetoProfiler,
+// which reads the legacy profiler's thread-local state as Kineto's (LibTorch 1.13) and crashes or
+// hangs under torch::autograd::profiler::RecordProfile / torch.autograd.profiler(use_kineto=False).
+TORCH_DELEGATE_DECL bool profiling() {
+  return torch::profiler::impl::profilerEnabled() &&
+         torch::profiler::impl::profilerType() == torch::profiler::impl::ActiveProfilerType::KINETO;
+}
 
 TORCH_DELEGATE_DECL void record_instruction(std::int64_t instruction, std::int64_t start_ns, std::int64_t end_ns,
                                             std::string_view name) {
