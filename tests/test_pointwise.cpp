@@ -135,7 +135,7 @@ TEST_CASE("pointwise_fusion: every op equals eager on every kernel ISA, for spec
   }
 }
 
-TEST_CASE("pointwise_fusion: a large input is split over two threads and equals eager") {
+TEST_CASE("pointwise_fusion: a large input on two threads equals eager") {
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
   const torch::jit::Module module =

@@ -55,26 +55,32 @@ inline float scale_by_power_of_two(float value, std::int32_t n) {
   return value * first * second;
 }
 
-/// e^x, relative error ~2 ulp (Cephes' expf polynomial); exact 0, inf and NaN behaviour.
-inline float exp_(float x) {
-  const bool is_nan = x != x;
-  float clamped = select(x < -104.0f, -104.0f, x);
-  clamped = select(clamped > 88.8f, 88.8f, clamped);
-  clamped = select(is_nan, 0.0f, clamped);
+/// Cephes' expf core: e^z = p * 2^n for |z| < 104, n = round(z / ln 2) by the 1.5 * 2^23 shift
+/// (no conversions), p the polynomial of the remainder.
+inline float exp_reduced(float z, std::int32_t& n) {
   constexpr float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float shifted = clamped * 1.44269504088896341f + shifter;
+  const float shifted = z * 1.44269504088896341f + shifter;
   const float fn = shifted - shifter;
-  const std::int32_t n = std::bit_cast<std::int32_t>(shifted) - std::bit_cast<std::int32_t>(shifter);
-  float r = clamped - fn * 0.693359375f;
+  n = std::bit_cast<std::int32_t>(shifted) - std::bit_cast<std::int32_t>(shifter);
+  float r = z - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
-  const float r2 = r * r;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r + 1.0f;
+  return p * (r * r) + r + 1.0f;
+}
+
+/// e^x, relative error ~2 ulp; exact 0, inf and NaN behaviour, subnormal results.
+inline float exp_(float x) {
+  const bool is_nan = x != x;
+  float clamped = select(x < -104.0f, -104.0f, x);
+  clamped = select(clamped > 88.8f, 88.8f, clamped);
+  clamped = select(is_nan, 0.0f, clamped);
+  std::int32_t n = 0;
+  const float p = exp_reduced(clamped, n);  // before n is read: argument order is unspecified
   float result = scale_by_power_of_two(p, n);
   result = select(x < -104.0f, 0.0f, result);
   result = select(x > 88.72283935546875f, inf, result);
@@ -112,22 +118,10 @@ inline float log_(float x) {
   return select(x != x, x, result);
 }
 
-/// e^z for z in [0, 40] or NaN (tanh's argument): no clamping, no subnormal or overflow paths;
-/// n = round(z / ln 2) by the 1.5 * 2^23 trick instead of two conversions.
+/// e^z for z in [0, 40] or NaN (tanh's argument): no clamping, no subnormal or overflow paths.
 inline float exp_bounded(float z) {
-  constexpr float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float shifted = z * 1.44269504088896341f + shifter;
-  const float fn = shifted - shifter;
-  const std::int32_t n = std::bit_cast<std::int32_t>(shifted) - std::bit_cast<std::int32_t>(shifter);
-  float r = z - fn * 0.693359375f;
-  r = r - fn * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  std::int32_t n = 0;
+  const float p = exp_reduced(z, n);
   return p * std::bit_cast<float>((n + 127) << 23);
 }
 
