@@ -1,5 +1,6 @@
-// A tiny application built against an installed torch-delegate (by consumer_meson and
-// consumer_cmake): a one-op backend, lowered and run both ways.
+// A tiny application built against an installed torch-delegate: a one-op backend, lowered and
+// run both ways. consumer_cmake (and the subproject test) build it header-only, consumer_meson
+// against the installed libtorch_delegate (separately compiled mode).
 #include <torch_delegate/torch_delegate.hpp>
 #include <torch/script.h>
 

@@ -13,6 +13,9 @@
 
 namespace test_helpers {
 
+/// `forward(x, h) = x + h`, the method most tests lower.
+inline constexpr const char* forward_source = "def forward(self, x, h):\n    return x + h\n";
+
 /// A scripted module with the given TorchScript source.
 inline torch::jit::Module script(const std::string& source, const std::string& name = "m") {
   torch::jit::Module module(name);

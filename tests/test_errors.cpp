@@ -9,7 +9,6 @@ using namespace test_helpers;
 using test_backends::TypedBackend;
 
 namespace {
-const char* const forward_source = "def forward(self, x, h):\n    return x + h\n";
 
 torch_delegate::lowered_module<demo::DemoBackend> demo_lowered() {
   return torch_delegate::lower<demo::DemoBackend>(script(forward_source));

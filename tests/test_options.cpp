@@ -8,7 +8,6 @@ using test_backends::TypedBackend;
 using test_backends::typed_options;
 
 namespace {
-const char* const forward_source = "def forward(self, x, h):\n    return x + h\n";
 const torch_delegate::detail::error_context where{"td_test_typed", "forward"};
 
 c10::impl::GenericDict dict(std::initializer_list<std::pair<std::string, c10::IValue>> entries) {

@@ -8,7 +8,6 @@ using namespace test_helpers;
 using test_backends::ToggleBackend;
 
 namespace {
-const char* const forward_source = "def forward(self, x, h):\n    return x + h\n";
 
 struct ForeignNamed : test_backends::ClashFirst {
   static constexpr std::string_view name = "td_test_foreign";

@@ -37,9 +37,13 @@ inline std::int64_t payload_version_being_compiled() { return detail::compiling_
 template <class B>
 void register_runtime() {
   static_assert(detail::check_backend<B>());
-  static_assert(detail::require_convertible<payload_t<B>>());
-  static_assert(detail::check_options<options_t<B>>());
-  detail::register_runtime(detail::runtime_of<B>::value, typeid(B));
+  // Only a Backend instantiates the runtime: a failed check above stays the only diagnostic
+  // instead of starting a cascade of errors from the code that would use the missing member.
+  if constexpr (Backend<B>) {
+    static_assert(detail::require_convertible<payload_t<B>>());
+    static_assert(detail::check_options<options_t<B>>());
+    detail::register_runtime(detail::runtime_of<B>::value, typeid(B));
+  }
 }
 
 /// Registers both halves of `B`: its runtime and its preprocess. Idempotent. `lower<B>` calls
@@ -47,8 +51,10 @@ void register_runtime() {
 template <class B>
 void register_backend() {
   static_assert(detail::check_host_backend<B>());
-  register_runtime<B>();
-  detail::register_preprocess(B::name, typeid(B), &detail::preprocess_for_libtorch<B>);
+  if constexpr (HostBackend<B>) {
+    register_runtime<B>();
+    detail::register_preprocess(B::name, typeid(B), &detail::preprocess_for_libtorch<B>);
+  }
 }
 
 }  // namespace torch_delegate

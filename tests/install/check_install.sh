@@ -40,7 +40,9 @@ case "$kind" in
     PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$stage" \
       quiet meson setup "$build/consumer-meson" "$source_root/examples/consumer_meson"
     quiet ninja -C "$build/consumer-meson"
-    "$build/consumer-meson/consumer"
+    # Separately compiled mode: the staged libtorch_delegate.so, which has no rpath to be found by.
+    library=$(find "$installed" -name 'libtorch_delegate.so*' | head -1); test -n "$library"
+    LD_LIBRARY_PATH="$(dirname "$library")" "$build/consumer-meson/consumer"
     ;;
   cmake)
     quiet cmake -S "$source_root/examples/consumer_cmake" -B "$build/consumer-cmake" -G Ninja \
