@@ -11,6 +11,7 @@
 #include <torch_delegate/impl/dispatch.ipp>
 #include <torch_delegate/impl/load.ipp>
 #include <torch_delegate/impl/lower.ipp>
+#include <torch_delegate/impl/named_data.ipp>
 #include <torch_delegate/impl/partition.ipp>
 #include <torch_delegate/impl/payload_format.ipp>
 #include <torch_delegate/impl/preprocess.ipp>

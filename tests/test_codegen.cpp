@@ -35,6 +35,7 @@ TEST_CASE("golden: the common lowered-module methods") {
   CHECK(torch_delegate::detail::lowered_module_common_source("__torch__.torch.classes.__backends__.demo",
                                                              "__torch__.torch.classes.backendutils.BackendDebugInfo()") ==
         "def __getstate__(self):\n"
+        "    self.__backend.td_check_saveable(self.__processed_module)\n"
         "    return self.__method_compile_spec, self.__processed_module, True\n"
         "\n"
         "def __setstate__(self, state: Tuple[Dict[str, Any], Any, bool]):\n"

@@ -39,7 +39,7 @@ c10::impl::GenericDict forward_spec() {
 /// compile() of the demo backend on a (tampered) processed module.
 void compile_processed(const c10::IValue& processed) {
   auto owner = torch_delegate::detail::make_backend_instance<demo::DemoBackend>();
-  torch_delegate::detail::compile_all(owner, processed, forward_spec());
+  torch_delegate::detail::compile_all(owner, processed, forward_spec(), true);
 }
 
 c10::IValue with_top(const c10::IValue& processed, std::size_t index, c10::IValue value) {
@@ -104,9 +104,9 @@ TEST_CASE("row: a corrupted, foreign or differently versioned payload") {
   CHECK(error_of([&] { compile_processed(with_top(processed, 0, std::string("other_backend"))); }) ==
         prefix + "incompatible payload: it was made for backend 'other_backend'");
   CHECK(error_of([&] { compile_processed(with_top(processed, 1, 99)); }) ==
-        prefix + "incompatible payload: it has torch-delegate format version 99, this build reads versions 1 to 1");
+        prefix + "incompatible payload: it has torch-delegate format version 99, this build reads versions 1 to 2");
   CHECK(error_of([&] { compile_processed(with_top(processed, 1, 0)); }) ==
-        prefix + "incompatible payload: it has torch-delegate format version 0, this build reads versions 1 to 1");
+        prefix + "incompatible payload: it has torch-delegate format version 0, this build reads versions 1 to 2");
   CHECK(error_of([&] { compile_processed(with_top(processed, 2, 7)); }) ==
         prefix + "incompatible payload: it was made by payload version 7 of backend 'backend_with_compiler_demo', "
                  "this build of the backend reads versions 1 to 1. Lower the model again with this build, or load "
@@ -170,7 +170,7 @@ TEST_CASE("versioned payloads: a backend declares the versions it reads") {
   CHECK(processed.toTupleRef().elements()[2].toInt() == 3);
   auto compile = [](const c10::IValue& p) {
     auto owner = torch_delegate::detail::make_backend_instance<VersionedBackend>();
-    torch_delegate::detail::compile_all(owner, p, forward_spec());
+    torch_delegate::detail::compile_all(owner, p, forward_spec(), true);
   };
   CHECK_NOTHROW(compile(with_top(processed, 2, 2)));
   CHECK(VersionedBackend::compiled_version == 2);

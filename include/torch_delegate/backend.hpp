@@ -2,10 +2,12 @@
 #pragma once
 
 #include <torch_delegate/convert.hpp>
+#include <torch_delegate/named_data.hpp>
 
 #include <concepts>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -21,8 +23,32 @@ class method_to_lower;  // preprocess.hpp: one method of the module being lowere
 /// then take the backend's instruction ids.
 template <class Payload>
 struct preprocess_result {
+  preprocess_result() = default;
+  /// `return {payload, instruction_handles};` keeps compiling warning-free (-Wextra) now that
+  /// there is a third member.
+  preprocess_result(Payload p, std::map<std::int64_t, std::vector<std::int64_t>> handles = {}, named_data_store data = {})
+      : payload(std::move(p)), instruction_handles(std::move(handles)), named_data(std::move(data)) {}
+
   Payload payload;
   std::map<std::int64_t, std::vector<std::int64_t>> instruction_handles;
+  /// Data this unit stores by name (e.g. packed weights): one copy per key and lowered module,
+  /// however many units add it; compile reads it with compile_context::named_data().
+  named_data_store named_data;
+};
+
+/// What a backend's `preprocess_all` returns (ExecuTorch's preprocess_multimethod): one result per
+/// unit, in the order it was given the units, plus named data shared by all of them.
+template <class Payload>
+struct multi_preprocess_result {
+  std::vector<preprocess_result<Payload>> units;
+  named_data_store named_data;
+};
+
+/// One unit as `preprocess_all` sees it: the unit and its decoded options.
+template <class Options>
+struct unit_with_options {
+  const method_to_lower& unit;
+  const Options& options;
 };
 
 /// What a generic `execute` receives: the method's arguments, in schema order.
@@ -142,6 +168,22 @@ struct compile_context {
   std::string_view backend;           // the backend's name
   std::string_view method;            // the method being compiled
   std::int64_t payload_version = 1;   // the version this payload was written with (see payload_version)
+  const named_data_map* named_data_map_ = nullptr;   // set by torch-delegate; use named_data()
+  std::set<std::string>* release_requests_ = nullptr;  // set by torch-delegate; use release_named_data()
+
+  /// The lowered module's named data (what preprocess stored, shared by every method),
+  /// read-only and without copies; empty when there is none.
+  const named_data_map& named_data() const {
+    static const named_data_map none;
+    return named_data_map_ ? *named_data_map_ : none;
+  }
+  /// Asks torch-delegate to drop the data of `key` once every method of the module is compiled,
+  /// for a backend that keeps its own copy (so the weights are not resident twice). Honoured
+  /// when a saved module is loaded; in the process that lowers, the data is kept so that the
+  /// module can still be saved. A loaded module whose data was released refuses to be saved.
+  void release_named_data(const std::string& key) const {
+    if (release_requests_) release_requests_->insert(key);
+  }
 };
 
 namespace detail {
@@ -345,8 +387,16 @@ concept backend_preprocesses =
       { backend.preprocess(method) } -> detail::preprocess_output<payload_t<B>>;
     };
 
+/// `preprocess_all(std::span<const unit_with_options<Options>>) -> multi_preprocess_result<Payload>`:
+/// every unit of the module at once (ExecuTorch's preprocess_multimethod). A backend with it
+/// needs no per-unit preprocess; one with both is given every unit through preprocess_all.
+template <class B>
+concept backend_preprocesses_all = requires(B& backend, std::span<const unit_with_options<options_t<B>>> units) {
+  { backend.preprocess_all(units) } -> std::same_as<multi_preprocess_result<payload_t<B>>>;
+};
+
 /// A backend with its host side: what `lower<B>` needs.
 template <class B>
-concept HostBackend = Backend<B> && backend_preprocesses<B>;
+concept HostBackend = Backend<B> && (backend_preprocesses<B> || backend_preprocesses_all<B>);
 
 }  // namespace torch_delegate

@@ -114,6 +114,14 @@ struct ivalue_caster<c10::IValue> {
   static c10::IValue cast(c10::IValue v) { return v; }
 };
 
+namespace detail {
+/// Element types c10::List<T> holds directly.
+template <class T>
+inline constexpr bool is_list_element_v = std::is_same_v<T, at::Tensor> || std::is_same_v<T, double> ||
+                                          std::is_same_v<T, std::int64_t> || std::is_same_v<T, bool> ||
+                                          std::is_same_v<T, std::string>;
+}  // namespace detail
+
 template <class T>
 struct ivalue_caster<std::vector<T>, std::enable_if_t<convertible_to_ivalue<T>>> {
   static constexpr auto name = "List[" + ivalue_caster<T>::name + "]";
@@ -134,6 +142,13 @@ struct ivalue_caster<std::vector<T>, std::enable_if_t<convertible_to_ivalue<T>>>
     if constexpr (std::is_same_v<T, c10::IValue>) {
       c10::impl::GenericList list(c10::AnyType::get());
       for (auto& v : values) list.push_back(std::move(v));
+      return list;
+    } else if constexpr (!detail::is_list_element_v<T>) {
+      // Tuples, optionals, nested lists: c10::List<T> knows c10's own types only (c10::optional,
+      // not std::optional), so each element is cast on its own.
+      c10::impl::GenericList list(c10::AnyType::get());
+      list.reserve(values.size());
+      for (auto& v : values) list.push_back(ivalue_caster<T>::cast(std::move(v)));
       return list;
     } else {
       c10::List<T> list;

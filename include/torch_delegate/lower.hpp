@@ -57,7 +57,7 @@ lowered_module<B> lower_with(const torch::jit::Module& module, const c10::impl::
   for (detail::delegate_unit& unit : plan.units)
     unit.options = std::make_shared<const options_t<B>>(
         detail::decode_backend_options<B>(unit.spec, unit.where(B::name), unknown_option_keys::warn));
-  return lowered_module<B>(detail::lower_planned(plan, module, payload_version_of<B>(), &detail::preprocess_one<B>,
+  return lowered_module<B>(detail::lower_planned(plan, module, payload_version_of<B>(), &detail::preprocess_units_with<B>,
                                                  detail::runtime_of<B>::value));
 }
 

@@ -3,7 +3,13 @@
 //
 //   (backend: str, format_version: int, payload_version: int,
 //    methods: Dict[str, (signature: str, argument_names: List[str], output_count: int,
-//                        payload: <the backend's payload>, debug_info: (locations, instructions))])
+//                        payload: <the backend's payload>, debug_info: (locations, instructions))],
+//    named_data: Dict[str, (data: Tensor, alignment: int)])      <- format 2, only with named data
+//
+// Format 2 adds named data (named_data.hpp), shared by every method: a module without named data
+// is still written as format 1, so builds that read only format 1 keep loading it; one with
+// named data says format 2, and such a build refuses it with its versioned message instead of
+// compiling methods whose data it would not hand over.
 //
 // Compatibility rules (tests/test_errors.cpp, tests/data): a reader accepts every format
 // version from 1 to its own; a field added later is optional and appended at the end of its
@@ -16,6 +22,7 @@
 #include <torch_delegate/debug.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/errors.hpp>
+#include <torch_delegate/named_data.hpp>
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
@@ -30,7 +37,7 @@
 namespace torch_delegate {
 
 /// The newest format of `__processed_module` this build writes and reads (it reads 1 to this).
-inline constexpr std::int64_t processed_format_version = 1;
+inline constexpr std::int64_t processed_format_version = 2;
 
 namespace detail {
 
@@ -68,9 +75,21 @@ TORCH_DELEGATE_DECL std::shared_ptr<method_debug_info> decode_debug_info(const c
 /// One method's entry.
 TORCH_DELEGATE_DECL c10::IValue encode_method_record(const method_record& record);
 
-/// The whole `__processed_module` value: `methods` maps each method name to its encoded entry.
+/// The whole `__processed_module` value: `methods` maps each method name to its encoded entry;
+/// format 1 without named data, 2 with.
 TORCH_DELEGATE_DECL c10::IValue encode_processed(std::string_view backend, std::int64_t payload_version,
-                                    c10::impl::GenericDict methods);
+                                    c10::impl::GenericDict methods, const named_data_store& named_data = {});
+
+/// The named data of a processed payload (empty for format 1), checked: a malformed table is
+/// an error naming the backend, never a crash.
+TORCH_DELEGATE_DECL std::shared_ptr<named_data_map> read_named_data(const c10::IValue& processed, std::string_view backend);
+
+/// Replaces the data of `key` in a processed payload's named-data table by an empty tensor of
+/// alignment 0 (released after compile): a module holding such a payload refuses to be saved.
+TORCH_DELEGATE_DECL void release_named_data_in(const c10::IValue& processed, const std::string& key);
+
+/// The keys released from a processed payload, sorted.
+TORCH_DELEGATE_DECL std::vector<std::string> released_named_data(const c10::IValue& processed);
 
 [[noreturn]] inline void fail_processed(std::string_view backend, std::string_view method, const std::string& why) {
   fail({backend, method}, "the processed module is not a valid torch-delegate payload: " + why);

@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +46,15 @@ class method_to_lower {
   const std::shared_ptr<torch::jit::Graph>& graph() const { return graph_; }
   /// The unit's schema (its input and output types), `self` first.
   const c10::FunctionSchema& schema() const { return schema_; }
+
+  /// What a value of graph() is at lowering time, when that is known: a constant's value, or the
+  /// module attribute (parameter, buffer or constant attribute) that a prim::GetAttr chain from
+  /// `self` reads, e.g. a Linear's weight, so that preprocess can pack it. nullopt for anything
+  /// computed at run time.
+  std::optional<c10::IValue> value_of(const torch::jit::Value* value) const;
+  /// The tensor `value` is at lowering time (see value_of); an error pointing at the node that
+  /// makes `value` when it is not a tensor known at lowering time.
+  at::Tensor tensor_of(const torch::jit::Value* value) const;
 
   /// The debug handle of a node of graph(); it maps back to the node's source range.
   torch::jit::DebugHandleType debug_handle(const torch::jit::Node* node) const;
@@ -106,12 +116,20 @@ TORCH_DELEGATE_DECL lowering_plan plan_lowering(std::string_view backend, std::s
 struct erased_preprocess_result {
   c10::IValue payload;
   std::map<std::int64_t, std::vector<std::int64_t>> instruction_handles;  // empty: ids are debug handles
+  named_data_store named_data;
 };
 
-/// Preprocesses one unit with a given backend: its options (decoded), preprocess, the payload
-/// converted to an IValue.
-using preprocess_trampoline = erased_preprocess_result (*)(const method_to_lower& unit, const delegate_unit& plan,
-                                                           const error_context& where);
+/// What a backend's preprocess gave for every unit of a plan (in plan order), plus the named
+/// data its preprocess_all shares between them.
+struct erased_preprocess_batch {
+  std::vector<erased_preprocess_result> units;
+  named_data_store shared;
+};
+
+/// Preprocesses every unit of a plan with a given backend: per unit (options decoded,
+/// preprocess, the payload converted to an IValue), or all at once with its preprocess_all.
+using preprocess_trampoline = erased_preprocess_batch (*)(std::span<const method_to_lower> units,
+                                                          const lowering_plan& plan);
 
 /// Runs preprocess on every unit of a plan: returns the processed payload (payload_format.hpp).
 TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std::int64_t payload_version,
@@ -142,23 +160,56 @@ TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node);
 template <class Payload, class Result>
 erased_preprocess_result erase_preprocessed(Result&& result) {
   if constexpr (std::is_same_v<std::remove_cvref_t<Result>, preprocess_result<Payload>>) {
-    return {ivalue_caster<Payload>::cast(std::move(result.payload)), std::move(result.instruction_handles)};
+    return {ivalue_caster<Payload>::cast(std::move(result.payload)), std::move(result.instruction_handles),
+            std::move(result.named_data)};
   } else {
-    return {ivalue_caster<Payload>::cast(Payload(std::forward<Result>(result))), {}};
+    return {ivalue_caster<Payload>::cast(Payload(std::forward<Result>(result))), {}, {}};
   }
 }
 
 template <class B>
-erased_preprocess_result preprocess_one(const method_to_lower& unit, const delegate_unit& plan, const error_context& where) {
-  std::optional<options_t<B>> decoded;
-  if (!plan.options) decoded.emplace(decode_backend_options<B>(plan.spec, where, unknown_option_keys::warn));
-  const options_t<B>& options = plan.options ? *static_cast<const options_t<B>*>(plan.options.get()) : *decoded;
+const options_t<B>& options_of_unit(const delegate_unit& plan, std::optional<options_t<B>>& decoded,
+                                    const error_context& where) {
+  if (plan.options) return *static_cast<const options_t<B>*>(plan.options.get());
+  return decoded.emplace(decode_backend_options<B>(plan.spec, where, unknown_option_keys::warn));
+}
+
+template <class B>
+erased_preprocess_batch preprocess_units_with(std::span<const method_to_lower> units, const lowering_plan& plan) {
+  erased_preprocess_batch batch;
+  std::vector<std::optional<options_t<B>>> decoded(units.size());
   B backend;
-  if constexpr (requires { backend.preprocess(unit, options); }) {
-    return erase_preprocessed<payload_t<B>>(backend.preprocess(unit, options));
+  if constexpr (backend_preprocesses_all<B>) {
+    std::vector<unit_with_options<options_t<B>>> with_options;
+    for (std::size_t i = 0; i < units.size(); ++i)
+      with_options.push_back({units[i], options_of_unit<B>(plan.units[i], decoded[i], plan.units[i].where(B::name))});
+    multi_preprocess_result<payload_t<B>> result;
+    try {
+      result = backend.preprocess_all(std::span<const unit_with_options<options_t<B>>>(with_options));
+    } catch (...) {
+      rethrow_from_backend({B::name, {}}, "preprocess_all");
+    }
+    if (result.units.size() != units.size())
+      fail({B::name, {}}, "preprocess_all returned " + std::to_string(result.units.size()) + " results for " +
+                              std::to_string(units.size()) + " units: it must return one per unit, in order");
+    for (auto& unit_result : result.units) batch.units.push_back(erase_preprocessed<payload_t<B>>(std::move(unit_result)));
+    batch.shared = std::move(result.named_data);
   } else {
-    return erase_preprocessed<payload_t<B>>(backend.preprocess(unit));
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const error_context where = plan.units[i].where(B::name);
+      try {
+        const options_t<B>& options = options_of_unit<B>(plan.units[i], decoded[i], where);
+        if constexpr (requires { backend.preprocess(units[i], options); }) {
+          batch.units.push_back(erase_preprocessed<payload_t<B>>(backend.preprocess(units[i], options)));
+        } else {
+          batch.units.push_back(erase_preprocessed<payload_t<B>>(backend.preprocess(units[i])));
+        }
+      } catch (...) {
+        rethrow_from_backend(where, "preprocess");
+      }
+    }
   }
+  return batch;
 }
 
 /// The preprocess function in LibTorch's signature, for LibTorch's registry
@@ -167,7 +218,7 @@ template <class B>
 c10::IValue preprocess_for_libtorch(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
                                     const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
   return preprocess_units(plan_lowering(B::name, signature_records<B>, module, spec), payload_version_of<B>(),
-                          &preprocess_one<B>, module, generate_debug_handles);
+                          &preprocess_units_with<B>, module, generate_debug_handles);
 }
 
 }  // namespace detail

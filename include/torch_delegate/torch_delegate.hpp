@@ -8,6 +8,7 @@
 #include <torch_delegate/load.hpp>
 #include <torch_delegate/lower.hpp>
 #include <torch_delegate/lowered_module.hpp>
+#include <torch_delegate/named_data.hpp>
 #include <torch_delegate/options.hpp>
 #include <torch_delegate/preprocess.hpp>
 #include <torch_delegate/profiling.hpp>

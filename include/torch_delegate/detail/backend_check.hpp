@@ -172,7 +172,7 @@ template <class B>
 constexpr bool check_host_backend() {
   if constexpr (!check_backend<B>()) {
     return false;
-  } else if constexpr (!backend_preprocesses<B> && preprocess_return<B>::callable) {
+  } else if constexpr (!backend_preprocesses<B> && !backend_preprocesses_all<B> && preprocess_return<B>::callable) {
     backend_preprocess_returns_a_different_payload_than_compile_takes<B, typename preprocess_return<B>::type,
                                                                       payload_t<B>>
         error;
@@ -182,7 +182,7 @@ constexpr bool check_host_backend() {
                   "Payload compile takes (torch_delegate::payload_t<B>). Make them the same type, or "
                   "return torch_delegate::preprocess_result<Payload> (docs/backend-concept.md#preprocess).");
     return false;
-  } else if constexpr (!backend_preprocesses<B> && has_member_named_preprocess<B>) {
+  } else if constexpr (!backend_preprocesses<B> && !backend_preprocesses_all<B> && has_member_named_preprocess<B>) {
     backend_preprocess_has_the_wrong_shape<B> error;
     static_assert(dependent_false<B>,
                   "torch-delegate: the backend's preprocess cannot be called as lower<B> calls it: "
@@ -192,7 +192,7 @@ constexpr bool check_host_backend() {
                   "'preprocess(const Module&, const Dict&, ...)' is not used "
                   "(docs/backend-concept.md#preprocess).");
     return false;
-  } else if constexpr (!backend_preprocesses<B>) {
+  } else if constexpr (!backend_preprocesses<B> && !backend_preprocesses_all<B>) {
     backend_is_missing_preprocess<B> error;
     static_assert(dependent_false<B>,
                   "torch-delegate: lower<B> needs the backend's host side: add "

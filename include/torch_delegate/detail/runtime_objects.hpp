@@ -101,9 +101,12 @@ TORCH_DELEGATE_DECL c10::intrusive_ptr<backend_instance> backend_instance_of(con
                                                                              const backend_runtime& runtime);
 
 /// LibTorch's compile(processed, method_compile_spec) -> {unit: handle}: reads each unit's record
-/// from the processed payload (payload_format.hpp) and compiles it with the owner's backend.
+/// from the processed payload (payload_format.hpp) and compiles it with the owner's backend,
+/// every unit seeing the module's named data. `honour_release` (loading, not lowering): drop the
+/// named data the backend asked to release once every unit is compiled.
 TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_instance>& owner,
-                                                       const c10::IValue& processed, const c10::impl::GenericDict& spec);
+                                                       const c10::IValue& processed, const c10::impl::GenericDict& spec,
+                                                       bool honour_release);
 
 /// Registers a backend's runtime with LibTorch: its TorchBind classes (is_available, compile,
 /// execute in LibTorch's schemas) and one JIT operator per typed execute signature (plus the

@@ -87,6 +87,7 @@ TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& 
                                         "        self.__handles = td_no_handles_\n"
                                       : "        raise Exception(\"Backend is not available.\")\n";
   return "def __getstate__(self):\n"
+         "    self.__backend.td_check_saveable(self.__processed_module)\n"
          "    return self.__method_compile_spec, self.__processed_module, True\n"
          "\n"
          "def __setstate__(self, state: Tuple[Dict[str, Any], Any, bool]):\n"

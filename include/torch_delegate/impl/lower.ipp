@@ -162,7 +162,7 @@ TORCH_DELEGATE_DECL torch::jit::Module assemble_lowered_module(const lowering_pl
     // What __setstate__ does on load, called directly: errors stay c10::Errors without an
     // interpreter traceback of generated code.
     auto instance = c10::static_intrusive_pointer_cast<backend_instance>(backend_object.toObjectRef().getSlot(0).toCapsule());
-    lowered.setattr("__handles", compile_all(instance, processed, spec));
+    lowered.setattr("__handles", compile_all(instance, processed, spec, /*honour_release=*/false));
   } else {
     TORCH_WARN(unavailable_warning(plan.backend));
     c10::impl::GenericDict placeholders(c10::StringType::get(), c10::AnyType::get());

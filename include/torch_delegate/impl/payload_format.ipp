@@ -57,9 +57,76 @@ TORCH_DELEGATE_DECL c10::IValue encode_method_record(const method_record& record
 }
 
 TORCH_DELEGATE_DECL c10::IValue encode_processed(std::string_view backend, std::int64_t payload_version,
-                                    c10::impl::GenericDict methods) {
-  return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(processed_format_version),
-                                     c10::IValue(payload_version), c10::IValue(std::move(methods))});
+                                    c10::impl::GenericDict methods, const named_data_store& named_data) {
+  if (named_data.empty())
+    return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(std::int64_t{1}),
+                                       c10::IValue(payload_version), c10::IValue(std::move(methods))});
+  c10::impl::GenericDict table(c10::StringType::get(), c10::TupleType::create({c10::TensorType::get(), c10::IntType::get()}));
+  for (const auto& [key, entry] : named_data.entries())
+    table.insert(key, c10::ivalue::Tuple::create({c10::IValue(entry.data), c10::IValue(entry.alignment)}));
+  return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(std::int64_t{2}),
+                                     c10::IValue(payload_version), c10::IValue(std::move(methods)), c10::IValue(std::move(table))});
+}
+
+namespace {
+/// The named-data table of a checked format-2 payload; None for format 1.
+inline c10::IValue named_data_table(const c10::IValue& processed, std::string_view backend) {
+  // Anything malformed above the table is read_processed's to report, per method.
+  if (!processed.isTuple() || processed.toTupleRef().elements().size() < 4) return {};
+  // Copied out: GCC -O2 warns about reading a 5th element through TupleElements (see above).
+  const std::vector<c10::IValue> top = processed.toTupleRef().elements().vec();
+  // Format 1 has no table; a format this build does not read is read_processed's to report.
+  if (!top[1].isInt() || top[1].toInt() < 2 || top[1].toInt() > processed_format_version) return {};
+  if (top.size() < 5 || !top[4].isGenericDict())
+    fail_processed(backend, {}, "format 2 needs a named-data table Dict[str, Tuple[Tensor, int]] as 5th field");
+  return top[4];
+}
+}  // namespace
+
+TORCH_DELEGATE_DECL std::shared_ptr<named_data_map> read_named_data(const c10::IValue& processed, std::string_view backend) {
+  auto map = std::make_shared<named_data_map>(std::string(backend));
+  const c10::IValue table = named_data_table(processed, backend);
+  if (table.isNone()) return map;
+  for (const auto& item : table.toGenericDict()) {
+    const c10::IValue& value = item.value();
+    if (!item.key().isString() || !value.isTuple() || value.toTupleRef().elements().size() < 2)
+      fail_processed(backend, {}, "malformed named-data entry");
+    const std::string& key = item.key().toStringRef();
+    const c10::IValue data = value.toTupleRef().elements()[0];
+    const c10::IValue alignment = value.toTupleRef().elements()[1];
+    if (!data.isTensor() || !alignment.isInt()) fail_processed(backend, {}, "malformed named-data entry '" + key + "'");
+    if (alignment.toInt() == 0) {  // released after compile where it was saved: see below
+      map->erase(key);
+      continue;
+    }
+    const at::Tensor& tensor = data.toTensor();
+    if (alignment.toInt() < 0 || alignment.toInt() > 4096 || (alignment.toInt() & (alignment.toInt() - 1)) != 0 ||
+        tensor.device().type() != c10::DeviceType::CPU || !tensor.is_contiguous())
+      fail_processed(backend, {}, "malformed named-data entry '" + key + "'");
+    map->insert(key, named_data_entry{tensor, alignment.toInt()});
+  }
+  return map;
+}
+
+TORCH_DELEGATE_DECL void release_named_data_in(const c10::IValue& processed, const std::string& key) {
+  const c10::IValue table = named_data_table(processed, "");
+  if (table.isNone()) return;
+  c10::impl::GenericDict dict = table.toGenericDict();
+  if (!dict.contains(key)) return;
+  dict.insert_or_assign(key, c10::ivalue::Tuple::create({c10::IValue(at::Tensor()), c10::IValue(std::int64_t{0})}));
+}
+
+TORCH_DELEGATE_DECL std::vector<std::string> released_named_data(const c10::IValue& processed) {
+  std::vector<std::string> released;
+  if (!processed.isTuple() || processed.toTupleRef().elements().size() < 5) return released;
+  const c10::IValue table = processed.toTupleRef().elements().vec()[4];
+  if (!table.isGenericDict()) return released;
+  for (const auto& item : table.toGenericDict())
+    if (item.value().isTuple() && item.value().toTupleRef().elements().size() >= 2 &&
+        item.value().toTupleRef().elements()[1].isInt() && item.value().toTupleRef().elements()[1].toInt() == 0)
+      released.push_back(item.key().toStringRef());
+  std::sort(released.begin(), released.end());
+  return released;
 }
 
 TORCH_DELEGATE_DECL decoded_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method,

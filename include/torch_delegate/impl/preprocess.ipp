@@ -4,6 +4,7 @@
 #include <torch_delegate/preprocess.hpp>
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
@@ -138,34 +139,41 @@ TORCH_DELEGATE_DECL lowering_plan plan_lowering(std::string_view backend, std::s
 TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std::int64_t payload_version,
                                                  preprocess_trampoline preprocess, const torch::jit::Module& module,
                                                  const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
-  c10::impl::GenericDict units(c10::StringType::get(), c10::AnyType::get());
-  for (const delegate_unit& unit : plan.units) {
-    const error_context where = unit.where(plan.backend);
-    const c10::FunctionSchema& schema = *unit.schema;
+  // Every unit's view first (a preprocess_all sees them all at once): its graph, the debug
+  // handle of each node, and where each node comes from, read now because preprocess may run
+  // passes on the graph in place and free nodes.
+  std::vector<method_to_lower> views;
+  std::vector<method_debug_info> debug(plan.units.size());
+  views.reserve(plan.units.size());
+  for (std::size_t i = 0; i < plan.units.size(); ++i) {
+    const delegate_unit& unit = plan.units[i];
     auto graph = inlined_graph(module, unit.name);
     torch::jit::NodeToDebugHandle handles_of_nodes = generate_debug_handles(graph);
-    // Where each node comes from is read now: preprocess may run passes on the graph in place
-    // and free nodes, so nothing may look at the nodes after it returns.
-    method_debug_info debug;
-    for (const auto& [node, handle] : handles_of_nodes) debug.locations.emplace(handle, locate(node));
-    method_to_lower view(module, plan.backend, unit.name, graph, std::move(handles_of_nodes), schema);
+    for (const auto& [node, handle] : handles_of_nodes) debug[i].locations.emplace(handle, locate(node));
+    views.emplace_back(module, plan.backend, unit.name, graph, std::move(handles_of_nodes), *unit.schema);
+  }
+  erased_preprocess_batch batch = preprocess(views, plan);
 
-    erased_preprocess_result preprocessed;
-    try {
-      preprocessed = preprocess(view, unit, where);
-    } catch (...) {
-      rethrow_from_backend(where, "preprocess");
-    }
-    debug.instruction_handles = std::move(preprocessed.instruction_handles);
+  // Named data: one copy per key for the whole lowered module.
+  named_data_store named_data;
+  std::map<std::string, std::string> owners;
+  merge_named_data(plan.backend, named_data, owners, batch.shared, "preprocess_all");
+  c10::impl::GenericDict units(c10::StringType::get(), c10::AnyType::get());
+  for (std::size_t i = 0; i < plan.units.size(); ++i) {
+    const delegate_unit& unit = plan.units[i];
+    erased_preprocess_result& preprocessed = batch.units[i];
+    merge_named_data(plan.backend, named_data, owners, preprocessed.named_data, unit.name);
+    const c10::FunctionSchema& schema = *unit.schema;
+    debug[i].instruction_handles = std::move(preprocessed.instruction_handles);
     method_record record;
     record.signature = std::string(unit.signature->text);
-    for (std::size_t i = 1; i < schema.arguments().size(); ++i) record.argument_names.push_back(schema.arguments()[i].name());
+    for (std::size_t a = 1; a < schema.arguments().size(); ++a) record.argument_names.push_back(schema.arguments()[a].name());
     record.output_count = output_count_of(schema.returns()[0].type());
     record.payload = std::move(preprocessed.payload);
-    record.debug = std::make_shared<method_debug_info>(std::move(debug));
+    record.debug = std::make_shared<method_debug_info>(std::move(debug[i]));
     units.insert(unit.name, encode_method_record(record));
   }
-  return encode_processed(plan.backend, payload_version, std::move(units));
+  return encode_processed(plan.backend, payload_version, std::move(units), named_data);
 }
 
 }  // namespace detail
@@ -176,6 +184,31 @@ TORCH_DELEGATE_DECL torch::jit::DebugHandleType method_to_lower::debug_handle(co
     detail::fail({backend_, name_}, "the node " + std::string(node->kind().toQualString()) +
                                         " has no debug handle: it is not a node of this method's graph");
   return found->second;
+}
+
+TORCH_DELEGATE_DECL std::optional<c10::IValue> method_to_lower::value_of(const torch::jit::Value* value) const {
+  if (auto constant = torch::jit::toIValue(value)) return constant;
+  std::vector<std::string> names;  // innermost first
+  const torch::jit::Value* current = value;
+  while (current->node()->kind() == c10::prim::GetAttr) {
+    names.push_back(current->node()->s(c10::attr::name));
+    current = current->node()->input(0);
+  }
+  if (names.empty() || graph_->inputs().empty() || current != graph_->inputs()[0]) return std::nullopt;
+  c10::IValue object = module_._ivalue();
+  for (auto name = names.rbegin(); name != names.rend(); ++name) {
+    if (!object.isObject() || !object.toObjectRef().type()->hasAttribute(*name)) return std::nullopt;
+    object = object.toObjectRef().getAttr(*name);
+  }
+  return object;
+}
+
+TORCH_DELEGATE_DECL at::Tensor method_to_lower::tensor_of(const torch::jit::Value* value) const {
+  const std::optional<c10::IValue> known = value_of(value);
+  if (!known || !known->isTensor())
+    reject(value->node(), "expected a tensor known at lowering time (a constant, parameter or buffer), got " +
+                              std::string(known ? known->tagKind() : "a value computed at run time") + ".");
+  return known->toTensor();
 }
 
 TORCH_DELEGATE_DECL void method_to_lower::reject(const torch::jit::Node* node, std::string_view message) const {

@@ -49,9 +49,14 @@ TORCH_DELEGATE_DECL c10::intrusive_ptr<backend_instance> backend_instance_of(con
 }
 
 TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_instance>& owner,
-                                                       const c10::IValue& processed, const c10::impl::GenericDict& spec) {
+                                                       const c10::IValue& processed, const c10::impl::GenericDict& spec,
+                                                       bool honour_release) {
   const backend_runtime& runtime = *owner->runtime;
   c10::impl::GenericDict handles(c10::StringType::get(), c10::AnyType::get());
+  // The named data, read once for every method; its tensors share storage with `processed`.
+  const std::shared_ptr<named_data_map> named_data =
+      spec.empty() ? std::make_shared<named_data_map>(std::string(runtime.name)) : read_named_data(processed, runtime.name);
+  std::set<std::string> release_requests;
   for (const auto& entry : spec) {
     const std::string& method = entry.key().toStringRef();
     const error_context where{runtime.name, method};
@@ -61,13 +66,19 @@ TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<
     const signature_record& signature = find_signature(runtime.signatures, record.signature, where);
     method_info info{std::string(runtime.name), method, std::move(record.argument_names), record.output_count,
                      &signature, std::move(record.debug)};
-    const compile_context context{runtime.name, method, decoded.payload_version};
+    const compile_context context{runtime.name, method, decoded.payload_version, named_data.get(), &release_requests};
     std::unique_ptr<void, void (*)(void*) noexcept> handle(
         runtime.compile(owner->backend, record.payload, entry.value(), context), runtime.destroy_handle);
     auto compiled = c10::make_intrusive<compiled_method>(handle.get(), std::move(info), owner);
     handle.release();  // owned by `compiled` now
     handles.insert(method, object_holding(runtime.classes->handle, std::move(compiled)));
   }
+  if (honour_release)
+    for (const std::string& key : release_requests) {
+      if (!named_data->contains(key)) continue;
+      named_data->erase(key);
+      release_named_data_in(processed, key);
+    }
   return handles;
 }
 
@@ -134,7 +145,23 @@ inline void register_torchbind_classes(const backend_runtime& runtime) {
                         auto spec = torch::jit::pop(stack).toGenericDict();
                         auto processed = torch::jit::pop(stack);
                         auto self = backend_instance_of(torch::jit::pop(stack), *r);
-                        torch::jit::push(stack, compile_all(self, processed, spec));
+                        torch::jit::push(stack, compile_all(self, processed, spec, /*honour_release=*/true));
+                      });
+  // Called by a lowered module's __getstate__: a module whose named data was released after
+  // compile cannot be saved (its payload no longer holds that data).
+  add_libtorch_method("td_check_saveable", {c10::Argument("processed", c10::AnyType::get())},
+                      {c10::Argument("", c10::NoneType::get())}, [r](torch::jit::Stack& stack) {
+                        const c10::IValue processed = torch::jit::pop(stack);
+                        torch::jit::drop(stack, 1);
+                        const std::vector<std::string> released = released_named_data(processed);
+                        torch::jit::push(stack, c10::IValue());
+                        if (released.empty()) return;
+                        std::string keys;
+                        for (const std::string& key : released) keys += (keys.empty() ? "'" : ", '") + key + "'";
+                        fail({r->name, {}}, "cannot save this lowered module: its backend released the named data " + keys +
+                                                " after compile (compile_context::release_named_data), so its payload no "
+                                                "longer holds it. Save the module that lowering returned, or the file it "
+                                                "was loaded from.");
                       });
   // LibTorch's execute(handle, inputs) -> outputs, for code that calls it (LibTorch's own
   // generated modules, the generic path): the handle's signature record runs it.
