@@ -208,6 +208,7 @@ TEST_CASE("the payload format is extensible: fields appended by a newer build ar
   auto debug = entry[4].toTupleRef().elements().vec();
   debug.emplace_back(std::string("a later debug field"));
   entry[4] = c10::ivalue::Tuple::create(debug);
+  entry.emplace_back(c10::IValue());  // input specs (optional since issue 14): none
   entry.emplace_back(std::int64_t{42});
   methods.insert_or_assign("forward", c10::ivalue::Tuple::create(entry));
   auto top = processed.toTupleRef().elements().vec();

@@ -47,13 +47,14 @@ namespace detail {
 
 template <class B>
 lowered_module<B> lower_with(const torch::jit::Module& module, const c10::impl::GenericDict& method_compile_spec,
-                             bool fallback_when_unavailable) {
+                             bool fallback_when_unavailable, const input_specs* inputs = nullptr) {
   register_backend<B>();
   // One plan: each unit's schema, signature and operator decided once; its options decoded once
   // (unknown keys warned about here), all before any preprocessing.
   detail::lowering_plan plan = detail::plan_lowering(B::name, detail::signature_records<B>, module, method_compile_spec);
   if (plan.units.empty()) detail::fail({B::name, {}}, "no method to lower: the method_compile_spec is empty");
   plan.fallback_when_unavailable = fallback_when_unavailable;
+  if (inputs) detail::apply_input_specs(plan, *inputs);
   for (detail::delegate_unit& unit : plan.units)
     unit.options = std::make_shared<const options_t<B>>(
         detail::decode_backend_options<B>(unit.spec, unit.where(B::name), unknown_option_keys::warn));
@@ -77,6 +78,17 @@ lowered_module<B> lower(const torch::jit::Module& module, const method_options<B
   c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
   for (const auto& [method, method_options] : options) spec.insert(method, encode_options(method_options));
   return lower<B>(module, spec);
+}
+
+/// Lowers with input specs: the dtype and shape of each method's tensor arguments (input_spec.hpp).
+/// preprocess sees them as the types of the unit's graph inputs (complete when every size is
+/// given) and, where TorchScript's shape analysis can tell, of the values computed from them; a call whose
+/// tensors do not match fails before the backend runs. A method without an entry is unchecked.
+template <class B>
+lowered_module<B> lower(const torch::jit::Module& module, const method_options<B>& options, const input_specs& inputs) {
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [method, method_options] : options) spec.insert(method, encode_options(method_options));
+  return detail::lower_with<B>(module, spec, /*fallback_when_unavailable=*/false, &inputs);
 }
 
 }  // namespace torch_delegate

@@ -3,7 +3,8 @@
 //
 //   (backend: str, format_version: int, payload_version: int,
 //    methods: Dict[str, (signature: str, argument_names: List[str], output_count: int,
-//                        payload: <the backend's payload>, debug_info: (locations, instructions))],
+//                        payload: <the backend's payload>, debug_info: (locations, instructions),
+//                        input_specs: List[Optional[Tuple[List[int], int]]])],   <- optional
 //    named_data: Dict[str, (data: Tensor, alignment: int)])      <- format 2, only with named data
 //
 // Format 2 adds named data (named_data.hpp), shared by every method: a module without named data
@@ -22,6 +23,7 @@
 #include <torch_delegate/debug.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/errors.hpp>
+#include <torch_delegate/input_spec.hpp>
 #include <torch_delegate/named_data.hpp>
 
 #include <ATen/core/Dict.h>
@@ -30,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +51,7 @@ struct method_record {
   std::int64_t output_count = 1;             // entries in execute's output list
   c10::IValue payload;                       // the backend's payload, as preprocess made it
   std::shared_ptr<method_debug_info> debug;  // never null once decoded
+  std::vector<std::optional<tensor_spec>> input_specs;  // added later: optional, empty when absent
 };
 
 /// The versions of a backend's payload that a build of it reads.

@@ -8,6 +8,7 @@
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/invoker.hpp>
 #include <torch_delegate/detail/signature.hpp>
+#include <torch_delegate/input_spec.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/backends/backend_detail.h>
@@ -88,6 +89,7 @@ struct delegate_unit {
   const signature_record* signature;         // the execute signature it calls
   std::string operator_name;                 // the JIT operator of that signature; "" for the generic execute
   std::shared_ptr<const void> options;       // its decoded options (set by lower<B>), else decoded from spec
+  std::vector<std::optional<tensor_spec>> inputs;  // declared input specs, one per argument; empty: none
 
   error_context where(std::string_view backend) const { return {backend, name}; }
 };
@@ -130,6 +132,10 @@ struct erased_preprocess_batch {
 /// preprocess, the payload converted to an IValue), or all at once with its preprocess_all.
 using preprocess_trampoline = erased_preprocess_batch (*)(std::span<const method_to_lower> units,
                                                           const lowering_plan& plan);
+
+/// Gives each unit of a plan its declared input specs, checked: every method named exists in the
+/// plan, one entry per argument, specs on Tensor arguments only, sizes >= -1.
+TORCH_DELEGATE_DECL void apply_input_specs(lowering_plan& plan, const input_specs& inputs);
 
 /// Runs preprocess on every unit of a plan: returns the processed payload (payload_format.hpp).
 TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std::int64_t payload_version,

@@ -7,6 +7,7 @@
 #include <torch_delegate/debug.hpp>
 #include <torch_delegate/load.hpp>
 #include <torch_delegate/lower.hpp>
+#include <torch_delegate/input_spec.hpp>
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/named_data.hpp>
 #include <torch_delegate/options.hpp>

@@ -110,7 +110,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     c10::impl::GenericDict methods(c10::StringType::get(), c10::AnyType::get());
     methods.insert(method, encode_method_record(decoded.record));
     decoded_method again = read_processed(encode_processed("fuzz", 1, methods), "fuzz", method, {1, 2});
-    if (!same_record(decoded.record, again.record)) __builtin_trap();
+    if (!same_record(decoded.record, again.record) || decoded.record.input_specs != again.record.input_specs)
+      __builtin_trap();
+  } catch (const c10::Error&) {
+  }
+  try {  // the named-data table (format 2): checked, or an error
+    const auto named = read_named_data(processed, "fuzz");
+    for (const std::string& key : named->keys()) (void)named->bytes(key);
+    (void)released_named_data(processed);
   } catch (const c10::Error&) {
   }
   return 0;

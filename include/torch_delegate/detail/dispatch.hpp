@@ -3,6 +3,8 @@
 // backend's execute runs. The typed half is detail/invoker.hpp.
 #pragma once
 
+#include <torch_delegate/input_spec.hpp>
+
 #include <torch_delegate/debug.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/errors.hpp>
@@ -12,6 +14,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <string>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -25,6 +28,7 @@ struct method_info {
   std::int64_t output_count = 1;
   const signature_record* signature = nullptr;
   std::shared_ptr<const method_debug_info> debug;  // never null once compiled
+  std::vector<std::optional<tensor_spec>> input_specs;  // declared at lowering; empty: none
 
   error_context where() const { return {backend, method}; }
 };
@@ -36,6 +40,22 @@ inline std::int64_t output_count_of(const c10::TypePtr& type) {
 }
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_argument_count(const method_info& method, std::size_t given);
+
+/// Checks a call's arguments against the input specs declared when the method was lowered
+/// (nothing to do when none were): a tensor of another dtype or shape is an error naming the
+/// argument, what was declared and what was given, before the backend runs.
+TORCH_DELEGATE_DECL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count);
+template <class... Args>
+void check_typed_input_specs(const method_info& method, const Args&... args) {
+  if (method.input_specs.empty()) return;
+  // Specs are declared for Tensor arguments only (checked when lowering): others stay None.
+  auto tensor_or_none = [](const auto& value) -> c10::IValue {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, at::Tensor>) return value;
+    else return {};
+  };
+  const c10::IValue boxed[] = {tensor_or_none(args)..., c10::IValue()};
+  check_input_specs(method, boxed, sizeof...(Args));
+}
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_argument_type(const method_info& method, std::size_t index, std::string_view expected,
                                             const c10::IValue& given);

@@ -59,6 +59,7 @@ struct invoker<B, R(A...)> {
   template <class... Args>
   static R invoke(compiled_method& method, Args&&... args) {
     B& backend = available_backend<B>(method);
+    if (!method.info.input_specs.empty()) check_typed_input_specs(method.info, args...);
     return run_execute(method.info, [&]() -> R {
       return call_execute<R, A...>(backend, *static_cast<handle_t<B>*>(method.handle), std::forward<Args>(args)...);
     });
@@ -99,6 +100,7 @@ template <class B>
 c10::impl::GenericList call_generic(compiled_method& method, c10::ArrayRef<c10::IValue> args) {
   if (args.size() != method.info.argument_names.size()) fail_argument_count(method.info, args.size());
   B& backend = available_backend<B>(method);
+  if (!method.info.input_specs.empty()) check_input_specs(method.info, args.data(), args.size());
   std::vector<c10::IValue> results = run_execute(method.info, [&]() -> std::vector<c10::IValue> {
     return backend.execute(*static_cast<handle_t<B>*>(method.handle), inputs(args.data(), args.size()));
   });

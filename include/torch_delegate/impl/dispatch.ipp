@@ -19,6 +19,23 @@ namespace torch_delegate::detail {
                            std::string(expected) + ", got " + given.type()->annotation_str());
 }
 
+TORCH_DELEGATE_DECL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count) {
+  for (std::size_t i = 0; i < count && i < method.input_specs.size(); ++i) {
+    const std::optional<tensor_spec>& spec = method.input_specs[i];
+    if (!spec || (args[i].isTensor() && spec->matches(args[i].toTensor()))) continue;
+    std::string given = args[i].type()->annotation_str();
+    if (args[i].isTensor() && args[i].toTensor().defined()) {
+      const at::Tensor& tensor = args[i].toTensor();
+      given = tensor_spec{tensor.sizes().vec(), tensor.scalar_type()}.to_string();
+      given.resize(given.size() - std::string_view(" contiguous").size());  // sizes all known: strip it
+      if (spec->is_static() && !tensor.is_contiguous()) given += " not contiguous";
+    }
+    const std::string name = i < method.argument_names.size() ? method.argument_names[i] : "?";
+    fail(method.where(), "argument " + std::to_string(i + 1) + " ('" + name + "') must be " + spec->to_string() +
+                             " (its input spec when the method was lowered; -1: any size), got " + given);
+  }
+}
+
 [[noreturn]] TORCH_DELEGATE_DECL void fail_output_count(const method_info& method, std::size_t given) {
   fail(method.where(), "execute returned " + std::to_string(given) + " outputs, the method returns " +
                            std::to_string(method.output_count));

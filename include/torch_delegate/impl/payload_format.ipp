@@ -51,9 +51,20 @@ TORCH_DELEGATE_DECL std::shared_ptr<method_debug_info> decode_debug_info(const c
 TORCH_DELEGATE_DECL c10::IValue encode_method_record(const method_record& record) {
   c10::List<std::string> argument_names;
   for (const std::string& name : record.argument_names) argument_names.push_back(name);
-  return c10::ivalue::Tuple::create({c10::IValue(record.signature), c10::IValue(argument_names),
-                                     c10::IValue(record.output_count), record.payload,
-                                     encode_debug_info(record.debug ? *record.debug : method_debug_info{})});
+  std::vector<c10::IValue> fields{c10::IValue(record.signature), c10::IValue(argument_names),
+                                  c10::IValue(record.output_count), record.payload,
+                                  encode_debug_info(record.debug ? *record.debug : method_debug_info{})};
+  if (!record.input_specs.empty()) {  // appended only when declared: older readers ignore it
+    c10::impl::GenericList specs(c10::OptionalType::create(
+        c10::TupleType::create({c10::ListType::ofInts(), c10::IntType::get()})));
+    for (const std::optional<tensor_spec>& spec : record.input_specs)
+      specs.push_back(spec ? c10::IValue(c10::ivalue::Tuple::create(
+                                 {c10::IValue(c10::List<std::int64_t>(spec->sizes)),
+                                  c10::IValue(static_cast<std::int64_t>(spec->dtype))}))
+                           : c10::IValue());
+    fields.emplace_back(std::move(specs));
+  }
+  return c10::ivalue::Tuple::create(std::move(fields));
 }
 
 TORCH_DELEGATE_DECL c10::IValue encode_processed(std::string_view backend, std::int64_t payload_version,
@@ -168,6 +179,29 @@ TORCH_DELEGATE_DECL decoded_method read_processed(const c10::IValue& processed, 
     out.record.debug = decode_debug_info(fields[4]);
   } catch (const c10::Error&) {
     fail_processed(backend, method, "malformed debug information");
+  }
+  if (fields.size() > 5 && !fields[5].isNone()) {
+    auto malformed = [&] { fail_processed(backend, method, "malformed input specs"); };
+    if (!fields[5].isList()) malformed();
+    for (const c10::IValue& entry : fields[5].toListRef()) {
+      if (entry.isNone()) {
+        out.record.input_specs.emplace_back();
+        continue;
+      }
+      if (!entry.isTuple() || entry.toTupleRef().elements().size() != 2) malformed();
+      const c10::IValue sizes = entry.toTupleRef().elements()[0];
+      const c10::IValue dtype = entry.toTupleRef().elements()[1];
+      if (!sizes.isList() || !dtype.isInt() || dtype.toInt() < 0 ||
+          dtype.toInt() >= static_cast<std::int64_t>(c10::ScalarType::NumOptions))
+        malformed();
+      tensor_spec spec{{}, static_cast<c10::ScalarType>(dtype.toInt())};
+      for (const c10::IValue& size : sizes.toListRef()) {
+        if (!size.isInt() || size.toInt() < -1) malformed();
+        spec.sizes.push_back(size.toInt());
+      }
+      out.record.input_specs.emplace_back(std::move(spec));
+    }
+    if (out.record.input_specs.size() != out.record.argument_names.size()) malformed();
   }
   return out;
 }

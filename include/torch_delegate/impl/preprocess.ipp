@@ -7,6 +7,9 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/shape_analysis.h>
+
+#include <algorithm>
 
 #include <sstream>
 
@@ -131,10 +134,69 @@ TORCH_DELEGATE_DECL lowering_plan plan_lowering(std::string_view backend, std::s
     const c10::FunctionSchema& schema = schema_of(module, name, where);
     const signature_record& signature = select_signature(signatures, schema, where);
     plan.units.push_back({name, &schema, entry.value(), &signature,
-                          signature.generic ? std::string() : operator_name(backend, signature.text), nullptr});
+                          signature.generic ? std::string() : operator_name(backend, signature.text), nullptr, {}});
   }
   return plan;
 }
+
+TORCH_DELEGATE_DECL void apply_input_specs(lowering_plan& plan, const input_specs& inputs) {
+  for (const auto& entry : inputs) {
+    // Not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& method = entry.first;
+    const std::vector<std::optional<tensor_spec>>& specs = entry.second;
+    auto unit = std::find_if(plan.units.begin(), plan.units.end(), [&](const delegate_unit& u) { return u.name == method; });
+    if (unit == plan.units.end())
+      fail({plan.backend, method}, "input specs given for a method that is not being lowered");
+    const auto& arguments = unit->schema->arguments();
+    if (specs.size() + 1 != arguments.size())
+      fail({plan.backend, method}, "input specs: expected one entry per argument (" + std::to_string(arguments.size() - 1) +
+                                       "), got " + std::to_string(specs.size()));
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (!specs[i]) continue;
+      const c10::Argument& argument = arguments[i + 1];
+      if (!argument.type()->isSubtypeOf(*c10::TensorType::get()))
+        fail({plan.backend, method}, "input specs: argument " + std::to_string(i + 1) + " ('" + argument.name() +
+                                         "') is " + argument.type()->annotation_str() +
+                                         ", not a Tensor: give std::nullopt for it");
+      for (std::int64_t size : specs[i]->sizes)
+        if (size < -1)
+          fail({plan.backend, method}, "input specs: argument " + std::to_string(i + 1) + " ('" + argument.name() +
+                                           "') has size " + std::to_string(size) + "; sizes are >= 0, or -1 for any");
+    }
+    unit->inputs = specs;
+  }
+}
+
+namespace {
+/// The unit's graph inputs typed as declared, and the types TorchScript's shape analysis
+/// derives from them, so that preprocess sees dtypes and shapes.
+void type_graph_inputs(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<std::optional<tensor_spec>>& specs) {
+  bool complete = true;
+  for (std::size_t i = 0; i < specs.size() && i + 1 < graph->inputs().size(); ++i) {
+    if (!specs[i]) continue;
+    if (specs[i]->is_static()) {
+      // Every size known: a complete type (contiguous, which the call is checked for).
+      const c10::DimVector strides = c10::contiguous_strides(specs[i]->sizes);
+      graph->inputs()[i + 1]->setType(c10::TensorType::create(specs[i]->dtype, at::kCPU, at::IntArrayRef(specs[i]->sizes),
+                                                             at::IntArrayRef(strides), false));
+      continue;
+    }
+    complete = false;
+    std::vector<c10::optional<std::int64_t>> sizes;
+    for (std::int64_t size : specs[i]->sizes) sizes.push_back(size < 0 ? c10::nullopt : c10::optional<std::int64_t>(size));
+    graph->inputs()[i + 1]->setType(c10::TensorType::create(specs[i]->dtype, at::kCPU, c10::SymbolicShape(sizes),
+                                                           c10::VaryingShape<c10::Stride>(sizes.size()),
+                                                           /*requires_grad=*/false));
+  }
+  if (complete) {
+    try {
+      torch::jit::PropagateInputShapes(graph);
+    } catch (const std::exception&) {
+      // Shape analysis does not know every op: the inputs keep their declared types.
+    }
+  }
+}
+}  // namespace
 
 TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std::int64_t payload_version,
                                                  preprocess_trampoline preprocess, const torch::jit::Module& module,
@@ -148,6 +210,7 @@ TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std:
   for (std::size_t i = 0; i < plan.units.size(); ++i) {
     const delegate_unit& unit = plan.units[i];
     auto graph = inlined_graph(module, unit.name);
+    if (!unit.inputs.empty()) type_graph_inputs(graph, unit.inputs);
     torch::jit::NodeToDebugHandle handles_of_nodes = generate_debug_handles(graph);
     for (const auto& [node, handle] : handles_of_nodes) debug[i].locations.emplace(handle, locate(node));
     views.emplace_back(module, plan.backend, unit.name, graph, std::move(handles_of_nodes), *unit.schema);
@@ -170,6 +233,7 @@ TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std:
     for (std::size_t a = 1; a < schema.arguments().size(); ++a) record.argument_names.push_back(schema.arguments()[a].name());
     record.output_count = output_count_of(schema.returns()[0].type());
     record.payload = std::move(preprocessed.payload);
+    record.input_specs = unit.inputs;
     record.debug = std::make_shared<method_debug_info>(std::move(debug[i]));
     units.insert(unit.name, encode_method_record(record));
   }

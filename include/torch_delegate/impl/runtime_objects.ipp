@@ -65,7 +65,7 @@ TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<
     method_record& record = decoded.record;
     const signature_record& signature = find_signature(runtime.signatures, record.signature, where);
     method_info info{std::string(runtime.name), method, std::move(record.argument_names), record.output_count,
-                     &signature, std::move(record.debug)};
+                     &signature, std::move(record.debug), std::move(record.input_specs)};
     const compile_context context{runtime.name, method, decoded.payload_version, named_data.get(), &release_requests};
     std::unique_ptr<void, void (*)(void*) noexcept> handle(
         runtime.compile(owner->backend, record.payload, entry.value(), context), runtime.destroy_handle);

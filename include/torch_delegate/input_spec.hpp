@@ -1,0 +1,51 @@
+// Input specs (Torch-TensorRT's `Input`): the dtype and shape each tensor argument of a method
+// will have, declared when it is lowered. preprocess then sees complete tensor types in the
+// unit's graph, and a call whose tensors do not match fails with a clear error before the
+// backend runs. A size of -1 accepts any size in that dimension (the backend's dynamic path).
+#pragma once
+
+#include <torch_delegate/detail/config.hpp>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_delegate {
+
+/// What one tensor argument must be.
+struct tensor_spec {
+  std::vector<std::int64_t> sizes;  // -1: any size in that dimension
+  c10::ScalarType dtype = c10::ScalarType::Float;
+
+  /// The spec of an example input: its sizes and dtype.
+  static tensor_spec like(const at::Tensor& example) { return {example.sizes().vec(), example.scalar_type()}; }
+  bool operator==(const tensor_spec&) const = default;
+
+  /// Every size known (no -1): preprocess sees a complete type, contiguous, and a call must pass
+  /// a contiguous tensor.
+  bool is_static() const {
+    for (std::int64_t size : sizes)
+      if (size < 0) return false;
+    return true;
+  }
+  /// Whether `tensor` has this dtype, this many dimensions and these sizes (-1: any), and is
+  /// contiguous when the spec is static.
+  TORCH_DELEGATE_DECL bool matches(const at::Tensor& tensor) const;
+  /// "Float [8, -1]", "Float [8, 4] contiguous".
+  TORCH_DELEGATE_DECL std::string to_string() const;
+};
+
+/// Per method, one entry per argument (`self` excluded): a tensor_spec for a Tensor argument,
+/// std::nullopt for an argument left unchecked (any type).
+using input_specs = std::map<std::string, std::vector<std::optional<tensor_spec>>>;
+
+}  // namespace torch_delegate
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/input_spec.ipp>
+#endif
