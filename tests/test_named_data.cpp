@@ -269,3 +269,14 @@ TEST_CASE("method_to_lower::value_of reads parameters through submodules and con
   }
   CHECK(seen == 2);
 }
+
+TEST_CASE("named data: a module saved with payload format 2 and input specs keeps loading and running (tests/data)") {
+  torch::jit::Module loaded = torch::jit::load(std::string(TD_TEST_DATA_DIR) + "/packed_linear_format2_by_8cc4fe4.pt");
+  const at::Tensor weight = torch::arange(16, at::kFloat).reshape({4, 4}) / 10 - 0.5;
+  const at::Tensor bias = torch::tensor({0.25f, -0.5f, 1.0f, 0.0f});
+  const at::Tensor x = torch::linspace(-2, 2, 12).reshape({3, 4});
+  CHECK(loaded.forward({x}).toTensor().allclose(at::linear(x, weight, bias), 1e-5, 1e-6));
+  CHECK(loaded.get_method("encode")({x}).toTensor().allclose(at::relu(at::linear(x, weight, bias)), 1e-5, 1e-6));
+  CHECK(processed_fields(loaded)[4].toGenericDict().size() == 2);
+  CHECK(error_of([&] { loaded.forward({torch::ones({3, 5})}); }).find("must be Float [-1, 4]") != std::string::npos);
+}
