@@ -4,6 +4,7 @@
 #include "helpers.hpp"
 
 #include <named_data/linear_backend.hpp>
+#include <torch_delegate/partition.hpp>
 
 #include <torch/csrc/jit/mobile/import.h>
 #include <torch/csrc/jit/mobile/module.h>
@@ -94,6 +95,22 @@ struct MissingKeyBackend {
     return "";
   }
   static at::Tensor execute(std::string&, const at::Tensor& x) { return x; }
+};
+
+/// Partial lowering: every region stores the same table under one key.
+struct SharedTableBackend {
+  static constexpr std::string_view name = "td_test_named_regions";
+  static bool supports(const torch::jit::Node* node) { return node->kind() == c10::aten::mul; }
+  static torch_delegate::preprocess_result<std::string> preprocess(const torch_delegate::method_to_lower& method) {
+    torch_delegate::preprocess_result<std::string> result{method.name()};
+    result.named_data.add_tensor("table", torch::full({4}, 2.0));
+    return result;
+  }
+  static bool is_available() { return true; }
+  static at::Tensor compile(const std::string&, const torch_delegate::compile_context& context) {
+    return context.named_data().tensor("table");
+  }
+  static at::Tensor execute(at::Tensor& table, const at::Tensor& x, const at::Tensor& y) { return x * y * table[0]; }
 };
 
 }  // namespace named_data_tests
@@ -279,4 +296,21 @@ TEST_CASE("named data: a module saved with payload format 2 and input specs keep
   CHECK(loaded.get_method("encode")({x}).toTensor().allclose(at::relu(at::linear(x, weight, bias)), 1e-5, 1e-6));
   CHECK(processed_fields(loaded)[4].toGenericDict().size() == 2);
   CHECK(error_of([&] { loaded.forward({torch::ones({3, 5})}); }).find("must be Float [-1, 4]") != std::string::npos);
+}
+
+TEST_CASE("named data with partial lowering: the regions of every method share one copy") {
+  const torch::jit::Module module =
+      script("def forward(self, x, y):\n    return x * y + 1.0\n\ndef encode(self, x, y):\n    return x * y - 1.0\n");
+  torch_delegate::partition_options options;
+  options.methods = {"forward", "encode"};
+  torch::jit::Module lowered = torch_delegate::lower_partially<SharedTableBackend>(module, options);
+  // One lowered child for the regions of both methods, one copy of the table.
+  torch::jit::Module child = lowered.attr("__delegate").toModule();
+  const auto fields = child.attr("__loweredModule__").toModule().attr("__processed_module").toTupleRef().elements().vec();
+  REQUIRE(fields.size() == 5);
+  CHECK(fields[3].toGenericDict().size() == 2);  // forward's region and encode's
+  CHECK(fields[4].toGenericDict().size() == 1);
+  const at::Tensor x = torch::ones({3}), y = torch::full({3}, 3.0);
+  CHECK(lowered.forward({x, y}).toTensor().equal(torch::full({3}, 7.0)));
+  CHECK(lowered.get_method("encode")({x, y}).toTensor().equal(torch::full({3}, 5.0)));
 }

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -122,10 +123,11 @@ struct partition_backend {
   std::size_t min_region_size = 1;               // the backend's own minimum
 };
 
-/// Lowers a module whose methods are the regions of `method` to the backend (lower<B> with that
-/// method's options, with or without availability fallback).
-using lower_regions_function = std::function<torch::jit::Module(const torch::jit::Module& regions, const std::string& method,
-                                                                bool fallback_when_unavailable)>;
+/// Lowers a module whose methods are the regions of every partitioned method to the backend
+/// (lower<B>, each region with the options of the method it comes from, `method_of_region`,
+/// with or without availability fallback): one lowered module, so named data is shared by all.
+using lower_regions_function = std::function<torch::jit::Module(
+    const torch::jit::Module& regions, const std::map<std::string, std::string>& method_of_region, bool fallback_when_unavailable)>;
 
 /// Every method with compile options is one that partial lowering partitions.
 TORCH_DELEGATE_DECL void check_option_methods(std::string_view backend, const std::vector<std::string>& option_methods,
@@ -192,11 +194,13 @@ torch::jit::Module lower_partially(const torch::jit::Module& module, const parti
   detail::check_option_methods(B::name, option_methods, options);
   return detail::lower_partitioned(
       detail::partition_backend_of<B>(), module, options,
-      [&compile_options](const torch::jit::Module& regions, const std::string& method, bool fallback_when_unavailable) {
-        const auto given = compile_options.find(method);
-        const c10::IValue method_spec = given == compile_options.end() ? encode_options(options_t<B>{}) : encode_options(given->second);
+      [&compile_options](const torch::jit::Module& regions, const std::map<std::string, std::string>& method_of_region,
+                         bool fallback_when_unavailable) {
         c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
-        for (const auto& region : regions.get_methods()) spec.insert(region.name(), method_spec);
+        for (const auto& region : regions.get_methods()) {
+          const auto given = compile_options.find(method_of_region.at(region.name()));
+          spec.insert(region.name(), given == compile_options.end() ? encode_options(options_t<B>{}) : encode_options(given->second));
+        }
         return detail::lower_with<B>(regions, spec, fallback_when_unavailable).module();
       });
 }

@@ -44,7 +44,7 @@ class PointwiseFromPython(unittest.TestCase):
         # The Linears stay in TorchScript; the regions are calls into the delegate child.
         code = fused.code
         self.assertIn("torch.linear", code)
-        self.assertIn("__delegate_forward", code)
+        self.assertIn("self.__delegate", code)
         self.assertIn("forward_region_0: 8 nodes", fused._torch_delegate_report)
 
     def test_whole_method_lowering_of_a_python_module(self):

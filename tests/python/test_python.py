@@ -103,11 +103,11 @@ class CppSavedModules(unittest.TestCase):
         self.assertEqual(loaded.code,
                          "def forward(self,\n    x: Tensor,\n    h: Tensor) -> Tensor:\n"
                          "  bias = self.bias\n"
-                         "  __delegate_forward = self.__delegate_forward\n"
-                         "  _0 = (__delegate_forward).forward_region_0(x, h, bias, )\n"
+                         "  __delegate = self.__delegate\n"
+                         "  _0 = (__delegate).forward_region_0(x, h, bias, )\n"
                          "  b = torch.relu(_0)\n"
-                         "  __delegate_forward0 = self.__delegate_forward\n"
-                         "  _1 = (__delegate_forward0).forward_region_1(b, x, h, )\n"
+                         "  __delegate0 = self.__delegate\n"
+                         "  _1 = (__delegate0).forward_region_1(b, x, h, )\n"
                          "  return _1\n")
         # From the command line: the report of the saved model; without the backend, the load error.
         tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "delegation_report")

@@ -404,23 +404,43 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
   // A copy with new class types that shares every parameter, buffer and attribute value.
   torch::jit::Module result = module.clone(/*inplace=*/true);
   delegation_report report{std::string(backend.name), module.type()->name()->qualifiedName(), {}};
+  // First every method's regions, then one child module holding the regions of all methods,
+  // lowered once (one backend object, one payload: named data shared by every region), then
+  // each method rewritten to call its regions on it.
+  struct partitioned_method {
+    std::string method;
+    std::shared_ptr<torch::jit::Graph> graph;
+    std::vector<region> regions;
+    method_delegation entry;
+  };
+  std::vector<partitioned_method> partitioned;
   for (const std::string& method : options.methods) {
     schema_of(result, method, {backend.name, method});
     std::shared_ptr<torch::jit::Graph> graph = canonical_graph(result, method);
     method_delegation entry{method, {}, {}};
     std::vector<region> regions = form_regions(backend, options, graph, method, entry);
     check_full(options, backend, entry);
-    if (!regions.empty()) {
-      // The regions as methods of one child module, lowered whole-method to the backend.
-      torch::jit::Module child("__torch__.torch_delegate.Regions." + std::string(backend.name) + "." + method);
-      for (std::size_t i = 0; i < regions.size(); ++i) {
-        auto function = child._ivalue()->compilation_unit()->create_function(
-            c10::QualifiedName(*child.type()->name(), entry.regions[i].name), region_graph(regions[i], child.type()));
-        child.type()->addMethod(function);
-      }
-      const std::string attribute = "__delegate_" + method;
-      result.register_module(attribute, lower_regions(child, method, options.fallback_when_unavailable));
+    partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
+  }
+  const std::string attribute = "__delegate";
+  torch::jit::Module child("__torch__.torch_delegate.Regions." + std::string(backend.name));
+  std::map<std::string, std::string> method_of_region;
+  for (const partitioned_method& p : partitioned)
+    for (std::size_t i = 0; i < p.regions.size(); ++i) {
+      auto function = child._ivalue()->compilation_unit()->create_function(
+          c10::QualifiedName(*child.type()->name(), p.entry.regions[i].name), region_graph(p.regions[i], child.type()));
+      child.type()->addMethod(function);
+      method_of_region.emplace(p.entry.regions[i].name, p.method);
+    }
+  if (!method_of_region.empty())
+    result.register_module(attribute, lower_regions(child, method_of_region, options.fallback_when_unavailable));
 
+  for (partitioned_method& p : partitioned) {
+    const std::string& method = p.method;
+    const std::shared_ptr<torch::jit::Graph>& graph = p.graph;
+    const std::vector<region>& regions = p.regions;
+    method_delegation& entry = p.entry;
+    if (!regions.empty()) {
       // With fallback, the method asks once, on entry, whether the regions can run in the backend.
       torch::jit::Value* available = nullptr;
       if (options.fallback_when_unavailable) {
