@@ -133,13 +133,18 @@ TEST_CASE("named data: two methods that use the same weight store it once, in th
   torch::jit::Module loaded = torch::jit::load(path);
   for (const char* method : {"forward", "encode"}) {
     const at::Tensor expected = torch::jit::Module(module).get_method(method)({x}).toTensor();
-    CHECK(loaded.get_method(method)({x}).toTensor().allclose(expected, 1e-5, 1e-6));
-    CHECK(lowered.get_method(method)({x}).toTensor().allclose(expected, 1e-5, 1e-6));
+    // Exact: the packed weight keeps aten::linear's layout, so the BLAS call is eager's.
+    CHECK(loaded.get_method(method)({x}).toTensor().equal(expected));
+    CHECK(lowered.get_method(method)({x}).toTensor().equal(expected));
+    // Packed transposed: equal within float rounding (BLAS sums in another order).
+    torch::jit::Module transposed = torch_delegate::lower<LinearBackend>(module, both({.transpose = true})).module();
+    CHECK(transposed.get_method(method)({x}).toTensor().allclose(expected, 1e-5, 1e-6));
+    CHECK(transposed.get_method(method)({x.unsqueeze(0)}).toTensor().allclose(expected.unsqueeze(0), 1e-5, 1e-6));
   }
   // The lite interpreter loads and runs it too.
   lowered._save_for_mobile(path);
   auto mobile = torch::jit::_load_for_mobile(path);
-  CHECK(mobile.get_method("encode")({x}).toTensor().allclose(torch::jit::Module(module).get_method("encode")({x}).toTensor(), 1e-5, 1e-6));
+  CHECK(mobile.get_method("encode")({x}).toTensor().equal(torch::jit::Module(module).get_method("encode")({x}).toTensor()));
   std::remove(path.c_str());
 
   // Without named data each method's payload holds its own copy, and the format stays 1.
@@ -212,7 +217,7 @@ TEST_CASE("named data: released after a load, the module refuses to be saved; wh
   lowered.save(path);  // the lowering process keeps the data: saving works
   torch::jit::Module loaded = torch::jit::load(path);
   const at::Tensor x = torch::randn({2, 16});
-  CHECK(loaded.forward({x}).toTensor().allclose(torch::jit::Module(module).forward({x}).toTensor(), 1e-5, 1e-6));
+  CHECK(loaded.forward({x}).toTensor().equal(torch::jit::Module(module).forward({x}).toTensor()));
   CHECK(torch_delegate::detail::released_named_data(loaded.attr("__loweredModule__").toModule().attr("__processed_module")).size() == 2);
   const std::string message = error_of([&] { loaded.save(temp_path("named_resave.pt")); });
   CHECK(message.find("torch-delegate: backend 'packed_linear': cannot save this lowered module: its backend released the "
@@ -292,6 +297,7 @@ TEST_CASE("named data: a module saved with payload format 2 and input specs keep
   const at::Tensor weight = torch::arange(16, at::kFloat).reshape({4, 4}) / 10 - 0.5;
   const at::Tensor bias = torch::tensor({0.25f, -0.5f, 1.0f, 0.0f});
   const at::Tensor x = torch::linspace(-2, 2, 12).reshape({3, 4});
+  // Saved before the `transpose` option: its weights are packed transposed (key "...weight_t-...").
   CHECK(loaded.forward({x}).toTensor().allclose(at::linear(x, weight, bias), 1e-5, 1e-6));
   CHECK(loaded.get_method("encode")({x}).toTensor().allclose(at::relu(at::linear(x, weight, bias)), 1e-5, 1e-6));
   CHECK(processed_fields(loaded)[4].toGenericDict().size() == 2);
