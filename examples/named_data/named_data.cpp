@@ -21,6 +21,20 @@
 
 namespace {
 
+// Under AddressSanitizer, malloc is ASan's (freed memory waits in a quarantine, mallopt does not
+// apply): resident memory says nothing about what the module holds, so it is not checked.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool memory_measurable = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool memory_measurable = false;
+#else
+constexpr bool memory_measurable = true;
+#endif
+#else
+constexpr bool memory_measurable = true;
+#endif
+
 constexpr std::int64_t features = 1024;  // a 1024 x 1024 float weight: 4 MiB
 constexpr double mib = 1024.0 * 1024.0;
 const double one_copy = features * features * sizeof(float) / mib;
@@ -125,9 +139,10 @@ int main(int argc, char** argv) {
               "own copy + release %.2f MiB\n",
               shared_rss, copies_rss, own_rss);
 
-  const bool ok = same && shared_file <= 1.1 * one_copy && copies_file >= 1.9 * one_copy &&
-                  shared_rss > 0 && shared_rss <= 1.5 * one_copy && copies_rss >= 1.8 * one_copy &&
-                  own_rss > 0 && own_rss <= 1.5 * one_copy;
+  const bool memory_ok = !memory_measurable || (shared_rss > 0 && shared_rss <= 1.5 * one_copy &&
+                                                 copies_rss >= 1.8 * one_copy && own_rss > 0 && own_rss <= 1.5 * one_copy);
+  if (!memory_measurable) std::cout << "resident memory not checked: built with AddressSanitizer\n";
+  const bool ok = same && shared_file <= 1.1 * one_copy && copies_file >= 1.9 * one_copy && memory_ok;
   if (!ok) std::cout << "FAILED: a figure is outside its bound (file <= 1.1 x one copy, load <= 1.5 x one copy)\n";
   return ok ? 0 : 1;
 }
