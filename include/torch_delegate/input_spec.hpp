@@ -38,6 +38,8 @@ struct tensor_spec {
   TORCH_DELEGATE_DECL bool matches(const at::Tensor& tensor) const;
   /// "Float [8, -1]", "Float [8, 4] contiguous".
   TORCH_DELEGATE_DECL std::string to_string() const;
+  /// "Float [8, 3]": a tensor's dtype and sizes, as errors show what was given.
+  TORCH_DELEGATE_DECL static std::string describe(c10::ScalarType dtype, c10::IntArrayRef sizes);
 };
 
 /// Per method, one entry per argument (`self` excluded): a tensor_spec for a Tensor argument,

@@ -47,8 +47,7 @@ inline std::int64_t output_count_of(const c10::TypePtr& type) {
 TORCH_DELEGATE_DECL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count);
 template <class... Args>
 void check_typed_input_specs(const method_info& method, const Args&... args) {
-  if (method.input_specs.empty()) return;
-  // Specs are declared for Tensor arguments only (checked when lowering): others stay None.
+  // Called only when the method has input specs (invoker.hpp). Specs are declared for Tensor arguments only (checked when lowering): others stay None.
   auto tensor_or_none = [](const auto& value) -> c10::IValue {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, at::Tensor>) return value;
     else return {};

@@ -26,8 +26,7 @@ TORCH_DELEGATE_DECL void check_input_specs(const method_info& method, const c10:
     std::string given = args[i].type()->annotation_str();
     if (args[i].isTensor() && args[i].toTensor().defined()) {
       const at::Tensor& tensor = args[i].toTensor();
-      given = tensor_spec{tensor.sizes().vec(), tensor.scalar_type()}.to_string();
-      given.resize(given.size() - std::string_view(" contiguous").size());  // sizes all known: strip it
+      given = tensor_spec::describe(tensor.scalar_type(), tensor.sizes());
       if (spec->is_static() && !tensor.is_contiguous()) given += " not contiguous";
     }
     const std::string name = i < method.argument_names.size() ? method.argument_names[i] : "?";

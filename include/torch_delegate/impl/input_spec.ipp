@@ -13,10 +13,14 @@ TORCH_DELEGATE_DECL bool tensor_spec::matches(const at::Tensor& tensor) const {
   return !is_static() || tensor.is_contiguous();
 }
 
-TORCH_DELEGATE_DECL std::string tensor_spec::to_string() const {
+TORCH_DELEGATE_DECL std::string tensor_spec::describe(c10::ScalarType dtype, c10::IntArrayRef sizes) {
   std::string text = std::string(c10::toString(dtype)) + " [";
   for (std::size_t d = 0; d < sizes.size(); ++d) text += (d ? ", " : "") + std::to_string(sizes[d]);
-  return text + (is_static() ? "] contiguous" : "]");
+  return text + "]";
+}
+
+TORCH_DELEGATE_DECL std::string tensor_spec::to_string() const {
+  return describe(dtype, sizes) + (is_static() ? " contiguous" : "");
 }
 
 }  // namespace torch_delegate

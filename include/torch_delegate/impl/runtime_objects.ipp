@@ -54,8 +54,7 @@ TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<
   const backend_runtime& runtime = *owner->runtime;
   c10::impl::GenericDict handles(c10::StringType::get(), c10::AnyType::get());
   // The named data, read once for every method; its tensors share storage with `processed`.
-  const std::shared_ptr<named_data_map> named_data =
-      spec.empty() ? std::make_shared<named_data_map>(std::string(runtime.name)) : read_named_data(processed, runtime.name);
+  const std::shared_ptr<named_data_map> named_data = read_named_data(processed, runtime.name);
   std::set<std::string> release_requests;
   for (const auto& entry : spec) {
     const std::string& method = entry.key().toStringRef();
