@@ -5,6 +5,7 @@
 #include <torch_delegate/torch_delegate.hpp>
 #include <torch_delegate/partition.hpp>
 
+#include <torch_delegate/impl/backend_lowering.ipp>
 #include <torch_delegate/impl/codegen.ipp>
 #include <torch_delegate/impl/coverage.ipp>
 #include <torch_delegate/impl/debug.ipp>

@@ -557,7 +557,45 @@ def forward(self, x, h):
   const at::Tensor x = torch::randn({3, 4}), h = torch::randn({3, 4});
   CHECK(loaded.forward({x, h}).toTensor().allclose(module.forward({x, h}).toTensor()));
   CHECK(torch_delegate::delegation_report_of(loaded) == torch_delegate::delegation_report_of(lowered));
+  // The report as data survives save and load, field by field.
+  CHECK(!torch_delegate::delegation_report_data_of(module));
+  const std::optional<torch_delegate::delegation_report> data = torch_delegate::delegation_report_data_of(loaded);
+  REQUIRE(data);
+  CHECK(data->to_string() == plan.to_string());
+  CHECK(data->backend == plan.backend);
+  REQUIRE(data->methods.size() == 1);
+  REQUIRE(data->methods[0].regions.size() == plan.methods[0].regions.size());
+  for (std::size_t i = 0; i < plan.methods[0].regions.size(); ++i) {
+    CHECK(data->methods[0].regions[i].kinds == plan.methods[0].regions[i].kinds);
+    CHECK(data->methods[0].regions[i].node_count == plan.methods[0].regions[i].node_count);
+  }
+  REQUIRE(data->methods[0].kept.size() == plan.methods[0].kept.size());
+  for (std::size_t i = 0; i < plan.methods[0].kept.size(); ++i) {
+    CHECK(data->methods[0].kept[i].reason == plan.methods[0].kept[i].reason);
+    CHECK(data->methods[0].kept[i].detail == plan.methods[0].kept[i].detail);
+  }
   std::remove(path.c_str());
+}
+
+TEST_CASE("partial lowering: a registered backend's lowering is found by name, process-wide") {
+  torch_delegate::register_backend<DemoBackend>();
+  const torch_delegate::detail::backend_lowering* found = torch_delegate::detail::find_lowering(DemoBackend::name);
+  REQUIRE(found);
+  CHECK(found == &torch_delegate::detail::lowering_of<DemoBackend>::value);
+  CHECK(found->partitions);
+  CHECK(!torch_delegate::detail::find_lowering("td_never_registered"));
+  const auto published = torch_delegate::detail::published_lowerings();
+  CHECK(std::is_sorted(published.begin(), published.end(), [](auto a, auto b) { return a->name < b->name; }));
+  CHECK(contains(error_of([] { torch_delegate::detail::lowering_named("td_never_registered", "who"); }),
+                 "who: no torch-delegate backend named 'td_never_registered' is registered in this process (registered: "));
+  // Lowering through the table is lowering with lower<B>.
+  torch::jit::Module module("m");
+  module.define("def forward(self, x, h):\n    return x + h - h\n");
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  spec.insert("forward", found->default_spec());
+  torch::jit::Module lowered = torch_delegate::detail::lower_methods(*found, module, spec, false, nullptr);
+  const at::Tensor x = torch::randn({3}), h = torch::randn({3});
+  CHECK(lowered.forward({x, h}).toTensor().allclose(x));
 }
 
 /// Writes random TorchScript programs over two (3, 4) tensors x and h: add/sub (delegated),

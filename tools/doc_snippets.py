@@ -2,8 +2,8 @@
 """Docs show code from compiled examples and outputs from running them, never pasted text.
 
 Code. In docs/*.md and README.md, a line `<!-- snippet: path/to/file.cpp#tag -->` is followed
-by a fenced block that must equal the lines between `// [tag]` markers in that file (the whole
-file without `#tag`). Every ```cpp block must be such a snippet.
+by a fenced block that must equal the lines between `// [tag]` markers in that file (`# [tag]`
+in a .py file; the whole file without `#tag`). Every ```cpp block must be such a snippet.
 
 Printed output. A line `<!-- output: <example>#<tag> -->` is followed by a fenced block that
 must equal section <tag> of what the example program prints on stdout. <example> is an example
@@ -53,8 +53,14 @@ ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")
 # How an example program runs: its path in the build directory, its arguments, and programs
 # to run before it (each a list: program name, then arguments). `{tmp}` is the program's
 # temporary directory, also its working directory. Not listed: examples/<name>, no arguments.
+# A program with a "command" is not an example target: it runs that command line (`{root}`,
+# `{build}` and `{tmp}` replaced) with "env" added to the environment.
 PROGRAMS = {
     "demo": {"args": ["{tmp}/demo_lowered.pt"]},
+    "python_feed_forward": {
+        "command": ["/usr/bin/python3", "{root}/examples/python/feed_forward.py",
+                    "{build}/examples/pointwise_fusion/libpointwise_fusion.so"],
+        "env": {"PYTHONPATH": "{build}/python"}},
     "runtime_only": {"before": [["demo", "{tmp}/runtime_only_input.pt"]], "args": ["{tmp}/runtime_only_input.pt"]},
 }
 
@@ -67,7 +73,8 @@ def extract(root, path, tag):
     lines = (root / path).read_text().splitlines()
     if tag is None:
         return lines
-    marker = f"// [{tag}]"
+    comment = "#" if path.endswith(".py") else "//"
+    marker = f"{comment} [{tag}]"
     positions = [i for i, line in enumerate(lines) if line.strip() == marker]
     if len(positions) != 2:
         raise SystemExit(f"{path}: expected two '{marker}' lines, found {len(positions)}")
@@ -120,8 +127,16 @@ class Programs:
                 if done.returncode != 0:
                     raise RuntimeError(f"{before[0]} (run before {name}) exited {done.returncode}: "
                                        + done.stderr.strip()[-500:])
-            done = subprocess.run(command(name, spec.get("args", [])), cwd=tmp, capture_output=True, text=True,
-                                  timeout=600)
+            def expand(text):
+                return (text.replace("{root}", str(pathlib.Path(self.root).absolute()))
+                        .replace("{build}", str(pathlib.Path(self.build).absolute())).replace("{tmp}", tmp))
+
+            if "command" in spec:
+                argv = [expand(a) for a in spec["command"]]
+                env = dict(os.environ, **{k: expand(v) for k, v in spec.get("env", {}).items()})
+            else:
+                argv, env = command(name, spec.get("args", [])), None
+            done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=600, env=env)
             if done.returncode != 0:
                 raise RuntimeError(f"examples/{name} exited {done.returncode}: " + done.stderr.strip()[-500:])
             return parse_sections(name, self._placeholders(done.stdout, tmp))

@@ -59,7 +59,15 @@ bool is_tensor(const torch::jit::Value* value) { return value->type()->kind() ==
 
 std::optional<double> constant_number(const torch::jit::Value* value) {
   const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
-  if (!constant || !(constant->isDouble() || constant->isInt() || constant->isBool())) return std::nullopt;
+  if (!constant) return std::nullopt;
+  // A traced model holds its Python numbers as 0-dim tensor constants (`Double() = {0.5}`): with
+  // a float tensor they compute as the number does (a 0-dim operand does not promote the dtype).
+  if (constant->isTensor()) {
+    const at::Tensor& tensor = constant->toTensor();
+    if (tensor.dim() != 0 || tensor.is_complex() || !tensor.device().is_cpu()) return std::nullopt;
+    return tensor.item<double>();
+  }
+  if (!(constant->isDouble() || constant->isInt() || constant->isBool())) return std::nullopt;
   return constant->isBool() ? double(constant->toBool()) : constant->toScalar().toDouble();
 }
 bool is_none_constant(const torch::jit::Value* value) {
@@ -69,7 +77,11 @@ bool is_none_constant(const torch::jit::Value* value) {
 bool makes_bool(const torch::jit::Value* value) { return class_of(value->node()->kind()) == node_class::comparison; }
 
 /// An operand the fused loop can read: a tensor or a number (constant or not).
-bool readable(const torch::jit::Value* value) { return is_tensor(value) || is_number_type(value->type()); }
+/// A tensor constant is readable only as the number it holds (0-dim, as tracing makes them).
+bool readable(const torch::jit::Value* value) {
+  if (is_tensor(value)) return value->node()->kind() != c10::prim::Constant || constant_number(value).has_value();
+  return is_number_type(value->type());
+}
 
 }  // namespace
 

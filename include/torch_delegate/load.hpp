@@ -33,6 +33,11 @@ TORCH_DELEGATE_DECL void check_operators(const std::string& path, const std::str
 /// The backends a saved module delegates to, read from its code without loading it.
 TORCH_DELEGATE_DECL std::vector<std::string> backends_needed(const std::string& path);
 
+/// The checks `load` makes before loading: every backend the saved module delegates to is
+/// registered in this process and still has the execute signatures the module was lowered for.
+/// An error names the first that is missing (and says how to register a backend).
+TORCH_DELEGATE_DECL void check_loadable(const std::string& path);
+
 /// Loads a saved module after checking that every backend it delegates to is registered in this
 /// process, and that each still has the execute signatures the module was lowered for.
 TORCH_DELEGATE_DECL torch::jit::Module load(const std::string& path);

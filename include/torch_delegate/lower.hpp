@@ -2,6 +2,7 @@
 // to backend B, in the structure LibTorch's own to_backend produces.
 #pragma once
 
+#include <torch_delegate/detail/backend_lowering.hpp>
 #include <torch_delegate/detail/codegen.hpp>
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/preprocess.hpp>
@@ -41,25 +42,17 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_planned(const lowering_plan& plan, 
                                                      std::int64_t payload_version, preprocess_trampoline preprocess,
                                                      const backend_runtime& runtime);
 
-}  // namespace detail
-
-namespace detail {
+/// Lowers whole methods with a backend's lowering (lower<B> and the Python package): plan the
+/// units, decode each unit's options once (unknown keys warned about here), preprocess, assemble.
+TORCH_DELEGATE_DECL torch::jit::Module lower_methods(const backend_lowering& lowering, const torch::jit::Module& module,
+                                                     const c10::impl::GenericDict& method_compile_spec,
+                                                     bool fallback_when_unavailable, const input_specs* inputs = nullptr);
 
 template <class B>
 lowered_module<B> lower_with(const torch::jit::Module& module, const c10::impl::GenericDict& method_compile_spec,
                              bool fallback_when_unavailable, const input_specs* inputs = nullptr) {
   register_backend<B>();
-  // One plan: each unit's schema, signature and operator decided once; its options decoded once
-  // (unknown keys warned about here), all before any preprocessing.
-  detail::lowering_plan plan = detail::plan_lowering(B::name, detail::signature_records<B>, module, method_compile_spec);
-  if (plan.units.empty()) detail::fail({B::name, {}}, "no method to lower: the method_compile_spec is empty");
-  plan.fallback_when_unavailable = fallback_when_unavailable;
-  if (inputs) detail::apply_input_specs(plan, *inputs);
-  for (detail::delegate_unit& unit : plan.units)
-    unit.options = std::make_shared<const options_t<B>>(
-        detail::decode_backend_options<B>(unit.spec, unit.where(B::name), unknown_option_keys::warn));
-  return lowered_module<B>(detail::lower_planned(plan, module, payload_version_of<B>(), &detail::preprocess_units_with<B>,
-                                                 detail::runtime_of<B>::value));
+  return lowered_module<B>(lower_methods(lowering_of<B>::value, module, method_compile_spec, fallback_when_unavailable, inputs));
 }
 
 }  // namespace detail

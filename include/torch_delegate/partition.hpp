@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -112,17 +113,6 @@ struct delegation_report {
 
 namespace detail {
 
-/// What partitioning needs of a backend, type-erased.
-using accepts_region_function = bool (*)(std::span<const torch::jit::Node* const> region);
-
-struct partition_backend {
-  std::string_view name;
-  supports_function supports;
-  accepts_region_function accepts_region = nullptr;  // B::accepts_region, if declared
-  std::span<const signature_record> signatures;  // a region must match one of them
-  std::size_t min_region_size = 1;               // the backend's own minimum
-};
-
 /// Lowers a module whose methods are the regions of every partitioned method to the backend
 /// (lower<B>, each region with the options of the method it comes from, `method_of_region`,
 /// with or without availability fallback): one lowered module, so named data is shared by all.
@@ -144,40 +134,37 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
                                                          const partition_options& options,
                                                          const lower_regions_function& lower_regions);
 
-template <class B>
-constexpr std::size_t backend_min_region_size() {
-  if constexpr (requires { B::min_region_size; })
-    return static_cast<std::size_t>(B::min_region_size);
-  else
-    return 1;
-}
+/// Partially lowers with a backend's lowering (lower_partially<B> and the Python package): each
+/// region is compiled with the spec of the method it comes from in `spec_by_method` ({method:
+/// spec}), or with default options where its method has none.
+TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
+                                                            const partition_options& options,
+                                                            const c10::impl::GenericDict& spec_by_method);
 
+/// The partitioning half of B's lowering, or the diagnostic of a backend without supports().
 template <class B>
-partition_backend partition_backend_of() {
+const partition_backend& partition_backend_checked() {
   if constexpr (!backend_declares_support<B>) {
     detail::backend_does_not_declare_supports<B> error;
     static_assert(dependent_false<B>,
                   "torch-delegate: partial lowering needs 'static bool supports(const torch::jit::Node*)' in the "
                   "backend: the one place that says which nodes it accepts (docs/partial-lowering.md).");
-  } else {
-    accepts_region_function accepts = nullptr;
-    if constexpr (requires(std::span<const torch::jit::Node* const> region) {
-                    { B::accepts_region(region) } -> std::same_as<bool>;
-                  })
-      accepts = &B::accepts_region;
-    return {B::name, &B::supports, accepts, signature_records<B>, backend_min_region_size<B>()};
   }
+  return lowering_of<B>::value.partition;
 }
 
 }  // namespace detail
 
 /// The attribute of a partially lowered module that holds its delegation report (text).
 inline constexpr const char* delegation_report_attribute = "_torch_delegate_report";
+/// The attribute that holds the same report as data (modules partially lowered since 0.1.0's
+/// Python package; older ones carry the text only).
+inline constexpr const char* delegation_report_data_attribute = "_torch_delegate_report_data";
 
 /// Dry run: what lower_partially<B> would delegate, and why the rest would stay in TorchScript.
 template <class B>
 delegation_report delegation_plan(const torch::jit::Module& module, const partition_options& options = {}) {
-  return detail::partition_report(detail::partition_backend_of<B>(), module, options);
+  return detail::partition_report(detail::partition_backend_checked<B>(), module, options);
 }
 
 /// Delegates the regions of `options.methods` that B supports; the rest stays TorchScript. The
@@ -188,25 +175,19 @@ delegation_report delegation_plan(const torch::jit::Module& module, const partit
 template <class B>
 torch::jit::Module lower_partially(const torch::jit::Module& module, const partition_options& options = {},
                                    const method_options<B>& compile_options = {}) {
+  detail::partition_backend_checked<B>();
   register_backend<B>();
-  std::vector<std::string> option_methods;
-  for (const auto& entry : compile_options) option_methods.push_back(entry.first);
-  detail::check_option_methods(B::name, option_methods, options);
-  return detail::lower_partitioned(
-      detail::partition_backend_of<B>(), module, options,
-      [&compile_options](const torch::jit::Module& regions, const std::map<std::string, std::string>& method_of_region,
-                         bool fallback_when_unavailable) {
-        c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
-        for (const auto& region : regions.get_methods()) {
-          const auto given = compile_options.find(method_of_region.at(region.name()));
-          spec.insert(region.name(), given == compile_options.end() ? encode_options(options_t<B>{}) : encode_options(given->second));
-        }
-        return detail::lower_with<B>(regions, spec, fallback_when_unavailable).module();
-      });
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [method, method_options] : compile_options) spec.insert(method, encode_options(method_options));
+  return detail::lower_partially_with(detail::lowering_of<B>::value, module, options, spec);
 }
 
 /// The delegation report a partially lowered module carries (as text); empty for any other module.
 TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module);
+
+/// The delegation report a partially lowered module carries, as data (after save and load too);
+/// nullopt for any other module, or one partially lowered by a build that saved the text only.
+TORCH_DELEGATE_DECL std::optional<delegation_report> delegation_report_data_of(const torch::jit::Module& module);
 
 }  // namespace torch_delegate
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <torch_delegate/detail/backend_check.hpp>
+#include <torch_delegate/detail/backend_lowering.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/invoker.hpp>
 #include <torch_delegate/detail/runtime_objects.hpp>
@@ -21,9 +22,11 @@ namespace detail {
 using libtorch_preprocess = c10::IValue (*)(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
                                             const torch::jit::BackendDebugHandleGenerator& generate_debug_handles);
 
-/// Registers a backend's preprocess in LibTorch's registry, once per backend type; another type
-/// (or a non-torch-delegate backend) with the same name is an error.
-TORCH_DELEGATE_DECL void register_preprocess(std::string_view name, const std::type_info& type, libtorch_preprocess preprocess);
+/// Registers a backend's preprocess in LibTorch's registry and publishes its lowering (for the
+/// Python package), once per backend type; another type (or a non-torch-delegate backend) with
+/// the same name is an error.
+TORCH_DELEGATE_DECL void register_preprocess(const backend_lowering& lowering, const std::type_info& type,
+                                             libtorch_preprocess preprocess);
 
 }  // namespace detail
 
@@ -53,7 +56,7 @@ void register_backend() {
   static_assert(detail::check_host_backend<B>());
   if constexpr (HostBackend<B>) {
     register_runtime<B>();
-    detail::register_preprocess(B::name, typeid(B), &detail::preprocess_for_libtorch<B>);
+    detail::register_preprocess(detail::lowering_of<B>::value, typeid(B), &detail::preprocess_for_libtorch<B>);
   }
 }
 

@@ -43,6 +43,14 @@ case "$kind" in
     # Separately compiled mode: the staged libtorch_delegate.so, which has no rpath to be found by.
     library=$(find "$installed" -name 'libtorch_delegate.so*' | head -1); test -n "$library"
     LD_LIBRARY_PATH="$(dirname "$library")" "$build/consumer-meson/consumer"
+    # The Python package, when the build has it (-Dpython): installed with its stubs, importable.
+    package=$(find "$installed" -path '*/torch_delegate/__init__.py' | head -1)
+    if [[ -n $package ]]; then
+      package=$(dirname "$package")
+      test -f "$package/_C.pyi" && test -f "$package/py.typed" && ls "$package"/_C.*.so >/dev/null
+      PYTHONPATH="$(dirname "$package")" LD_LIBRARY_PATH="$(dirname "$library")" /usr/bin/python3 -c \
+        'import torch_delegate; assert isinstance(torch_delegate.backends(), list); print("python package:", torch_delegate.__file__)'
+    fi
     ;;
   cmake)
     quiet cmake -S "$source_root/examples/consumer_cmake" -B "$build/consumer-cmake" -G Ninja \

@@ -76,11 +76,11 @@ TORCH_DELEGATE_DECL std::vector<std::string> backends_needed(const std::string& 
   return names;
 }
 
-/// Loads a saved module after checking that every backend it delegates to is registered in this
-/// process, and that each still has the execute signatures the module was lowered for: a missing
-/// one is an error that names it (and says how to register a backend), instead of LibTorch's
-/// "unknown type" or "unknown builtin op" error from deep inside the loader.
-TORCH_DELEGATE_DECL torch::jit::Module load(const std::string& path) {
+/// Checks that every backend a saved module delegates to is registered in this process, and that
+/// each still has the execute signatures the module was lowered for: a missing one is an error
+/// that names it (and says how to register a backend), instead of LibTorch's "unknown type" or
+/// "unknown builtin op" error from deep inside the loader.
+TORCH_DELEGATE_DECL void check_loadable(const std::string& path) {
   const std::vector<std::string> code = detail::saved_code(path);
   std::vector<std::string> backends;
   for (const std::string& text : code)
@@ -93,6 +93,10 @@ TORCH_DELEGATE_DECL torch::jit::Module load(const std::string& path) {
                                   "torch_delegate::register_runtime<YourBackend>() / TORCH_DELEGATE_REGISTER_RUNTIME.");
     detail::check_operators(path, backend, code);
   }
+}
+
+TORCH_DELEGATE_DECL torch::jit::Module load(const std::string& path) {
+  check_loadable(path);
   return torch::jit::load(path);
 }
 

@@ -58,6 +58,92 @@ TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& m
 
 namespace detail {
 
+// The report as data, saved with the module: a versioned tuple of typed fields (no Any), so
+// that it pickles, loads in the lite interpreter and reads back field by field.
+//   (1, backend, module, [(method, [(name, node_count, [kind], location, depth)],
+//                                  [(kind, reason, detail, location, depth)])])
+inline constexpr std::int64_t report_data_version = 1;
+
+inline c10::TypePtr region_data_type() {
+  static const c10::TypePtr type = c10::TupleType::create({c10::StringType::get(), c10::IntType::get(),
+                                                           c10::ListType::ofStrings(), c10::StringType::get(), c10::IntType::get()});
+  return type;
+}
+inline c10::TypePtr kept_data_type() {
+  static const c10::TypePtr type = c10::TupleType::create({c10::StringType::get(), c10::StringType::get(), c10::StringType::get(),
+                                                           c10::StringType::get(), c10::IntType::get()});
+  return type;
+}
+inline c10::TypePtr method_data_type() {
+  static const c10::TypePtr type = c10::TupleType::create(
+      {c10::StringType::get(), c10::ListType::create(region_data_type()), c10::ListType::create(kept_data_type())});
+  return type;
+}
+inline c10::TypePtr report_data_type() {
+  static const c10::TypePtr type = c10::TupleType::create(
+      {c10::IntType::get(), c10::StringType::get(), c10::StringType::get(), c10::ListType::create(method_data_type())});
+  return type;
+}
+
+inline c10::IValue encode_report(const delegation_report& report) {
+  c10::impl::GenericList methods(method_data_type());
+  for (const method_delegation& method : report.methods) {
+    c10::impl::GenericList regions(region_data_type());
+    for (const region_report& region : method.regions)
+      regions.push_back(c10::ivalue::Tuple::create({region.name, static_cast<std::int64_t>(region.node_count),
+                                                    c10::List<std::string>(region.kinds), region.location,
+                                                    static_cast<std::int64_t>(region.depth)}));
+    c10::impl::GenericList kept(kept_data_type());
+    for (const kept_node& node : method.kept)
+      kept.push_back(c10::ivalue::Tuple::create({node.kind, std::string(torch_delegate::to_string(node.reason)), node.detail,
+                                                 node.location, static_cast<std::int64_t>(node.depth)}));
+    methods.push_back(c10::ivalue::Tuple::create({method.method, std::move(regions), std::move(kept)}));
+  }
+  return c10::ivalue::Tuple::create({report_data_version, report.backend, report.module, std::move(methods)});
+}
+
+inline std::optional<kept_reason> kept_reason_named(std::string_view name) {
+  for (int reason = 0; reason <= static_cast<int>(kept_reason::result_tuple); ++reason)
+    if (torch_delegate::to_string(static_cast<kept_reason>(reason)) == name) return static_cast<kept_reason>(reason);
+  return std::nullopt;
+}
+
+inline std::optional<delegation_report> decode_report(const c10::IValue& value) {
+  if (!value.isTuple() || !value.type()->isSubtypeOf(*report_data_type())) return std::nullopt;
+  const auto top = value.toTupleRef().elements().vec();
+  if (top[0].toInt() != report_data_version) return std::nullopt;
+  delegation_report report{top[1].toStringRef(), top[2].toStringRef(), {}};
+  for (const c10::IValue& method_value : top[3].toListRef()) {
+    const auto method = method_value.toTupleRef().elements().vec();
+    method_delegation entry{method[0].toStringRef(), {}, {}};
+    for (const c10::IValue& region_value : method[1].toListRef()) {
+      const auto region = region_value.toTupleRef().elements().vec();
+      region_report read{region[0].toStringRef(), static_cast<std::size_t>(region[1].toInt()), {}, region[3].toStringRef(),
+                         static_cast<int>(region[4].toInt())};
+      for (const c10::IValue& kind : region[2].toListRef()) read.kinds.push_back(kind.toStringRef());
+      entry.regions.push_back(std::move(read));
+    }
+    for (const c10::IValue& kept_value : method[2].toListRef()) {
+      const auto kept = kept_value.toTupleRef().elements().vec();
+      const std::optional<kept_reason> reason = kept_reason_named(kept[1].toStringRef());
+      if (!reason) return std::nullopt;  // written by a newer build with reasons this one does not know
+      entry.kept.push_back({kept[0].toStringRef(), *reason, kept[2].toStringRef(), kept[3].toStringRef(),
+                            static_cast<int>(kept[4].toInt())});
+    }
+    report.methods.push_back(std::move(entry));
+  }
+  return report;
+}
+
+}  // namespace detail
+
+TORCH_DELEGATE_DECL std::optional<delegation_report> delegation_report_data_of(const torch::jit::Module& module) {
+  if (!module.hasattr(delegation_report_data_attribute)) return std::nullopt;
+  return detail::decode_report(module.attr(delegation_report_data_attribute));
+}
+
+namespace detail {
+
 /// One region: a run of nodes of one block (constants aside) in program order. The nodes between
 /// them that stay in TorchScript have no effects and none of the run's later nodes uses what they
 /// make, so the region, called where its first node was, is acyclic with respect to the nodes
@@ -302,6 +388,21 @@ inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, con
   return graph;
 }
 
+/// Where a region is: its first node's file:line, or the first node's that has a file when the
+/// first has none ("<string>": a TorchScript builtin such as `0.5 * h` that the frontend emits
+/// without a call stack, or source given without a file).
+inline std::string region_location(const std::vector<torch::jit::Node*>& nodes) {
+  auto has_file = [](const std::string& location) { return !location.empty() && location.rfind("<string>:", 0) != 0; };
+  for (const torch::jit::Node* node : nodes) {
+    const auto position = node->sourceRange().file_line_col();
+    const bool own_file = position && has_file(std::get<0>(*position) + ":");
+    if (!own_file && !node->callstack()) continue;  // cheap test first: locate() formats source
+    std::string location = locate(node).file_line;
+    if (has_file(location)) return location;
+  }
+  return nodes.empty() ? std::string() : locate(nodes.front()).file_line;
+}
+
 /// The method's regions, with the report filled in; regions the backend's execute signatures
 /// cannot call are dissolved into kept nodes.
 inline std::vector<region> form_regions(const partition_backend& backend, const partition_options& options,
@@ -333,7 +434,7 @@ inline std::vector<region> form_regions(const partition_backend& backend, const 
         p.keep(node, kept_reason::refused_by_backend, std::to_string(formed.nodes.size()) + "-node region", formed.depth);
       continue;
     }
-    region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, locate(formed.nodes[0]).file_line,
+    region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, region_location(formed.nodes),
                         formed.depth};
     for (const torch::jit::Node* node : formed.nodes) {
       ++entry.node_count;
@@ -527,7 +628,33 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
     report.methods.push_back(std::move(entry));
   }
   result.register_attribute(delegation_report_attribute, c10::StringType::get(), report.to_string());
+  result.register_attribute(delegation_report_data_attribute, detail::report_data_type(), detail::encode_report(report));
   return result;
+}
+
+TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
+                                                            const partition_options& options,
+                                                            const c10::impl::GenericDict& spec_by_method) {
+  if (!lowering.partitions)
+    fail({lowering.name, {}}, "this backend cannot lower partially: it declares no 'static bool supports(const "
+                              "torch::jit::Node*)' (docs/partial-lowering.md); lower whole methods instead");
+  std::vector<std::string> option_methods;
+  for (const auto& entry : spec_by_method) {
+    if (!entry.key().isString())
+      fail({lowering.name, {}}, "the compile spec's keys must be method names (str), got " + entry.key().type()->annotation_str());
+    option_methods.push_back(entry.key().toStringRef());
+  }
+  check_option_methods(lowering.name, option_methods, options);
+  return lower_partitioned(
+      lowering.partition, module, options,
+      [&](const torch::jit::Module& regions, const std::map<std::string, std::string>& method_of_region, bool fallback_when_unavailable) {
+        c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+        for (const auto& region : regions.get_methods()) {
+          const auto given = spec_by_method.find(method_of_region.at(region.name()));
+          spec.insert(region.name(), given == spec_by_method.end() ? lowering.default_spec() : given->value());
+        }
+        return lower_methods(lowering, regions, spec, fallback_when_unavailable, nullptr);
+      });
 }
 
 }  // namespace detail

@@ -74,8 +74,24 @@ inline std::string demangled_name(const std::string& qualified) {
 TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node) {
   debug_location where;
   where.node_kind = node->kind().toQualString();
-  if (auto position = node->sourceRange().file_line_col())
-    where.file_line = std::get<0>(*position) + ":" + std::to_string(std::get<1>(*position));
+  auto file_line = [](const torch::jit::SourceRange& range) -> std::string {
+    auto position = range.file_line_col();
+    return position ? std::get<0>(*position) + ":" + std::to_string(std::get<1>(*position)) : std::string();
+  };
+  // "<string>": source without a file. TorchScript's own builtins are such source (`0.5 * x`
+  // inlines a builtin written in TorchScript); so is a model made with Module::define.
+  auto has_file = [](const std::string& location) { return !location.empty() && location.rfind("<string>:", 0) != 0; };
+  where.file_line = file_line(node->sourceRange());
+  if (!has_file(where.file_line) && node->callstack()) {
+    // Inlined from such source: the model's line is the innermost call site that has a file.
+    const auto frames = (*node->callstack())->vec();
+    for (auto frame = frames.rbegin(); frame != frames.rend(); ++frame) {
+      std::string call_site = file_line(std::get<1>(*frame));
+      if (!has_file(call_site)) continue;
+      where.file_line = std::move(call_site);
+      break;
+    }
+  }
   if (auto call_stack = node->callstack()) {
     for (const auto& [function, call_site, module] : (*call_stack)->vec()) {
       std::string frame = "  called here";

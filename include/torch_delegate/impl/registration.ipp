@@ -12,9 +12,9 @@
 
 namespace torch_delegate::detail {
 
-TORCH_DELEGATE_DECL void register_preprocess(std::string_view backend, const std::type_info& type,
+TORCH_DELEGATE_DECL void register_preprocess(const backend_lowering& lowering, const std::type_info& type,
                                              libtorch_preprocess preprocess) {
-  const std::string name(backend);
+  const std::string name(lowering.name);
   std::lock_guard<std::mutex> lock(registry_mutex());
   if (!claim_backend_name(name, std::type_index(type), c10::demangle(type.name()), registration_part::preprocess)) return;
   try {
@@ -24,6 +24,7 @@ TORCH_DELEGATE_DECL void register_preprocess(std::string_view backend, const std
     fail({name, {}}, "a preprocess function for this name is already registered with LibTorch by a "
                      "backend that is not this torch-delegate type.");
   }
+  publish_lowering(lowering);
 }
 
 }  // namespace torch_delegate::detail

@@ -1,0 +1,175 @@
+// What the non-template lowering knows of a backend B: its name, execute signatures, preprocess
+// trampoline, runtime, how to decode and describe its options, and what partial lowering needs
+// (lowering_of<B>, a few function pointers, as runtime_of<B> is for the runtime). lower<B>,
+// lower_partially<B> and delegation_plan<B> are thin templates over code that takes it; the
+// Python package lowers any registered backend by name through it.
+//
+// Registering a backend publishes its backend_lowering process-wide, in LibTorch's operator
+// registry (one operator `torch_delegate::_backend_lowering.<name>`), so that code in another
+// shared object (a Python extension) finds it whatever dlopen flags loaded the backend's library.
+#pragma once
+
+#include <torch_delegate/coverage.hpp>
+#include <torch_delegate/detail/config.hpp>
+#include <torch_delegate/detail/invoker.hpp>
+#include <torch_delegate/detail/runtime_objects.hpp>
+#include <torch_delegate/options.hpp>
+#include <torch_delegate/preprocess.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <vector>
+
+namespace torch_delegate {
+
+/// One compile option a backend takes, as `backends()` describes it.
+struct option_info {
+  std::string key;
+  std::string type;             // "int", "bool", "List[float]", ...
+  bool required = false;
+  c10::IValue default_value;    // what a default-constructed options struct holds; None when required
+};
+
+/// How a backend takes compile options.
+enum class options_form {
+  none,   // no_options: any spec is accepted and ignored
+  raw,    // raw_options: the method's spec as given
+  typed   // a reflected struct: a Dict[str, Any] whose keys are its fields
+};
+
+namespace detail {
+
+/// What partitioning needs of a backend, type-erased.
+using accepts_region_function = bool (*)(std::span<const torch::jit::Node* const> region);
+
+struct partition_backend {
+  std::string_view name;
+  supports_function supports = nullptr;
+  accepts_region_function accepts_region = nullptr;  // B::accepts_region, if declared
+  std::span<const signature_record> signatures;      // a region must match one of them
+  std::size_t min_region_size = 1;                   // the backend's own minimum
+};
+
+/// The layout version of backend_lowering. A reader built against another layout refuses the
+/// entry (with an error saying to rebuild) instead of reading garbage.
+inline constexpr std::uint32_t backend_lowering_abi = 1;
+
+struct backend_lowering {
+  std::uint32_t abi = backend_lowering_abi;  // first, so that any layout can read it
+  std::string_view name;
+  const char* (*type_name)() = nullptr;       // the backend's C++ type (mangled; c10::demangle it)
+  std::int64_t payload_version = 1;
+  std::span<const signature_record> signatures;
+  preprocess_trampoline preprocess = nullptr;
+  const backend_runtime* runtime = nullptr;
+  options_form form = options_form::typed;
+  /// A method's spec -> its decoded options (an options_t<B>), unknown keys warned about where
+  /// B ignores them and rejected otherwise.
+  std::shared_ptr<const void> (*decode_options)(const c10::IValue& spec, const error_context& where) = nullptr;
+  /// The spec of default-constructed options: what a region whose method has no options gets.
+  c10::IValue (*default_spec)() = nullptr;
+  std::vector<option_info> (*describe_options)() = nullptr;
+  /// Partial lowering: set when B declares `static bool supports(const torch::jit::Node*)`.
+  bool partitions = false;
+  partition_backend partition{};
+};
+
+template <class Options>
+std::vector<option_info> describe_options() {
+  std::vector<option_info> described;
+  if constexpr (!is_untyped_options<Options>) {
+    const Options defaults{};
+    boost::hana::for_each(boost::hana::accessors<Options>(), [&](auto pair) {
+      const auto& field = boost::hana::second(pair)(defaults);
+      using field_type = std::remove_cvref_t<decltype(field)>;
+      using value_type = typename option_field<field_type>::value_type;
+      option_info info{boost::hana::to<const char*>(boost::hana::first(pair)), std::string(ivalue_caster<value_type>::name.view()),
+                       option_field<field_type>::is_required, {}};
+      if constexpr (option_field<field_type>::is_required) {
+        if (field.has_value()) info.default_value = ivalue_caster<value_type>::cast(field.value());
+      } else {
+        info.default_value = ivalue_caster<value_type>::cast(field);
+      }
+      described.push_back(std::move(info));
+    });
+  }
+  return described;
+}
+
+template <class B>
+constexpr std::size_t backend_min_region_size() {
+  if constexpr (requires { B::min_region_size; })
+    return static_cast<std::size_t>(B::min_region_size);
+  else
+    return 1;
+}
+
+template <class B>
+constexpr partition_backend partition_backend_of() {
+  if constexpr (backend_declares_support<B>) {
+    accepts_region_function accepts = nullptr;
+    if constexpr (requires(std::span<const torch::jit::Node* const> region) {
+                    { B::accepts_region(region) } -> std::same_as<bool>;
+                  })
+      accepts = &B::accepts_region;
+    return {B::name, &B::supports, accepts, signature_records<B>, backend_min_region_size<B>()};
+  } else {
+    return {};
+  }
+}
+
+/// The function pointers of B that the non-template lowering calls.
+template <class B>
+struct lowering_of {
+  static std::shared_ptr<const void> decode(const c10::IValue& spec, const error_context& where) {
+    return std::make_shared<const options_t<B>>(decode_backend_options<B>(spec, where, unknown_option_keys::warn));
+  }
+  static c10::IValue default_spec() { return encode_options(options_t<B>{}); }
+  static constexpr options_form form = std::is_same_v<options_t<B>, no_options>    ? options_form::none
+                                       : std::is_same_v<options_t<B>, raw_options> ? options_form::raw
+                                                                                    : options_form::typed;
+
+  static const char* type_name() { return typeid(B).name(); }
+
+  // Constant-initialized (no dynamic initializer), so that a registration run by another static
+  // initializer never sees it unset.
+  static constexpr backend_lowering value{backend_lowering_abi,
+                                             B::name,
+                                             &type_name,
+                                             payload_version_of<B>(),
+                                             signature_records<B>,
+                                             &preprocess_units_with<B>,
+                                             &runtime_of<B>::value,
+                                             form,
+                                             &decode,
+                                             &default_spec,
+                                             &describe_options<options_t<B>>,
+                                             backend_declares_support<B>,
+                                             partition_backend_of<B>()};
+};
+
+/// Publishes a backend's lowering process-wide (see the top of this file). Idempotent.
+TORCH_DELEGATE_DECL void publish_lowering(const backend_lowering& lowering);
+
+/// The lowering of the backend registered as `name` in this process (by whichever shared object
+/// registered it); nullptr when none is. An entry of another layout is an error saying to rebuild.
+TORCH_DELEGATE_DECL const backend_lowering* find_lowering(std::string_view name);
+
+/// Every backend lowering published in this process, by name.
+TORCH_DELEGATE_DECL std::vector<const backend_lowering*> published_lowerings();
+
+/// The published lowering of `name`, or an error naming the backends that are registered and
+/// how to register one (`who`: the function asking, e.g. "torch_delegate.lower").
+TORCH_DELEGATE_DECL const backend_lowering& lowering_named(std::string_view name, std::string_view who);
+
+}  // namespace detail
+
+}  // namespace torch_delegate
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/backend_lowering.ipp>
+#endif

@@ -1,0 +1,259 @@
+// torch_delegate._C: the Python package's bindings. Every backend registered in the process
+// (by whichever shared object registered it: see detail/backend_lowering.hpp) is lowered by name
+// through its published backend_lowering; nothing here is a template over a backend.
+//
+// Python values become TorchScript values here (options, input specs); modules cross as
+// torch._C.ScriptModule (torch's own pybind11 type); errors from C++ become
+// torch_delegate.Error with the C++ text (no C++ backtrace), and C++ warnings Python warnings.
+#include <torch_delegate/load.hpp>
+#include <torch_delegate/lower.hpp>
+#include <torch_delegate/partition.hpp>
+
+#include <c10/util/Type.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+namespace td = torch_delegate;
+
+namespace {
+
+/// What torch_delegate.Error carries: the text of a torch-delegate (or LibTorch) error.
+struct delegate_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Runs `body` with C++ warnings turned into Python warnings and c10::Errors into
+/// torch_delegate.Error; with `release_gil`, without the GIL (a body that touches no Python object).
+template <bool release_gil = true, class Body>
+auto guarded(Body&& body) {
+  torch::PyWarningHandler warnings;
+  try {
+    std::optional<py::gil_scoped_release> unlocked;
+    if constexpr (release_gil) unlocked.emplace();
+    return body();
+  } catch (const c10::Error& error) {
+    warnings.set_in_exception();
+    throw delegate_error(error.what_without_backtrace());
+  } catch (...) {
+    warnings.set_in_exception();
+    throw;
+  }
+}
+
+std::string python_type_name(py::handle value) { return Py_TYPE(value.ptr())->tp_name; }
+
+/// A Python option value -> a TorchScript value, its type inferred (bool, int, float, str,
+/// Tensor, lists and dicts of one of them, None).
+c10::IValue option_value(py::handle value, const std::string& method, const std::string& key) {
+  try {
+    return torch::jit::toTypeInferredIValue(value);
+  } catch (const std::exception&) {
+    throw py::type_error("torch_delegate.lower: option '" + key + "' of method '" + method + "' is a Python " +
+                         python_type_name(value) +
+                         ", which has no TorchScript type; give a bool, int, float, str, torch.Tensor, or a list or "
+                         "dict of one of them");
+  }
+}
+
+/// One method's entry of a Python spec -> its TorchScript spec. A dict becomes a Dict[str, Any]
+/// whose values keep their own types ({"num_threads": 2, "approximate": True}), except that a
+/// Python int given for a float option becomes a float, as Python's own arithmetic would have
+/// it; anything else (a backend that takes raw options) is converted as it is.
+c10::IValue method_spec(const std::string& method, py::handle entry, const std::vector<td::option_info>& known) {
+  if (!py::isinstance<py::dict>(entry)) return option_value(entry, method, "<spec>");
+  c10::impl::GenericDict options(c10::StringType::get(), c10::AnyType::get());
+  for (auto [key, value] : py::reinterpret_borrow<py::dict>(entry)) {
+    if (!py::isinstance<py::str>(key))
+      throw py::type_error("torch_delegate.lower: the option keys of method '" + method + "' must be str, got " +
+                           python_type_name(key));
+    const std::string name = key.cast<std::string>();
+    const bool wants_float = std::any_of(known.begin(), known.end(), [&](const td::option_info& option) {
+      return option.key == name && option.type == "float";
+    });
+    if (wants_float && py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value))
+      options.insert(name, c10::IValue(value.cast<double>()));
+    else
+      options.insert(name, option_value(value, method, name));
+  }
+  return options;
+}
+
+/// {method: options} from Python, for `methods`: each method's entry, or the backend's default
+/// options where it has none. A key that is not among `methods` is an error.
+c10::impl::GenericDict compile_spec(const td::detail::backend_lowering& lowering, const py::dict& spec,
+                                    const std::vector<std::string>& methods, bool defaults_for_missing) {
+  for (auto [method, entry] : spec) {
+    if (!py::isinstance<py::str>(method))
+      throw py::type_error("torch_delegate.lower: the spec's keys must be method names (str), got " + python_type_name(method));
+    const std::string name = method.cast<std::string>();
+    if (std::find(methods.begin(), methods.end(), name) == methods.end()) {
+      std::string listed;
+      for (const std::string& m : methods) listed += (listed.empty() ? "'" : ", '") + m + "'";
+      throw py::value_error("torch_delegate.lower: the spec has options for method '" + name +
+                            "', which is not among the methods to lower (" + listed + ")");
+    }
+  }
+  const std::vector<td::option_info> known = lowering.describe_options();
+  c10::impl::GenericDict converted(c10::StringType::get(), c10::AnyType::get());
+  for (const std::string& method : methods) {
+    if (spec.contains(method))
+      converted.insert(method, method_spec(method, spec[py::str(method)], known));
+    else if (defaults_for_missing)
+      converted.insert(method, lowering.default_spec());
+  }
+  return converted;
+}
+
+/// Python input specs {method: [None | (sizes, dtype)]} -> input_specs.
+td::input_specs input_specs_of(const py::dict& given) {
+  td::input_specs specs;
+  for (auto [method, entries] : given) {
+    const std::string name = method.cast<std::string>();
+    std::vector<std::optional<td::tensor_spec>>& out = specs[name];
+    for (py::handle entry : entries) {
+      if (entry.is_none()) {
+        out.emplace_back();
+        continue;
+      }
+      const auto pair = entry.cast<py::tuple>();
+      const py::handle dtype = pair[1];
+      if (!THPDtype_Check(dtype.ptr()))
+        throw py::type_error("torch_delegate.lower: an input spec's dtype must be a torch.dtype, got " + python_type_name(dtype));
+      out.push_back(td::tensor_spec{pair[0].cast<std::vector<std::int64_t>>(), reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type});
+    }
+  }
+  return specs;
+}
+
+td::partition_options partition_options_of(const std::vector<std::string>& methods, std::size_t min_region_size,
+                                            const std::vector<std::string>& keep_kinds,
+                                            const std::vector<std::string>& keep_submodules,
+                                            const std::vector<std::string>& lower_submodules, bool require_full, bool fallback) {
+  td::partition_options options;
+  options.methods = methods;
+  options.min_region_size = min_region_size;
+  options.keep_kinds = {keep_kinds.begin(), keep_kinds.end()};
+  options.keep_submodules = {keep_submodules.begin(), keep_submodules.end()};
+  options.lower_submodules = {lower_submodules.begin(), lower_submodules.end()};
+  options.require_full = require_full;
+  options.fallback_when_unavailable = fallback;
+  return options;
+}
+
+/// A delegation report as plain Python data (the package wraps it in dataclasses).
+py::tuple report_data(const td::delegation_report& report) {
+  py::list methods;
+  for (const td::method_delegation& method : report.methods) {
+    py::list regions, kept;
+    for (const td::region_report& region : method.regions)
+      regions.append(py::make_tuple(region.name, region.node_count, region.kinds, region.location, region.depth));
+    for (const td::kept_node& node : method.kept)
+      kept.append(py::make_tuple(node.kind, std::string(td::to_string(node.reason)), node.detail, node.location, node.depth));
+    methods.append(py::make_tuple(method.method, regions, kept));
+  }
+  return py::make_tuple(report.backend, report.module, methods, report.to_string());
+}
+
+py::dict backend_description(const td::detail::backend_lowering& lowering) {
+  py::dict described;
+  described["name"] = std::string(lowering.name);
+  described["type"] = c10::demangle(lowering.type_name());
+  const td::detail::backend_runtime& runtime = *lowering.runtime;
+  void* instance = runtime.create();
+  bool available = false;
+  try {
+    available = runtime.is_available(instance);
+  } catch (...) {
+    runtime.destroy(instance);
+    throw;
+  }
+  runtime.destroy(instance);
+  described["available"] = available;
+  described["partial"] = lowering.partitions;
+  described["options_form"] = lowering.form == td::options_form::typed ? "typed" : lowering.form == td::options_form::raw ? "raw" : "none";
+  py::list options;
+  for (const td::option_info& option : lowering.describe_options())
+    options.append(py::make_tuple(option.key, option.type, option.required, torch::jit::toPyObject(option.default_value)));
+  described["options"] = options;
+  py::list signatures;
+  for (const td::detail::signature_record& signature : lowering.signatures)
+    signatures.append(signature.generic ? std::string("execute(handle, inputs) (generic)") : "execute" + std::string(signature.text));
+  described["signatures"] = signatures;
+  return described;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_delegate's C++ bindings; use the torch_delegate package, not this module.";
+  py::register_exception<delegate_error>(m, "Error", PyExc_RuntimeError);
+
+  m.def("backends", [] {
+    std::vector<const td::detail::backend_lowering*> found = guarded([] { return td::detail::published_lowerings(); });
+    py::list described;
+    for (const td::detail::backend_lowering* lowering : found)
+      described.append(guarded<false>([&] { return backend_description(*lowering); }));
+    return described;
+  });
+
+  m.def("lower_methods",
+        [](const torch::jit::Module& module, const std::string& backend, const py::dict& spec,
+           const std::vector<std::string>& methods, const py::dict& input_specs) {
+          const td::detail::backend_lowering& lowering =
+              guarded([&]() -> const td::detail::backend_lowering& { return td::detail::lowering_named(backend, "torch_delegate.lower"); });
+          const c10::impl::GenericDict converted = compile_spec(lowering, spec, methods, true);
+          const td::input_specs inputs = input_specs_of(input_specs);
+          return guarded([&] {
+            return td::detail::lower_methods(lowering, module, converted, false, input_specs.empty() ? nullptr : &inputs);
+          });
+        });
+
+  m.def("lower_partially",
+        [](const torch::jit::Module& module, const std::string& backend, const py::dict& spec,
+           const std::vector<std::string>& methods, std::size_t min_region_size, const std::vector<std::string>& keep_kinds,
+           const std::vector<std::string>& keep_submodules, const std::vector<std::string>& lower_submodules,
+           bool require_full, bool fallback) {
+          const td::detail::backend_lowering& lowering =
+              guarded([&]() -> const td::detail::backend_lowering& { return td::detail::lowering_named(backend, "torch_delegate.lower"); });
+          const c10::impl::GenericDict converted = compile_spec(lowering, spec, methods, false);
+          const td::partition_options options =
+              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback);
+          return guarded([&] { return td::detail::lower_partially_with(lowering, module, options, converted); });
+        });
+
+  m.def("plan",
+        [](const torch::jit::Module& module, const std::string& backend, const std::vector<std::string>& methods,
+           std::size_t min_region_size, const std::vector<std::string>& keep_kinds, const std::vector<std::string>& keep_submodules,
+           const std::vector<std::string>& lower_submodules, bool require_full) {
+          const td::partition_options options =
+              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false);
+          const td::delegation_report report = guarded([&] {
+            const td::detail::backend_lowering& lowering = td::detail::lowering_named(backend, "torch_delegate.plan");
+            if (!lowering.partitions)
+              td::detail::fail({lowering.name, {}}, "this backend cannot lower partially: it declares no 'static bool supports(const "
+                                                    "torch::jit::Node*)' (docs/partial-lowering.md)");
+            return td::detail::partition_report(lowering.partition, module, options);
+          });
+          return report_data(report);
+        });
+
+  m.def("report", [](const torch::jit::Module& module) -> py::object {
+    const std::optional<td::delegation_report> report = guarded([&] { return td::delegation_report_data_of(module); });
+    if (report) return report_data(*report);
+    const std::string text = guarded([&] { return td::delegation_report_of(module); });
+    if (text.empty()) return py::none();
+    return py::make_tuple(py::none(), py::none(), py::none(), text);  // saved before reports were data
+  });
+
+  m.def("check_loadable", [](const std::string& path) { guarded([&] { td::check_loadable(path); }); });
+  m.def("backends_needed", [](const std::string& path) { return guarded([&] { return td::backends_needed(path); }); });
+}

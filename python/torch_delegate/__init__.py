@@ -1,0 +1,313 @@
+"""torch_delegate from Python: lower TorchScript modules to torch-delegate backends, partially or
+whole, read the delegation report, and load lowered modules with a check that their backends are
+registered.
+
+A backend is a C++ library built with torch-delegate; load it first, as any TorchScript extension:
+
+    import torch, torch_delegate
+    torch.ops.load_library("libpointwise_fusion.so")
+    scripted = torch.jit.script(MyModel())
+    lowered = torch_delegate.lower(scripted, "pointwise_fusion", partial=True)
+    print(torch_delegate.report(lowered))
+    lowered.save("model.pt")
+
+See docs/python.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "Backend",
+    "Error",
+    "KeptNode",
+    "MethodReport",
+    "OptionInfo",
+    "Region",
+    "Report",
+    "TensorSpec",
+    "backends",
+    "backends_needed",
+    "load",
+    "lower",
+    "plan",
+    "report",
+]
+
+__version__ = "0.1.0"
+
+#: The error torch-delegate raises (a RuntimeError), with the text of the C++ error: what was
+#: wrong, where (backend, method, the model's source line), what was expected and what given.
+Error = _C.Error
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionInfo:
+    """One compile option of a backend."""
+
+    key: str
+    type: str  #: its TorchScript type, e.g. "int", "List[float]"
+    required: bool
+    default: Any  #: the default options' value; None when required
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A torch-delegate backend registered in this process."""
+
+    name: str
+    type: str  #: the backend's C++ type
+    available: bool  #: whether this process can compile and execute for it (is_available())
+    partial: bool  #: whether it can lower partially (it declares supports(node))
+    options_form: str  #: "typed" (options below), "raw" (any value, passed as given) or "none"
+    options: List[OptionInfo]
+    signatures: List[str]  #: its execute signatures
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """One delegated region of a method."""
+
+    name: str  #: its method in the delegate child module, e.g. "forward_region_0"
+    node_count: int  #: nodes, constants not counted
+    kinds: List[str]  #: distinct node kinds, in order of first appearance
+    location: str  #: "model.py:12" of its first node, or ""
+    depth: int  #: 0: the method's body; 1: inside an if/loop body; ...
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptNode:
+    """One node that stays in TorchScript, and why."""
+
+    kind: str
+    reason: str  #: "unsupported kind", "excluded by the user", "control flow", ...
+    detail: str
+    location: str
+    depth: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodReport:
+    """What partial lowering does (or did) with one method."""
+
+    method: str
+    regions: List[Region]
+    kept: List[KeptNode]
+
+    @property
+    def delegated_nodes(self) -> int:
+        return sum(region.node_count for region in self.regions)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """The delegation report: per method, its regions and each node kept in TorchScript.
+
+    str(report) is the readable report (the same text as C++'s delegation_report::to_string()).
+    A module partially lowered by a build older than this package carries the text only: then
+    backend and module are "" and methods is empty.
+    """
+
+    backend: str
+    module: str
+    methods: List[MethodReport]
+    text: str
+
+    @property
+    def region_count(self) -> int:
+        return sum(len(method.regions) for method in self.methods)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """What one tensor argument must be when the method is called: its sizes (-1: any size in
+    that dimension) and dtype. Backends see it at preprocess; calls that do not match fail."""
+
+    sizes: Sequence[int]
+    dtype: torch.dtype = torch.float32
+
+    @staticmethod
+    def like(example: torch.Tensor) -> "TensorSpec":
+        """The spec of an example input: its sizes and dtype."""
+        return TensorSpec(list(example.shape), example.dtype)
+
+
+_PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback")
+
+
+def _script_module(module: Any, who: str) -> torch._C.ScriptModule:
+    if isinstance(module, torch.jit.ScriptModule):
+        return module._c
+    kind = type(module).__name__
+    if isinstance(module, torch.nn.Module):
+        raise TypeError(
+            f"{who}: expected a TorchScript module (torch.jit.ScriptModule), got {kind}, an eager torch.nn.Module; "
+            f"script or trace it first: torch.jit.script(module)")
+    raise TypeError(f"{who}: expected a TorchScript module (torch.jit.ScriptModule), got {kind}")
+
+
+def _names(value: Union[str, Iterable[str]], knob: str, who: str) -> List[str]:
+    if isinstance(value, str):
+        return [value]
+    names = list(value)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"{who}: {knob} must be names (str), got {type(name).__name__}")
+    return names
+
+
+def _spec_dict(spec: Optional[Mapping[str, Any]], who: str) -> Dict[str, Any]:
+    if spec is None:
+        return {}
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"{who}: spec must be a dict of method name -> options dict, e.g. "
+                        f"{{'forward': {{'num_threads': 2}}}}, got {type(spec).__name__}")
+    return dict(spec)
+
+
+def _input_specs(input_specs: Mapping[str, Sequence[Any]], who: str) -> Dict[str, list]:
+    converted: Dict[str, list] = {}
+    for method, entries in input_specs.items():
+        if not isinstance(method, str):
+            raise TypeError(f"{who}: input_specs keys must be method names (str), got {type(method).__name__}")
+        row = []
+        for position, entry in enumerate(entries):
+            if entry is None:
+                row.append(None)
+            elif isinstance(entry, torch.Tensor):
+                row.append((list(entry.shape), entry.dtype))
+            elif isinstance(entry, TensorSpec):
+                row.append((list(entry.sizes), entry.dtype))
+            else:
+                raise TypeError(f"{who}: input spec {position} of method '{method}' must be a TensorSpec, an example "
+                                f"torch.Tensor or None, got {type(entry).__name__}")
+        converted[method] = row
+    return converted
+
+
+def backends() -> List[Backend]:
+    """The torch-delegate backends registered in this process (their libraries loaded with
+    torch.ops.load_library, or linked in), by name."""
+    found = []
+    for described in _C.backends():
+        options = [OptionInfo(key, type_, required, default) for key, type_, required, default in described["options"]]
+        found.append(Backend(described["name"], described["type"], described["available"], described["partial"],
+                             described["options_form"], options, list(described["signatures"])))
+    return found
+
+
+def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[str, Any]] = None, *,
+          methods: Optional[Union[str, Iterable[str]]] = None,
+          partial: bool = False,
+          min_region_size: int = 0,
+          keep_kinds: Iterable[str] = (),
+          keep_submodules: Iterable[str] = (),
+          lower_submodules: Iterable[str] = (),
+          require_full: bool = False,
+          fallback: bool = False,
+          input_specs: Optional[Mapping[str, Sequence[Any]]] = None) -> torch.jit.ScriptModule:
+    """Lowers a scripted or traced module to a registered backend; the original is not modified.
+
+    spec: compile options per method, {"forward": {"num_threads": 2, "approximate": True}}:
+        values of any mix of types; a method without options gets the backend's defaults.
+    methods: the methods to lower (default: the spec's methods, else "forward").
+    partial=False: whole methods, as torch._C._jit_to_backend does (the same module structure).
+    partial=True: only the regions the backend supports are delegated; the rest stays in
+        TorchScript. Its knobs: min_region_size (nodes; 0: the backend's own minimum),
+        keep_kinds (node kinds kept in TorchScript, e.g. "aten::mul"), keep_submodules and
+        lower_submodules (attribute paths, e.g. "encoder.block1"), require_full (every node
+        must be delegated, else an error naming the first that is not) and fallback (where the
+        backend is unavailable, each region runs its original TorchScript instead of failing).
+    input_specs: whole methods only: per method, one entry per argument: a TensorSpec, an
+        example tensor, or None (unchecked).
+
+    Returns a torch.jit.ScriptModule that saves and loads like any other. Raises TypeError or
+    ValueError for a bad argument, torch_delegate.Error for what the backend or lowering refuses.
+    """
+    who = "torch_delegate.lower"
+    cpp_module = _script_module(module, who)
+    if not isinstance(backend, str):
+        raise TypeError(f"{who}: backend must be a backend's name (str), got {type(backend).__name__}")
+    spec = _spec_dict(spec, who)
+    if methods is None:
+        method_names = list(spec) or ["forward"]
+    else:
+        method_names = _names(methods, "methods", who)
+    if partial:
+        if input_specs is not None:
+            raise ValueError(f"{who}: input_specs apply to whole methods; they cannot be given with partial=True")
+        if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
+            raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
+        result = _C.lower_partially(cpp_module, backend, spec, method_names, min_region_size,
+                                    _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
+                                    _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback))
+    else:
+        given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
+                 "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
+                 "require_full": bool(require_full), "fallback": bool(fallback)}
+        knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
+        if knobs:
+            raise ValueError(f"{who}: {', '.join(knobs)} {'is a' if len(knobs) == 1 else 'are'} partial-lowering "
+                             f"knob{'' if len(knobs) == 1 else 's'}; pass partial=True to delegate supported regions "
+                             f"and leave the rest to TorchScript")
+        result = _C.lower_methods(cpp_module, backend, spec, method_names,
+                                  _input_specs(input_specs, who) if input_specs else {})
+    return torch.jit._recursive.wrap_cpp_module(result)
+
+
+def plan(module: torch.jit.ScriptModule, backend: str, *,
+         methods: Union[str, Iterable[str]] = ("forward",),
+         min_region_size: int = 0,
+         keep_kinds: Iterable[str] = (),
+         keep_submodules: Iterable[str] = (),
+         lower_submodules: Iterable[str] = (),
+         require_full: bool = False) -> Report:
+    """Dry run of lower(..., partial=True): what would be delegated and why the rest would stay
+    in TorchScript. Nothing is lowered."""
+    who = "torch_delegate.plan"
+    cpp_module = _script_module(module, who)
+    if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
+        raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
+    return _report_of(_C.plan(cpp_module, backend, _names(methods, "methods", who), min_region_size,
+                              _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
+                              _names(lower_submodules, "lower_submodules", who), bool(require_full)))
+
+
+def report(module: torch.jit.ScriptModule) -> Optional[Report]:
+    """The delegation report a partially lowered module carries (also after save and load);
+    None for a module that was not partially lowered."""
+    data = _C.report(_script_module(module, "torch_delegate.report"))
+    return None if data is None else _report_of(data)
+
+
+def load(path: str, map_location: Optional[Union[str, torch.device]] = None) -> torch.jit.ScriptModule:
+    """torch.jit.load, after checking that every backend the saved module delegates to is
+    registered in this process and still has the execute signatures it was lowered for: a missing
+    one is a torch_delegate.Error that names it and says how to register it."""
+    if not isinstance(path, str):
+        path = str(path)
+    _C.check_loadable(path)
+    return torch.jit.load(path, map_location=map_location)
+
+
+def backends_needed(path: str) -> List[str]:
+    """The backends a saved module delegates to, read from its code without loading it."""
+    return list(_C.backends_needed(str(path)))
+
+
+def _report_of(data: tuple) -> Report:
+    backend, module, methods, text = data
+    if backend is None:
+        return Report("", "", [], text)
+    return Report(backend, module, [
+        MethodReport(method, [Region(*region) for region in regions], [KeptNode(*kept) for kept in kept_nodes])
+        for method, regions, kept_nodes in methods
+    ], text)

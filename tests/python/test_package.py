@@ -1,0 +1,318 @@
+"""The Python package torch_delegate (python/), imported from the build tree.
+
+Run by `meson test` with /usr/bin/python3 (Debian's python3-torch); the environment gives
+  PYTHONPATH                <build>/python (the package, assembled there)
+  TD_POINTWISE_LIBRARY      libpointwise_fusion.so
+  TD_TEST_BACKENDS_LIBRARY  libtorch_delegate_test_backends.so ("test_backend",
+                            "test_backend_unavailable", "td_test_typed", "td_test_pluggable_demo")
+  TD_DATA                   tests/data (modules saved by earlier builds)
+  TD_WORKDIR                a directory for files
+"""
+import math
+import os
+import subprocess
+import sys
+import unittest
+import warnings
+
+import torch
+from torch.jit.mobile import _load_for_lite_interpreter
+
+import torch_delegate as td
+
+torch.ops.load_library(os.environ["TD_POINTWISE_LIBRARY"])
+torch.ops.load_library(os.environ["TD_TEST_BACKENDS_LIBRARY"])
+DATA = os.environ["TD_DATA"]
+WORKDIR = os.environ.get("TD_WORKDIR", ".")
+
+
+def path(name):
+    return os.path.join(WORKDIR, f"python_package_{os.getpid()}_{name}")
+
+
+def gelu_tanh(v):
+    """GELU with the tanh formula, as a TorchScript function (its nodes are inlined with a call stack)."""
+    inner = math.sqrt(2.0 / math.pi) * (v + 0.044715 * torch.pow(v, 3.0))
+    return 0.5 * v * (1.0 + torch.tanh(inner))
+
+
+class FeedForward(torch.nn.Module):
+    """A transformer feed-forward block: Linear -> GELU (a function) -> Linear -> residual, scale."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16)
+
+    def forward(self, x):
+        return (self.down(gelu_tanh(self.up(x))) + x) * 0.5
+
+
+class AddSub(torch.nn.Module):
+    def forward(self, x, h):
+        return x + h + h - h
+
+
+class AddReluSub(torch.nn.Module):
+    """The demo backend takes add and sub, not relu: two regions around it."""
+
+    def forward(self, x, h):
+        return torch.relu(x + h) - h
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, h):
+        return x + h
+
+
+class Backends(unittest.TestCase):
+    def test_lists_every_registered_backend_with_what_it_takes(self):
+        found = {backend.name: backend for backend in td.backends()}
+        for name in ("pointwise_fusion", "test_backend", "test_backend_unavailable", "td_test_typed",
+                     "td_test_pluggable_demo"):
+            self.assertIn(name, found)
+        self.assertEqual([b.name for b in td.backends()], sorted(found))
+        pointwise = found["pointwise_fusion"]
+        self.assertEqual(pointwise.type, "pointwise::PointwiseBackend")
+        self.assertTrue(pointwise.available)
+        self.assertTrue(pointwise.partial)
+        self.assertEqual(pointwise.options_form, "none")
+        self.assertIn("execute(Tensor, Tensor) -> Tensor", pointwise.signatures)
+        self.assertFalse(found["test_backend_unavailable"].available)
+        self.assertFalse(found["test_backend"].partial)
+        typed = found["td_test_typed"]
+        self.assertEqual(typed.options_form, "typed")
+        self.assertEqual([(o.key, o.type, o.required, o.default) for o in typed.options],
+                         [("target", "str", True, None), ("scale", "float", False, 1.0), ("repeat", "int", False, 1),
+                          ("fast", "bool", False, False)])
+
+
+class LowerWholeMethods(unittest.TestCase):
+    def test_mixed_type_options_reach_the_backend(self):
+        # torch._C._jit_to_backend cannot take this spec (its tracer infers one value type).
+        scripted = torch.jit.script(TwoInputs())
+        x, h = torch.randn(3), torch.randn(3)
+        lowered = td.lower(scripted, "td_test_typed",
+                           {"forward": {"target": "cpu", "scale": 2.5, "repeat": 3, "fast": True}})
+        self.assertIsInstance(lowered, torch.jit.ScriptModule)
+        torch.testing.assert_close(lowered(x, h), (x + h) * 2.5)
+        # an int where a float is expected is accepted, as TorchScript converts it
+        torch.testing.assert_close(td.lower(scripted, "td_test_typed", {"forward": {"target": "cpu", "scale": 2}})(x, h),
+                                   (x + h) * 2)
+
+    def test_no_options_at_all(self):
+        scripted = torch.jit.script(AddSub())
+        x, h = torch.randn(4), torch.randn(4)
+        for lowered in (td.lower(scripted, "td_test_pluggable_demo"), td.lower(scripted, "td_test_pluggable_demo", {}),
+                        td.lower(scripted, "td_test_pluggable_demo", {"forward": {}})):
+            torch.testing.assert_close(lowered(x, h), scripted(x, h))
+
+    def test_saved_lowered_module_loads_in_the_jit_and_the_lite_interpreter(self):
+        scripted = torch.jit.script(TwoInputs())
+        lowered = td.lower(scripted, "td_test_typed", {"forward": {"target": "cpu", "scale": 3.0}})
+        saved = path("typed.pt")
+        lowered.save(saved)
+        self.assertEqual(td.backends_needed(saved), ["td_test_typed"])
+        x, h = torch.randn(2), torch.randn(2)
+        torch.testing.assert_close(td.load(saved)(x, h), (x + h) * 3.0)
+        mobile = path("typed.ptl")
+        lowered._save_for_lite_interpreter(mobile)
+        torch.testing.assert_close(_load_for_lite_interpreter(mobile)(x, h), (x + h) * 3.0)
+
+    def test_traced_modules_lower_too(self):
+        traced = torch.jit.trace(FeedForward(), torch.randn(2, 16))
+        lowered = td.lower(traced, "pointwise_fusion", partial=True)
+        x = torch.randn(5, 16)
+        torch.testing.assert_close(lowered(x), traced(x), rtol=1e-5, atol=1e-6)
+
+    def test_input_specs_are_checked_on_every_call(self):
+        scripted = torch.jit.script(TwoInputs())
+        lowered = td.lower(scripted, "td_test_typed", {"forward": {"target": "cpu"}},
+                           input_specs={"forward": [td.TensorSpec([-1, 3]), torch.zeros(2, 3)]})
+        x, h = torch.randn(2, 3), torch.randn(2, 3)
+        torch.testing.assert_close(lowered(x, h), x + h)
+        with self.assertRaisesRegex(Exception, r"argument 1 \('x'\) must be Float \[-1, 3\] \(its input spec when the "
+                                               r"method was lowered; -1: any size\), got Double \[2, 3\]"):
+            lowered(x.double(), h)
+
+
+class LowerPartially(unittest.TestCase):
+    def test_python_model_partially_lowered_saved_loaded_and_run(self):
+        model = FeedForward().eval()
+        scripted = torch.jit.script(model)
+        lowered = td.lower(scripted, "pointwise_fusion", partial=True)
+        x = torch.randn(8, 16)
+        torch.testing.assert_close(lowered(x), model(x), rtol=1e-5, atol=1e-6)
+        self.assertIn("torch.linear((__delegate).forward_region_0(_0, ), weight0, bias0)", lowered.code)
+        saved = path("ffn.pt")
+        lowered.save(saved)
+        loaded = td.load(saved)
+        torch.testing.assert_close(loaded(x), model(x), rtol=1e-5, atol=1e-6)
+        # stock PyTorch, no torch_delegate import: only the backend's library is needed
+        script = ("import sys, torch; torch.ops.load_library(sys.argv[1]); m = torch.jit.load(sys.argv[2]); "
+                  "x = torch.load(sys.argv[3]); torch.testing.assert_close(m(x), torch.load(sys.argv[4]))")
+        torch.save(x, path("x.pt"))
+        torch.save(lowered(x), path("y.pt"))
+        subprocess.run([sys.executable, "-c", script, os.environ["TD_POINTWISE_LIBRARY"], saved, path("x.pt"), path("y.pt")],
+                       check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+    def test_report_as_data_and_text_before_and_after_lowering(self):
+        scripted = torch.jit.script(FeedForward())
+        dry = td.plan(scripted, "pointwise_fusion")
+        lowered = td.lower(scripted, "pointwise_fusion", partial=True)
+        after = td.report(lowered)
+        self.assertEqual(after, dry)
+        self.assertEqual(after.backend, "pointwise_fusion")
+        self.assertEqual(after.module, "__torch__.FeedForward")
+        self.assertEqual(after.region_count, 2)
+        forward = after.methods[0]
+        self.assertEqual(forward.method, "forward")
+        self.assertEqual([r.name for r in forward.regions], ["forward_region_0", "forward_region_1"])
+        self.assertEqual(forward.regions[0].kinds, ["aten::pow", "aten::mul", "aten::add", "aten::tanh"])
+        # the model's line, inside the function the nodes were inlined from
+        self.assertRegex(forward.regions[0].location, r"test_package\.py:\d+$")
+        self.assertEqual(forward.delegated_nodes, 10)
+        linears = [k for k in forward.kept if k.kind == "aten::linear"]
+        self.assertEqual(len(linears), 2)
+        self.assertEqual(linears[0].reason, "unsupported kind")
+        self.assertRegex(linears[0].location, r"linear\.py:\d+$")
+        self.assertTrue(str(after).startswith("delegation of __torch__.FeedForward to backend 'pointwise_fusion'\n"
+                                              "  forward: 2 regions, 10 nodes delegated, 8 kept in TorchScript\n"))
+        saved = path("reported.pt")
+        lowered.save(saved)
+        self.assertEqual(td.report(td.load(saved)), after)
+        self.assertIsNone(td.report(scripted))
+        self.assertIsNone(td.report(td.lower(torch.jit.script(TwoInputs()), "td_test_typed", {"forward": {"target": "x"}})))
+
+    def test_report_of_a_module_saved_before_reports_were_data(self):
+        loaded = td.load(os.path.join(DATA, "pointwise_fusion_format1_by_e0f6b63.pt"))
+        old = td.report(loaded)
+        self.assertEqual((old.backend, old.module, old.methods), ("", "", []))
+        self.assertIn("to backend 'pointwise_fusion'", str(old))
+
+    def test_knobs(self):
+        scripted = torch.jit.script(FeedForward())
+        kept_mul = td.plan(scripted, "pointwise_fusion", keep_kinds=["aten::mul"])
+        self.assertNotIn("aten::mul", [kind for r in kept_mul.methods[0].regions for kind in r.kinds])
+        self.assertIn("excluded by the user", [k.reason for k in kept_mul.methods[0].kept])
+        big_only = td.plan(scripted, "pointwise_fusion", min_region_size=3)
+        self.assertEqual([r.node_count for r in big_only.methods[0].regions], [8])
+        lowered = td.lower(scripted, "pointwise_fusion", partial=True, min_region_size=3)
+        self.assertEqual(td.report(lowered).region_count, 1)
+        with self.assertRaisesRegex(td.Error, r"pointwise_fusion.*forward.*aten::linear"):
+            td.lower(scripted, "pointwise_fusion", partial=True, require_full=True)
+
+    def test_fallback_when_the_backend_is_unavailable_where_the_module_loads(self):
+        scripted = torch.jit.script(AddReluSub())
+        strict, fallback = path("strict.pt"), path("fallback.pt")
+        td.lower(scripted, "td_test_pluggable_demo", partial=True).save(strict)
+        td.lower(scripted, "td_test_pluggable_demo", partial=True, fallback=True).save(fallback)
+        x, h = torch.randn(4), torch.randn(4)
+        torch.save((x, h, scripted(x, h)), path("io.pt"))
+        run = ("import sys, torch, torch_delegate as td; torch.ops.load_library(sys.argv[1]); x, h, y = torch.load(sys.argv[3]);\n"
+               "try:\n    m = td.load(sys.argv[2]); torch.testing.assert_close(m(x, h), y); print('ran')\n"
+               "except Exception as e:\n    print(type(e).__name__, str(e).strip().splitlines()[-1])")
+        unplugged = dict(os.environ, TD_TEST_UNPLUGGED="1")
+        outputs = [subprocess.run([sys.executable, "-c", run, os.environ["TD_TEST_BACKENDS_LIBRARY"], saved, path("io.pt")],
+                                  env=unplugged, check=True, capture_output=True, text=True).stdout.strip()
+                   for saved in (strict, fallback)]
+        self.assertRegex(outputs[0], r"Backend is not available\.")
+        self.assertEqual(outputs[1], "ran")
+
+
+class BadInput(unittest.TestCase):
+    def setUp(self):
+        self.scripted = torch.jit.script(TwoInputs())
+
+    def test_an_eager_module(self):
+        with self.assertRaises(TypeError) as raised:
+            td.lower(TwoInputs(), "td_test_typed")
+        self.assertEqual(str(raised.exception),
+                         "torch_delegate.lower: expected a TorchScript module (torch.jit.ScriptModule), got TwoInputs, "
+                         "an eager torch.nn.Module; script or trace it first: torch.jit.script(module)")
+        with self.assertRaisesRegex(TypeError, r"^torch_delegate.report: expected a TorchScript module "
+                                               r"\(torch.jit.ScriptModule\), got str$"):
+            td.report("model.pt")
+
+    def test_an_unknown_backend(self):
+        with self.assertRaises(td.Error) as raised:
+            td.lower(self.scripted, "no_such_backend")
+        text = str(raised.exception)
+        self.assertTrue(text.startswith("torch_delegate.lower: no torch-delegate backend named 'no_such_backend' is "
+                                        "registered in this process (registered: pointwise_fusion, td_test_pluggable_demo, "
+                                        "td_test_typed, test_backend, test_backend_unavailable). Load the backend's library "
+                                        "first, e.g. torch.ops.load_library(\"libmy_backend.so\") in Python"), text)
+        self.assertIsInstance(raised.exception, RuntimeError)
+
+    def test_bad_specs(self):
+        cases = [
+            ({"forward": {"target": "cpu", "scale": "big"}}, td.Error,
+             "backend 'td_test_typed', method 'forward': option 'scale' expects float, got str"),
+            ({"forward": {"scale": 2.0}}, td.Error,
+             "backend 'td_test_typed', method 'forward': missing required option 'target' (str)"),
+            ({"forward": {"target": "cpu", "colour": "red"}}, td.Error,
+             "backend 'td_test_typed', method 'forward': unknown option key 'colour'; known keys: target, scale, repeat, fast"),
+            ({"forward": {"target": object()}}, TypeError,
+             "torch_delegate.lower: option 'target' of method 'forward' is a Python object, which has no TorchScript "
+             "type; give a bool, int, float, str, torch.Tensor, or a list or dict of one of them"),
+            ({"forward": {1: "x"}}, TypeError, "torch_delegate.lower: the option keys of method 'forward' must be str, got int"),
+            ({"backward": {"target": "cpu"}}, td.Error, "method 'backward'"),
+            (["forward"], TypeError, "torch_delegate.lower: spec must be a dict of method name -> options dict, e.g. "
+                                     "{'forward': {'num_threads': 2}}, got list"),
+        ]
+        for spec, error, text in cases:
+            with self.subTest(spec=spec):
+                with self.assertRaises(error) as raised:
+                    td.lower(self.scripted, "td_test_typed", spec)
+                self.assertIn(text, str(raised.exception))
+        with self.assertRaisesRegex(ValueError, r"^torch_delegate.lower: the spec has options for method 'forward', which "
+                                                r"is not among the methods to lower \('accum'\)$"):
+            td.lower(self.scripted, "td_test_typed", {"forward": {"target": "cpu"}}, methods=["accum"])
+
+    def test_unknown_and_misplaced_knobs(self):
+        with self.assertRaisesRegex(TypeError, r"unexpected keyword argument 'min_nodes'"):
+            td.lower(self.scripted, "pointwise_fusion", partial=True, min_nodes=3)
+        with self.assertRaises(ValueError) as raised:
+            td.lower(self.scripted, "pointwise_fusion", min_region_size=3, fallback=True)
+        self.assertEqual(str(raised.exception),
+                         "torch_delegate.lower: min_region_size, fallback are partial-lowering knobs; pass partial=True "
+                         "to delegate supported regions and leave the rest to TorchScript")
+        with self.assertRaisesRegex(ValueError, r"min_region_size must be an int >= 0, got -1"):
+            td.lower(self.scripted, "pointwise_fusion", partial=True, min_region_size=-1)
+        with self.assertRaisesRegex(ValueError, r"input_specs apply to whole methods"):
+            td.lower(self.scripted, "pointwise_fusion", partial=True, input_specs={"forward": [None, None]})
+        with self.assertRaisesRegex(td.Error, r"backend 'test_backend': this backend cannot lower partially: it declares "
+                                              r"no 'static bool supports\(const torch::jit::Node\*\)'"):
+            td.lower(self.scripted, "test_backend", partial=True)
+        with self.assertRaisesRegex(td.Error, r"keep_submodules.*'encoder'"):
+            td.lower(self.scripted, "pointwise_fusion", partial=True, keep_submodules=["encoder"])
+        with self.assertRaisesRegex(TypeError, r"input spec 0 of method 'forward' must be a TensorSpec, an example "
+                                               r"torch.Tensor or None, got list"):
+            td.lower(self.scripted, "td_test_typed", {"forward": {"target": "x"}}, input_specs={"forward": [[2, 3], None]})
+
+    def test_loading_a_module_whose_backend_is_not_registered(self):
+        saved = os.path.join(DATA, "demo_lowered_by_e3cbb93.pt")
+        with self.assertRaises(td.Error) as raised:
+            td.load(saved)
+        self.assertEqual(str(raised.exception).splitlines()[0],
+                         f"torch-delegate: backend 'backend_with_compiler_demo': the module '{saved}' delegates to this backend, which is "
+                         "not registered in this process. Register it before loading: load its library "
+                         "(torch.ops.load_library in Python, dlopen, or link it with -Wl,--no-as-needed), or call "
+                         "torch_delegate::register_runtime<YourBackend>() / TORCH_DELEGATE_REGISTER_RUNTIME.")
+        with self.assertRaisesRegex(td.Error, r"cannot read '.*missing.pt' as a saved TorchScript module"):
+            td.load(path("missing.pt"))
+
+    def test_lowering_errors_point_at_the_models_source_line(self):
+        class Divides(torch.nn.Module):
+            def forward(self, x, h):
+                return x / h
+
+        with self.assertRaisesRegex(td.Error, r"(?s)^The node of aten::div is not supported in this compiler\. Source "
+                                              r"code:   File \"[^\"]*test_package\.py\", line \d+\n.*return x / h\n"
+                                              r".*<--- HERE\n \(torch-delegate: backend 'td_test_pluggable_demo', "
+                                              r"method 'forward': in preprocess\)$"):
+            td.lower(torch.jit.script(Divides()), "td_test_pluggable_demo")
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("default")
+    unittest.main(verbosity=2)
