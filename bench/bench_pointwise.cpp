@@ -29,15 +29,20 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdlib>
 #include <cmath>
 #include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <numbers>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
+#include <link.h>
 #include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -316,7 +321,30 @@ struct ffn_size {
 // move it. Tried d_model 256, 128, 64, 32, 16 and 8: 8192 x 16 x 64 is the narrowest still a
 // model, where the pointwise work is the largest share it gets (a fifth to a third of the scripted
 // block). "linears" times the two matrix products alone, the floor of the block.
-const std::vector<ffn_size> ffn_sizes{{2048, 256, 1024}, {8192, 16, 64}};
+const std::vector<ffn_size> default_ffn_sizes{{2048, 256, 1024}, {8192, 16, 64}};
+
+/// The block sizes to time: TD_BENCH_FFN_SIZES="TxDxH,..." (e.g. "2048x128x512") or the defaults.
+const std::vector<ffn_size>& ffn_sizes() {
+  static const std::vector<ffn_size> sizes = [] {
+    const char* given = std::getenv("TD_BENCH_FFN_SIZES");
+    if (given == nullptr || *given == '\0') return default_ffn_sizes;
+    std::vector<ffn_size> parsed;
+    std::istringstream list(given);
+    for (std::string item; std::getline(list, item, ',');) {
+      ffn_size size{};
+      char x1 = 0, x2 = 0;
+      std::istringstream fields(item);
+      if (!(fields >> size.tokens >> x1 >> size.model >> x2 >> size.hidden) || x1 != 'x' || x2 != 'x' || size.tokens <= 0 ||
+          size.model <= 0 || size.hidden <= 0) {
+        std::cerr << "TD_BENCH_FFN_SIZES: '" << item << "' is not tokens x d_model x hidden (e.g. 2048x128x512)\n";
+        std::exit(2);
+      }
+      parsed.push_back(size);
+    }
+    return parsed;
+  }();
+  return sizes;
+}
 
 struct ffn_case {
   torch::jit::Module scripted{"ffn"}, fused;
@@ -408,11 +436,27 @@ std::string forced_cpu_fuser() {
 
 }  // namespace
 
+/// The BLAS library this process loaded (libblas.so.3 is a Debian alternative: the reference BLAS,
+/// OpenBLAS, BLIS..., or whatever LD_LIBRARY_PATH puts first), resolved to its file.
+std::string loaded_blas() {
+  std::string found = "none loaded";
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) {
+        const std::string name = info->dlpi_name == nullptr ? "" : info->dlpi_name;
+        if (name.find("libblas.so") == std::string::npos) return 0;
+        char resolved[PATH_MAX];
+        *static_cast<std::string*>(out) = realpath(name.c_str(), resolved) != nullptr ? resolved : name;
+        return 1;
+      },
+      &found);
+  return found;
+}
+
 /// The delegation plan of every benchmarked module: what lower_partially fuses and what stays.
 int print_plans() {
   for (const expression& e : expressions())
     std::cout << "== " << e.name << "\n" << torch_delegate::delegation_plan<pointwise::PointwiseBackend>(scripted(e)).to_string() << "\n";
-  for (const ffn_size& size : ffn_sizes)
+  for (const ffn_size& size : ffn_sizes())
     std::cout << "== ffn " << size.name() << "\n"
               << torch_delegate::delegation_plan<pointwise::PointwiseBackend>(ffn_of(size).scripted).to_string() << "\n";
   return 0;
@@ -442,6 +486,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("memory", default_memory ? "glibc defaults" : "kept in the process");
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
+  benchmark::AddCustomContext("blas_library", loaded_blas());
   benchmark::AddCustomContext("kernel_isa", std::string(pointwise::kernel_isa()));
   benchmark::AddCustomContext("default_intra_op_threads", std::to_string(at::get_num_threads()));
   benchmark::AddCustomContext("profiling_executor", torch::jit::getProfilingMode() ? "on" : "off");
@@ -461,7 +506,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("pointwise/triad/n:67108864/threads:" + std::to_string(threads)).c_str(), BM_triad,
                                  threads)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("pointwise/first_touch/bytes:67108864", BM_first_touch)->UseRealTime()->Unit(benchmark::kMillisecond);
-  for (const ffn_size& size : ffn_sizes) {
+  for (const ffn_size& size : ffn_sizes()) {
     auto* b = benchmark::RegisterBenchmark(("pointwise/ffn/" + size.name() + "/threads:2").c_str(), BM_ffn, size, 2)
                   ->UseRealTime()->Unit(benchmark::kMillisecond);
     if (size.model < 64) b->Repetitions(9);  // a few ms per call: more repetitions for a median that holds

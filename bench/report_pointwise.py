@@ -101,7 +101,19 @@ for expression in ("gelu9", "add_scale"):
     rows.append([f"1-element fused call ({expression}) − one `at::add` on 1 element", "1", duration(single_add),
                  duration(fused), "", "", f"+{extra / 1e3:.2f} µs", "≤ +1 µs", check(extra <= 1e3)])
 
+def blas_name(library):
+    """A readable name for the BLAS a run loaded (bench_pointwise's blas_library context)."""
+    if "openblas-openmp" in library:
+        return "OpenBLAS, OpenMP build"
+    if "openblas" in library:
+        return "OpenBLAS"
+    if "/blas/" in library:
+        return "reference BLAS, Debian's default"
+    return library
+
+
 # The feed-forward block, end to end.
+main_blas = blas_name(context.get("blas_library", "?"))
 ffn_sizes = sorted({name.split("/")[2] for name in repetitions if name.startswith("pointwise/ffn/")},
                    key=lambda size: -int(size.split("x")[1]))
 for size in ffn_sizes:
@@ -110,10 +122,29 @@ for size in ffn_sizes:
     eager, scripted, fused, linears = (counter(name, f"{variant}_ns") for variant in ("eager", "scripted", "fused", "linears"))
     speed = ratio(name, "scripted", "fused")
     rows.append([f"feed-forward block `(x + linear2(gelu9(linear1(x)))) * 0.5`, {tokens} tokens × d_model {model} × "
-                 f"hidden {hidden}: speed-up over the scripted original (the two Linears alone: {duration(linears)}, "
+                 f"hidden {hidden}, {main_blas}: speed-up over the scripted original (the two Linears alone: {duration(linears)}, "
                  f"{100 * linears / scripted:.0f} % of the scripted block)", size,
                  duration(eager), duration(fused), "", duration(scripted), f"{speed:.2f} × (over scripted)",
                  "≥ 1.3 ×", check(speed >= 1.3)])
+
+# The block with OpenBLAS (bench/run: bench_pointwise's ffn cases again, OpenBLAS first on the library path).
+openblas_path = results / "pointwise_ffn_openblas.json"
+if openblas_path.exists():
+    openblas_bench = json.loads(openblas_path.read_text())
+    openblas_runs = {}
+    for run in openblas_bench["benchmarks"]:
+        if run.get("run_type") == "iteration":
+            openblas_runs.setdefault(re.sub(r"/repeats:\d+", "", run["run_name"]).removesuffix("/real_time"), []).append(run)
+    openblas = blas_name(openblas_bench["context"].get("blas_library", "?"))
+    for name, runs in sorted(openblas_runs.items(), key=lambda item: -int(item[0].split("/")[2].split("x")[1])):
+        median = lambda field: statistics.median(run[field] for run in runs)
+        size = name.split("/")[2]
+        tokens, model, hidden = size.split("x")
+        speed = statistics.median(run["scripted_ns"] / run["fused_ns"] for run in runs)
+        rows.append([f"the same block, {tokens} tokens × d_model {model} × hidden {hidden}, {openblas} (the two Linears "
+                     f"alone: {duration(median('linears_ns'))}, {100 * median('linears_ns') / median('scripted_ns'):.0f} % "
+                     "of the scripted block)", size, duration(median("eager_ns")), duration(median("fused_ns")), "",
+                     duration(median("scripted_ns")), f"{speed:.2f} × (over scripted)", "≥ 1.3 ×", check(speed >= 1.3)])
 
 # The same with glibc's default memory behaviour (bench_pointwise --default-memory), if measured.
 default_memory_path = results / "pointwise_default_memory.json"

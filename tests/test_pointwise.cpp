@@ -373,6 +373,66 @@ TEST_CASE("pointwise_fusion payload: round trip, and a clear error for each malf
                  "output slot 1 is a constant");
 }
 
+TEST_CASE("pointwise_fusion compile: a multiply / add by a constant that only consumes the step before it becomes that step's epilogue") {
+  // (x + h) * 2.0 - 1.0: add, mul_imm, add_imm -> one add with the epilogue * 2 + (-1).
+  const pointwise::compiled_region chain = PointwiseBackend::compile(
+      "pointwise_fusion 1\ninputs 2\nconst 2 2\nconst 3 1\nadd 4 0 aten::add 0 1\nmul 5 0 aten::mul 4 2\n"
+      "sub 6 0 aten::sub 5 3\noutputs 6\n");
+  REQUIRE(chain.program.steps.size() == 3);  // as decoded: errors name these
+  REQUIRE(chain.kernel_steps.size() == 1);
+  const pointwise::step& fused = chain.kernel_steps[0];
+  CHECK(fused.code == pointwise::op::add);
+  CHECK(fused.dst == 6);
+  CHECK((fused.scales && fused.scale == 2.0f && fused.shifts && fused.shift == -1.0f));
+
+  // Not merged: an intermediate read twice, one that is returned, an add before a multiply (the
+  // epilogue multiplies first), and a first step (nothing before it).
+  const pointwise::compiled_region twice = PointwiseBackend::compile(
+      "pointwise_fusion 1\ninputs 2\nconst 2 2\nadd 3 0 aten::add 0 1\nmul 4 0 aten::mul 3 2\nmul 5 0 aten::mul 3 4\n"
+      "outputs 5\n");
+  CHECK(twice.kernel_steps.size() == 3);
+  const pointwise::compiled_region returned = PointwiseBackend::compile(
+      "pointwise_fusion 1\ninputs 2\nconst 2 2\nadd 3 0 aten::add 0 1\nmul 4 0 aten::mul 3 2\noutputs 4 3\n");
+  CHECK(returned.kernel_steps.size() == 2);
+  const pointwise::compiled_region shift_then_scale = PointwiseBackend::compile(
+      "pointwise_fusion 1\ninputs 1\nconst 1 2\nneg 2 0 aten::neg 0\nadd 3 0 aten::add 2 1\nmul 4 0 aten::mul 3 1\n"
+      "outputs 4\n");
+  REQUIRE(shift_then_scale.kernel_steps.size() == 2);
+  CHECK((shift_then_scale.kernel_steps[0].shifts && !shift_then_scale.kernel_steps[0].scales));
+  CHECK(shift_then_scale.kernel_steps[1].code == pointwise::op::mul_imm);
+  const pointwise::compiled_region first = PointwiseBackend::compile("pointwise_fusion 1\ninputs 1\nconst 1 2\nmul 2 0 aten::mul 0 1\noutputs 2\n");
+  CHECK(first.kernel_steps.size() == 1);
+  CHECK(!first.kernel_steps[0].scales);
+
+  // Results: equal to eager on every ISA, specials included (multiplying by 2 and adding 1 is
+  // exact here, so FMA's single rounding cannot differ), and the sign of zero survives an epilogue
+  // that only scales or only shifts.
+  const torch::jit::Module module = script(
+      "def forward(self, x, h):\n    return (x + h) * 2.0 - 1.0, torch.neg(x) * 0.5, torch.neg(x) + 0.0, (x * h) - 3.0\n");
+  const torch::jit::Module lowered = fuse(module);
+  const kernel_isa_guard restore;
+  const at::Tensor x = special_values({3, 700}, 7), h = special_values({3, 700}, 8);
+  const auto eager = module.get_method("forward")({x, h}).toTuple()->elements();
+  for (const std::string& isa : runnable_isas()) {
+    INFO(isa);
+    REQUIRE(pointwise::select_kernels(isa));
+    const auto fused_results = lowered.get_method("forward")({x, h}).toTuple()->elements();
+    REQUIRE(fused_results.size() == eager.size());
+    for (std::size_t i = 0; i < 3; ++i) {
+      INFO(i);
+      const at::Tensor a = fused_results[i].toTensor(), b = eager[i].toTensor();
+      CHECK(at::allclose(a, b, 0, 0, /*equal_nan=*/true));
+      const at::Tensor differs = (at::signbit(a) != at::signbit(b)).logical_and(a.isnan().logical_not()).nonzero();
+      if (differs.numel() > 0) {
+        const std::int64_t k = differs[0][0].item<std::int64_t>() * a.size(1) + differs[0][1].item<std::int64_t>();
+        INFO("fused " << a.flatten()[k].item<float>() << " eager " << b.flatten()[k].item<float>() << " x " << x.flatten()[k].item<float>());
+        CHECK(differs.numel() == 0);
+      }
+    }
+    check_same(fused_results[3], eager[3], 1e-5, 1e-6);  // one rounding with FMA, two eager
+  }
+}
+
 TEST_CASE("pointwise_fusion: a module saved with payload format 1 keeps loading and giving the same results (tests/data)") {
   const torch::jit::Module loaded = torch::jit::load(std::string(TD_TEST_DATA_DIR) + "/pointwise_fusion_format1_by_e0f6b63.pt");
   const at::Tensor x = torch::linspace(-3, 3, 8).reshape({2, 4}), h = torch::tensor({0.5f, -0.25f, 0.0f});

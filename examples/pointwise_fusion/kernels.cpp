@@ -203,56 +203,67 @@ inline float maximum_(float a, float b) {
 }
 
 // -- one loop per op: GCC vectorizes each over the block --------------------------------------
-template <class F>
-inline void unary(float* __restrict dst, const float* __restrict a, std::int64_t n, F f) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = f(a[i]);
+// E is the step's epilogue, applied to each value before it is stored: none, or compile's merged
+// multiply and add by constants (with FMA, where the ISA has it, one rounding instead of two).
+struct no_epilogue {
+  float operator()(float v) const { return v; }
+};
+struct affine_epilogue {
+  float scale, shift;
+  float operator()(float v) const { return v * scale + shift; }
+};
+
+template <class E, class F>
+inline void unary(float* __restrict dst, const float* __restrict a, std::int64_t n, E e, F f) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = e(f(a[i]));
 }
-template <class F>
-inline void binary(float* __restrict dst, const float* __restrict a, const float* __restrict b, std::int64_t n, F f) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
+template <class E, class F>
+inline void binary(float* __restrict dst, const float* __restrict a, const float* __restrict b, std::int64_t n, E e, F f) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = e(f(a[i], b[i]));
 }
 
-inline void run_step(const step& s, float* const* at, std::int64_t n) {
+template <class E>
+inline void run_step(const step& s, float* const* at, std::int64_t n, E e) {
   float* __restrict d = at[s.dst];
   const float* a = at[s.a];
   const float* b = at[s.b];
   const float* c = at[s.c];
   const float k = s.imm;
   switch (s.code) {
-    case op::neg: return unary(d, a, n, [](float x) { return -x; });
-    case op::abs: return unary(d, a, n, [](float x) { return std::abs(x); });
-    case op::relu: return unary(d, a, n, [](float x) { return select(x < 0.0f, 0.0f, x); });
-    case op::sigmoid: return unary(d, a, n, [](float x) { return sigmoid_(x); });
-    case op::tanh: return unary(d, a, n, [](float x) { return tanh_(x); });
-    case op::exp: return unary(d, a, n, [](float x) { return exp_(x); });
-    case op::log: return unary(d, a, n, [](float x) { return log_(x); });
-    case op::sqrt: return unary(d, a, n, [](float x) { return std::sqrt(x); });
-    case op::rsqrt: return unary(d, a, n, [](float x) { return 1.0f / std::sqrt(x); });
-    case op::reciprocal: return unary(d, a, n, [](float x) { return 1.0f / x; });
-    case op::square: return unary(d, a, n, [](float x) { return x * x; });
-    case op::cube: return unary(d, a, n, [](float x) { return x * x * x; });
-    case op::pow: return unary(d, a, n, power(k));
-    case op::gelu_erf: return unary(d, a, n, [](float x) { return gelu_erf_(x); });
-    case op::gelu_tanh: return unary(d, a, n, [](float x) { return gelu_tanh_(x); });
-    case op::silu: return unary(d, a, n, [](float x) { return x / (1.0f + exp_(-x)); });
-    case op::add_imm: return unary(d, a, n, [k](float x) { return x + k; });
-    case op::mul_imm: return unary(d, a, n, [k](float x) { return x * k; });
-    case op::copy: return unary(d, a, n, [](float x) { return x; });
-    case op::add: return binary(d, a, b, n, [](float x, float y) { return x + y; });
-    case op::sub: return binary(d, a, b, n, [](float x, float y) { return x - y; });
-    case op::mul: return binary(d, a, b, n, [](float x, float y) { return x * y; });
-    case op::div: return binary(d, a, b, n, [](float x, float y) { return x / y; });
-    case op::add_scaled: return binary(d, a, b, n, [k](float x, float y) { return x + k * y; });
-    case op::minimum: return binary(d, a, b, n, [](float x, float y) { return minimum_(x, y); });
-    case op::maximum: return binary(d, a, b, n, [](float x, float y) { return maximum_(x, y); });
-    case op::lt: return binary(d, a, b, n, [](float x, float y) { return select(x < y, 1.0f, 0.0f); });
-    case op::le: return binary(d, a, b, n, [](float x, float y) { return select(x <= y, 1.0f, 0.0f); });
-    case op::gt: return binary(d, a, b, n, [](float x, float y) { return select(x > y, 1.0f, 0.0f); });
-    case op::ge: return binary(d, a, b, n, [](float x, float y) { return select(x >= y, 1.0f, 0.0f); });
-    case op::eq: return binary(d, a, b, n, [](float x, float y) { return select(x == y, 1.0f, 0.0f); });
-    case op::ne: return binary(d, a, b, n, [](float x, float y) { return select(x != y, 1.0f, 0.0f); });
+    case op::neg: return unary(d, a, n, e, [](float x) { return -x; });
+    case op::abs: return unary(d, a, n, e, [](float x) { return std::abs(x); });
+    case op::relu: return unary(d, a, n, e, [](float x) { return select(x < 0.0f, 0.0f, x); });
+    case op::sigmoid: return unary(d, a, n, e, [](float x) { return sigmoid_(x); });
+    case op::tanh: return unary(d, a, n, e, [](float x) { return tanh_(x); });
+    case op::exp: return unary(d, a, n, e, [](float x) { return exp_(x); });
+    case op::log: return unary(d, a, n, e, [](float x) { return log_(x); });
+    case op::sqrt: return unary(d, a, n, e, [](float x) { return std::sqrt(x); });
+    case op::rsqrt: return unary(d, a, n, e, [](float x) { return 1.0f / std::sqrt(x); });
+    case op::reciprocal: return unary(d, a, n, e, [](float x) { return 1.0f / x; });
+    case op::square: return unary(d, a, n, e, [](float x) { return x * x; });
+    case op::cube: return unary(d, a, n, e, [](float x) { return x * x * x; });
+    case op::pow: return unary(d, a, n, e, power(k));
+    case op::gelu_erf: return unary(d, a, n, e, [](float x) { return gelu_erf_(x); });
+    case op::gelu_tanh: return unary(d, a, n, e, [](float x) { return gelu_tanh_(x); });
+    case op::silu: return unary(d, a, n, e, [](float x) { return x / (1.0f + exp_(-x)); });
+    case op::add_imm: return unary(d, a, n, e, [k](float x) { return x + k; });
+    case op::mul_imm: return unary(d, a, n, e, [k](float x) { return x * k; });
+    case op::copy: return unary(d, a, n, e, [](float x) { return x; });
+    case op::add: return binary(d, a, b, n, e, [](float x, float y) { return x + y; });
+    case op::sub: return binary(d, a, b, n, e, [](float x, float y) { return x - y; });
+    case op::mul: return binary(d, a, b, n, e, [](float x, float y) { return x * y; });
+    case op::div: return binary(d, a, b, n, e, [](float x, float y) { return x / y; });
+    case op::add_scaled: return binary(d, a, b, n, e, [k](float x, float y) { return x + k * y; });
+    case op::minimum: return binary(d, a, b, n, e, [](float x, float y) { return minimum_(x, y); });
+    case op::maximum: return binary(d, a, b, n, e, [](float x, float y) { return maximum_(x, y); });
+    case op::lt: return binary(d, a, b, n, e, [](float x, float y) { return select(x < y, 1.0f, 0.0f); });
+    case op::le: return binary(d, a, b, n, e, [](float x, float y) { return select(x <= y, 1.0f, 0.0f); });
+    case op::gt: return binary(d, a, b, n, e, [](float x, float y) { return select(x > y, 1.0f, 0.0f); });
+    case op::ge: return binary(d, a, b, n, e, [](float x, float y) { return select(x >= y, 1.0f, 0.0f); });
+    case op::eq: return binary(d, a, b, n, e, [](float x, float y) { return select(x == y, 1.0f, 0.0f); });
+    case op::ne: return binary(d, a, b, n, e, [](float x, float y) { return select(x != y, 1.0f, 0.0f); });
     case op::where:
-      for (std::int64_t i = 0; i < n; ++i) d[i] = select(a[i] != 0.0f, b[i], c[i]);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = e(select(a[i] != 0.0f, b[i], c[i]));
       return;
   }
 }
@@ -294,7 +305,13 @@ void run(const kernel_call& call, std::int64_t begin, std::int64_t end) {
         for (std::int64_t j = 0; j < n; ++j) at[i][j] = source[j] ? 1.0f : 0.0f;
       }
     }
-    for (std::size_t s = 0; s < call.step_count; ++s) run_step(call.steps[s], at.data(), n);
+    for (std::size_t s = 0; s < call.step_count; ++s) {
+      const step& current = call.steps[s];
+      if (current.scales || current.shifts)
+        run_step(current, at.data(), n, affine_epilogue{current.scale, current.shift});
+      else
+        run_step(current, at.data(), n, no_epilogue{});
+    }
     for (std::size_t i = 0; i < call.slot_count; ++i) {
       const slot_binding& slot = call.slots[i];
       if (slot.kind != slot_kind::bool_output) continue;

@@ -43,11 +43,17 @@ constexpr int arity(op code) {
 /// The op's name in the payload text ("gelu_tanh").
 std::string_view op_name(op code);
 
-/// One step of a compiled program: `slot[dst] = code(slot[a], slot[b], slot[c]; imm)`.
+/// One step of a compiled program: `slot[dst] = code(slot[a], slot[b], slot[c]; imm)`, then, where
+/// compile merged a following multiply or add by a constant into it (an affine epilogue),
+/// `slot[dst] = slot[dst] * scale + shift` before the value is stored. 1 and -0.0 leave every
+/// value as it is (NaN, infinities and the sign of zero included), so a step that only scales or
+/// only shifts keeps the other part's identity.
 struct step {
   op code;
   std::uint32_t dst = 0, a = 0, b = 0, c = 0;
   float imm = 0;
+  bool scales = false, shifts = false;  // an epilogue multiplies by `scale`, adds `shift`
+  float scale = 1.0f, shift = -0.0f;
 };
 
 /// Where a value (a slot) lives while a kernel runs.

@@ -282,6 +282,44 @@ torch_delegate::preprocess_result<std::string> PointwiseBackend::preprocess(cons
 // compile: payload -> program, checked
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+/// The steps the kernels run: a mul_imm or add_imm whose operand is the intermediate the step
+/// just before it computed, read by nothing else and not returned, becomes that step's epilogue
+/// (multiply first, then add, as the ops ran): its loop, with a load and a store per element, goes.
+/// `(x + h) * 2.0 - 1.0` is one loop over x and h instead of three.
+std::vector<step> merge_affine_epilogues(const fused_program& program) {
+  std::vector<std::uint32_t> readers(program.slot_count, 0);
+  for (const step& s : program.steps) {
+    const std::uint32_t operands[3] = {s.a, s.b, s.c};
+    for (int i = 0; i < arity(s.code); ++i) ++readers[operands[i]];
+  }
+  for (const fused_program::output& output : program.outputs) ++readers[output.slot];
+  std::vector<step> merged;
+  merged.reserve(program.steps.size());
+  for (const step& s : program.steps) {
+    if (!merged.empty() && (s.code == op::mul_imm || s.code == op::add_imm)) {
+      step& producer = merged.back();
+      const bool only_reader = producer.dst == s.a && s.a >= program.input_count && readers[s.a] == 1;
+      // mul after an add would need (v + shift) * scale: not this epilogue's order.
+      const bool in_order = s.code == op::mul_imm ? !producer.scales && !producer.shifts : !producer.shifts;
+      if (only_reader && in_order) {
+        if (s.code == op::mul_imm) {
+          producer.scales = true;
+          producer.scale = s.imm;
+        } else {
+          producer.shifts = true;
+          producer.shift = s.imm;
+        }
+        producer.dst = s.dst;
+        continue;
+      }
+    }
+    merged.push_back(s);
+  }
+  return merged;
+}
+}  // namespace
+
 compiled_region PointwiseBackend::compile(const std::string& payload) {
   compiled_region region;
   try {
@@ -306,14 +344,19 @@ compiled_region PointwiseBackend::compile(const std::string& payload) {
       s = step{op::mul_imm, s.dst, b ? s.a : s.b, 0, 0, b ? *b : *a};
     }
   }
+  region.kernel_steps = merge_affine_epilogues(program);
+  region.last_use.assign(program.slot_count, 0);
+  for (std::size_t index = 0; index < region.kernel_steps.size(); ++index) {
+    const step& s = region.kernel_steps[index];
+    const std::uint32_t operands[3] = {s.a, s.b, s.c};
+    for (int i = 0; i < arity(s.code); ++i) region.last_use[operands[i]] = static_cast<std::uint32_t>(index);
+  }
   region.first_reader.assign(program.input_count, 0);
   region.only_compared.assign(program.input_count, true);
-  region.last_use.assign(program.slot_count, 0);
   for (std::size_t index = 0; index < program.steps.size(); ++index) {
     const step& s = program.steps[index];
     const std::uint32_t operands[3] = {s.a, s.b, s.c};
     for (int i = 0; i < arity(s.code); ++i) {
-      region.last_use[operands[i]] = static_cast<std::uint32_t>(index);
       if (operands[i] >= program.input_count) continue;
       if (region.first_reader[operands[i]] == 0) region.first_reader[operands[i]] = static_cast<std::int64_t>(index + 1);
       const bool compares = (s.code >= op::lt && s.code <= op::ne) || (s.code == op::where && i == 0);
@@ -458,8 +501,8 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
   for (slot_binding& slot : slots)
     if (slot.kind == slot_kind::scalar || slot.kind == slot_kind::bool_input || slot.kind == slot_kind::bool_output)
       slot.scratch = scratch_count++;
-  for (std::size_t index = 0; index < program.steps.size(); ++index) {
-    const step& s = program.steps[index];
+  for (std::size_t index = 0; index < region.kernel_steps.size(); ++index) {
+    const step& s = region.kernel_steps[index];
     if (slots[s.dst].kind == slot_kind::scratch) {
       if (free_buffers.empty()) {
         slots[s.dst].scratch = scratch_count++;
@@ -479,10 +522,10 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
   }
 
   if (numel > 0) {
-    const kernel_call call{program.steps.data(), program.steps.size(), slots.data(), slots.size(), scratch_count};
+    const kernel_call call{region.kernel_steps.data(), region.kernel_steps.size(), slots.data(), slots.size(), scratch_count};
     const kernel_function run = selected_kernels().run;
     // A chunk is worth a thread when it holds ~64 K operations (ATen's grain is 32 K elements per op).
-    const std::int64_t grain = std::max<std::int64_t>(2048, 65536 / static_cast<std::int64_t>(program.steps.size() + 1));
+    const std::int64_t grain = std::max<std::int64_t>(2048, 65536 / static_cast<std::int64_t>(region.kernel_steps.size() + 1));
     torch_delegate::parallel_for(0, numel, grain, [&](std::int64_t begin, std::int64_t end) {
       torch_delegate::instruction_timer timer(0);  // the region's work, per thread, in the profiler
       run(call, begin, end);

@@ -25,7 +25,11 @@ struct compiled_region {
   fused_program program;
   std::vector<std::int64_t> first_reader;  // per input: the step id (1-based) of its first reader, 0 if none
   std::vector<bool> only_compared;          // per input: read only by comparisons and where's condition
-  std::vector<std::uint32_t> last_use;      // per slot: the index of the last step that reads it
+  /// What the kernels run: program.steps with each multiply / add by a constant that only consumes
+  /// the step before it merged into that step as its epilogue. program.steps stays as decoded:
+  /// errors and shapes name a step by its place there.
+  std::vector<step> kernel_steps;
+  std::vector<std::uint32_t> last_use;      // per slot: the index in kernel_steps of the last step that reads it
 };
 
 // [struct]
