@@ -320,7 +320,9 @@ struct ffn_size {
 // a BERT-like 2048 x 256 x 1024 the Linears take ~97 % of the block, so no pointwise backend can
 // move it. Tried d_model 256, 128, 64, 32, 16 and 8: 8192 x 16 x 64 is the narrowest still a
 // model, where the pointwise work is the largest share it gets (a fifth to a third of the scripted
-// block). "linears" times the two matrix products alone, the floor of the block.
+// block). "linears" times the two matrix products alone, the floor of the block. bench/run times
+// the block again with OpenBLAS first on the library path (10-50 x faster Linears), where the
+// pointwise share, and fusion's gain, is large enough to see at BERT-like widths.
 const std::vector<ffn_size> default_ffn_sizes{{2048, 256, 1024}, {8192, 16, 64}};
 
 /// The block sizes to time: TD_BENCH_FFN_SIZES="TxDxH,..." (e.g. "2048x128x512") or the defaults.
