@@ -243,7 +243,8 @@ void BM_expression(benchmark::State& state, const expression& e, std::int64_t n,
   }
   if (e.aten) variants.push_back({"aten", [&] { benchmark::DoNotOptimize(e.aten(in)); }});
   // One at::add of two 1-element tensors: what a 1-element fused call is judged against.
-  if (n == 1) variants.push_back({"single_add", [&] { benchmark::DoNotOptimize(at::add(all[0], all[1])); }});
+  if (n == 1 || e.name == "add_scale")  // at other sizes: the one-pass floor of a fused add-scale
+    variants.push_back({"single_add", [&] { benchmark::DoNotOptimize(at::add(all[0], all[1])); }});
   check_equal(e.name + " at " + std::to_string(n) + " elements", fused.forward(arguments).toTensor(), e.eager(in));
   // Calls of a few µs in batches, so that reading the clock is not part of their time.
   time_side_by_side(state, variants, n <= 1024 ? 32 : n <= 65536 ? 4 : 1);

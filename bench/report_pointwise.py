@@ -185,6 +185,14 @@ bandwidth = (f"Memory bandwidth ceiling (STREAM triad `a[i] = b[i] + s * c[i]` o
              "counting each input and the output once: " +
              ", ".join(f"{e} {reached[e]:.1f} GB/s" for e in expressions) + ".")
 
+# The floor of a one-pass fused add-scale: one at::add of the same tensors, timed beside it.
+floor_name = f"pointwise/add_scale/n:{1 << 20}/threads:2"
+if "single_add_ns" in runs_of(floor_name)[0]:
+    bandwidth += (" One `at::add(x, h)` at 1M elements, timed beside `(x + h) * 2.0 - 1.0` (a single pass over the same "
+                  f"three streams, the floor of any fused call): {duration(counter(floor_name, 'single_add_ns'))}; eager's "
+                  f"chain takes {ratio(floor_name, 'eager', 'single_add'):.2f} × that, and the fused call "
+                  f"{ratio(floor_name, 'fused', 'single_add'):.2f} ×.")
+
 # 3. one thread, and the scripted baseline with TorchScript's fusers off
 one_thread = "Speed-up (eager / fused) on 1 thread: " + "; ".join(
     f"{e} " + ", ".join(f"{size_names[n]} {speedup(e, n, 1):.2f}" for n in sizes) for e in expressions) + "."

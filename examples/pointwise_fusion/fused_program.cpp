@@ -156,4 +156,36 @@ fused_program decode(std::string_view payload) {
   return program;
 }
 
+std::vector<step> merge_affine_epilogues(const fused_program& program) {
+  std::vector<std::uint32_t> readers(program.slot_count, 0);
+  for (const step& s : program.steps) {
+    const std::uint32_t operands[3] = {s.a, s.b, s.c};
+    for (int i = 0; i < arity(s.code); ++i) ++readers[operands[i]];
+  }
+  for (const fused_program::output& output : program.outputs) ++readers[output.slot];
+  std::vector<step> merged;
+  merged.reserve(program.steps.size());
+  for (const step& s : program.steps) {
+    if (!merged.empty() && (s.code == op::mul_imm || s.code == op::add_imm)) {
+      step& producer = merged.back();
+      const bool only_reader = producer.dst == s.a && s.a >= program.input_count && readers[s.a] == 1;
+      // mul after an add would need (v + shift) * scale: not this epilogue's order.
+      const bool in_order = s.code == op::mul_imm ? !producer.scales && !producer.shifts : !producer.shifts;
+      if (only_reader && in_order) {
+        if (s.code == op::mul_imm) {
+          producer.scales = true;
+          producer.scale = s.imm;
+        } else {
+          producer.shifts = true;
+          producer.shift = s.imm;
+        }
+        producer.dst = s.dst;
+        continue;
+      }
+    }
+    merged.push_back(s);
+  }
+  return merged;
+}
+
 }  // namespace pointwise

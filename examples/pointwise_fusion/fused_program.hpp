@@ -50,4 +50,11 @@ std::string encode(const fused_program& program);
 /// anything malformed: unknown ops, wrong operand counts, slots used before they are defined.
 fused_program decode(std::string_view payload);
 
+/// The steps the kernels run for a program (compile's choice, not part of the format): a mul_imm
+/// or add_imm whose operand is the intermediate of the step just before it, read by nothing else
+/// and not returned, becomes that step's affine epilogue (multiply first, then add, as the ops
+/// ran): its loop, with a load and a store per element, goes. `(x + h) * 2.0 - 1.0`, after
+/// compile's immediate forms, is one loop over x and h instead of three.
+std::vector<step> merge_affine_epilogues(const fused_program& program);
+
 }  // namespace pointwise

@@ -282,44 +282,6 @@ torch_delegate::preprocess_result<std::string> PointwiseBackend::preprocess(cons
 // compile: payload -> program, checked
 // ---------------------------------------------------------------------------------------------
 
-namespace {
-/// The steps the kernels run: a mul_imm or add_imm whose operand is the intermediate the step
-/// just before it computed, read by nothing else and not returned, becomes that step's epilogue
-/// (multiply first, then add, as the ops ran): its loop, with a load and a store per element, goes.
-/// `(x + h) * 2.0 - 1.0` is one loop over x and h instead of three.
-std::vector<step> merge_affine_epilogues(const fused_program& program) {
-  std::vector<std::uint32_t> readers(program.slot_count, 0);
-  for (const step& s : program.steps) {
-    const std::uint32_t operands[3] = {s.a, s.b, s.c};
-    for (int i = 0; i < arity(s.code); ++i) ++readers[operands[i]];
-  }
-  for (const fused_program::output& output : program.outputs) ++readers[output.slot];
-  std::vector<step> merged;
-  merged.reserve(program.steps.size());
-  for (const step& s : program.steps) {
-    if (!merged.empty() && (s.code == op::mul_imm || s.code == op::add_imm)) {
-      step& producer = merged.back();
-      const bool only_reader = producer.dst == s.a && s.a >= program.input_count && readers[s.a] == 1;
-      // mul after an add would need (v + shift) * scale: not this epilogue's order.
-      const bool in_order = s.code == op::mul_imm ? !producer.scales && !producer.shifts : !producer.shifts;
-      if (only_reader && in_order) {
-        if (s.code == op::mul_imm) {
-          producer.scales = true;
-          producer.scale = s.imm;
-        } else {
-          producer.shifts = true;
-          producer.shift = s.imm;
-        }
-        producer.dst = s.dst;
-        continue;
-      }
-    }
-    merged.push_back(s);
-  }
-  return merged;
-}
-}  // namespace
-
 compiled_region PointwiseBackend::compile(const std::string& payload) {
   compiled_region region;
   try {
