@@ -283,10 +283,37 @@ float* thread_scratch(std::size_t floats) {
   return buffer.get();
 }
 
+/// Runs one step with its epilogue, if it has one.
+inline void run_with_epilogue(const step& s, float* const* at, std::int64_t n) {
+  if (s.scales || s.shifts)
+    run_step(s, at, n, affine_epilogue{s.scale, s.shift});
+  else
+    run_step(s, at, n, no_epilogue{});
+}
+
+/// True when the program is one step whose operands and result are all float tensors in memory
+/// (a lone op, perhaps with its epilogue): it then needs no block buffers.
+bool streams_only(const kernel_call& call) {
+  if (call.step_count != 1) return false;
+  const step& s = call.steps[0];
+  const std::uint32_t used[4] = {s.dst, s.a, s.b, s.c};
+  for (int i = 0; i <= arity(s.code); ++i)
+    if (call.slots[used[i]].kind != slot_kind::float_stream) return false;
+  return true;
+}
+
 void run(const kernel_call& call, std::int64_t begin, std::int64_t end) {
-  float* scratch = thread_scratch((call.scratch_count + 1) * block_size);
   thread_local std::vector<float*> at;
   at.resize(call.slot_count);
+  if (streams_only(call)) {
+    // One loop over the whole range, without the blocks' set-up.
+    const step& s = call.steps[0];
+    const std::uint32_t used[4] = {s.dst, s.a, s.b, s.c};
+    for (int i = 0; i <= arity(s.code); ++i) at[used[i]] = static_cast<float*>(call.slots[used[i]].base) + begin;
+    run_with_epilogue(s, at.data(), end - begin);
+    return;
+  }
+  float* scratch = thread_scratch((call.scratch_count + 1) * block_size);
   const std::int64_t filled = std::min(block_size, end - begin);  // a small call fills little
   for (std::size_t i = 0; i < call.slot_count; ++i) {
     const slot_binding& slot = call.slots[i];
@@ -305,13 +332,7 @@ void run(const kernel_call& call, std::int64_t begin, std::int64_t end) {
         for (std::int64_t j = 0; j < n; ++j) at[i][j] = source[j] ? 1.0f : 0.0f;
       }
     }
-    for (std::size_t s = 0; s < call.step_count; ++s) {
-      const step& current = call.steps[s];
-      if (current.scales || current.shifts)
-        run_step(current, at.data(), n, affine_epilogue{current.scale, current.shift});
-      else
-        run_step(current, at.data(), n, no_epilogue{});
-    }
+    for (std::size_t s = 0; s < call.step_count; ++s) run_with_epilogue(call.steps[s], at.data(), n);
     for (std::size_t i = 0; i < call.slot_count; ++i) {
       const slot_binding& slot = call.slots[i];
       if (slot.kind != slot_kind::bool_output) continue;
