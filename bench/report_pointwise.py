@@ -15,12 +15,18 @@ results, doc_path, picture_path = pathlib.Path(sys.argv[1]), pathlib.Path(sys.ar
 bench = json.loads((results / "pointwise.json").read_text())
 context = bench["context"]
 
-# Every repetition of every case (bench/run writes them all; it displays only the aggregates).
-repetitions = {}
-for run in bench["benchmarks"]:
-    if run.get("run_type") == "iteration":
-        # "/real_time" (UseRealTime) and "/repeats:9" (a case's own repetition count) are not part of its name here
-        repetitions.setdefault(re.sub(r"/repeats:\d+", "", run["run_name"]).removesuffix("/real_time"), []).append(run)
+def iterations(bench_json):
+    """Every repetition of every case, by case name (bench/run writes them all; it displays only the
+    aggregates). "/real_time" (UseRealTime) and "/repeats:9" (a case's own repetition count) are not
+    part of a name here."""
+    runs = {}
+    for run in bench_json["benchmarks"]:
+        if run.get("run_type") == "iteration":
+            runs.setdefault(re.sub(r"/repeats:\d+", "", run["run_name"]).removesuffix("/real_time"), []).append(run)
+    return runs
+
+
+repetitions = iterations(bench)
 
 
 def runs_of(name):
@@ -131,10 +137,7 @@ for size in ffn_sizes:
 openblas_path = results / "pointwise_ffn_openblas.json"
 if openblas_path.exists():
     openblas_bench = json.loads(openblas_path.read_text())
-    openblas_runs = {}
-    for run in openblas_bench["benchmarks"]:
-        if run.get("run_type") == "iteration":
-            openblas_runs.setdefault(re.sub(r"/repeats:\d+", "", run["run_name"]).removesuffix("/real_time"), []).append(run)
+    openblas_runs = iterations(openblas_bench)
     openblas = blas_name(openblas_bench["context"].get("blas_library", "?"))
     for name, runs in sorted(openblas_runs.items(), key=lambda item: -int(item[0].split("/")[2].split("x")[1])):
         median = lambda field: statistics.median(run[field] for run in runs)
@@ -149,10 +152,7 @@ if openblas_path.exists():
 # The same with glibc's default memory behaviour (bench_pointwise --default-memory), if measured.
 default_memory_path = results / "pointwise_default_memory.json"
 if default_memory_path.exists():
-    default_runs = {}
-    for run in json.loads(default_memory_path.read_text())["benchmarks"]:
-        if run.get("run_type") == "iteration":
-            default_runs.setdefault(re.sub(r"/repeats:\d+", "", run["run_name"]).removesuffix("/real_time"), []).append(run)
+    default_runs = iterations(json.loads(default_memory_path.read_text()))
     for name, runs in sorted(default_runs.items(), key=lambda item: item[0]):
         median = lambda field: statistics.median(run[field] for run in runs)
         if name.startswith("pointwise/ffn/"):

@@ -291,26 +291,24 @@ inline void run_with_epilogue(const step& s, float* const* at, std::int64_t n) {
     run_step(s, at, n, no_epilogue{});
 }
 
-/// True when the program is one step whose operands and result are all float tensors in memory
-/// (a lone op, perhaps with its epilogue): it then needs no block buffers.
-bool streams_only(const kernel_call& call) {
+/// For a program of one step whose operands and result are all float tensors in memory (a lone
+/// op, perhaps with its epilogue): points `at` at them from `begin` and returns true; it then needs
+/// no block buffers. Otherwise false, and `at` is left to the blocks.
+bool bind_streams_only(const kernel_call& call, std::int64_t begin, float** at) {
   if (call.step_count != 1) return false;
   const step& s = call.steps[0];
   const std::uint32_t used[4] = {s.dst, s.a, s.b, s.c};
   for (int i = 0; i <= arity(s.code); ++i)
     if (call.slots[used[i]].kind != slot_kind::float_stream) return false;
+  for (int i = 0; i <= arity(s.code); ++i) at[used[i]] = static_cast<float*>(call.slots[used[i]].base) + begin;
   return true;
 }
 
 void run(const kernel_call& call, std::int64_t begin, std::int64_t end) {
   thread_local std::vector<float*> at;
   at.resize(call.slot_count);
-  if (streams_only(call)) {
-    // One loop over the whole range, without the blocks' set-up.
-    const step& s = call.steps[0];
-    const std::uint32_t used[4] = {s.dst, s.a, s.b, s.c};
-    for (int i = 0; i <= arity(s.code); ++i) at[used[i]] = static_cast<float*>(call.slots[used[i]].base) + begin;
-    run_with_epilogue(s, at.data(), end - begin);
+  if (bind_streams_only(call, begin, at.data())) {  // one loop over the whole range, no blocks' set-up
+    run_with_epilogue(call.steps[0], at.data(), end - begin);
     return;
   }
   float* scratch = thread_scratch((call.scratch_count + 1) * block_size);
