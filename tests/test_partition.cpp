@@ -8,7 +8,9 @@
 #include <torch_delegate/partition.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <random>
+#include <set>
 #include <sstream>
 
 using namespace test_helpers;
@@ -73,6 +75,48 @@ struct availability {
   explicit availability(bool value) : before(test_backends::toggle_available.exchange(value)) {}
   ~availability() { test_backends::toggle_available = before; }
   bool before;
+};
+
+/// Convolutions and what surrounds them (generic execute: any boundary type).
+struct ConvLikeBackend : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_conv_like";
+  static bool supports(const torch::jit::Node* node) {
+    static const std::set<std::string> kinds{"aten::conv2d", "aten::relu", "aten::relu_", "aten::clamp", "aten::add",
+                                             "aten::mul", "aten::view", "prim::ListConstruct", "prim::Constant"};
+    return kinds.count(node->kind().toQualString()) > 0;
+  }
+};
+
+/// The same without prim::ListConstruct: conv's lists must be constants to join a region.
+struct ConvOnlyBackend : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_conv_only";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::conv2d || node->kind() == c10::aten::relu || node->kind() == c10::prim::Constant;
+  }
+};
+
+/// A typed conv: execute(x, weight, optional bias).
+inline std::atomic<int> typed_conv_calls{0};
+struct TypedConv {
+  static constexpr std::string_view name = "td_partition_typed_conv";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::conv2d || node->kind() == c10::prim::Constant;
+  }
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static std::string compile(const std::string& payload) { return payload; }
+  static at::Tensor execute(std::string&, const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+    ++typed_conv_calls;
+    return at::conv2d(x, weight, bias ? *bias : at::Tensor(), 1, 1);
+  }
+};
+
+/// A typed conv whose bias must be a Tensor: a region with an Optional[Tensor] bias is refused.
+struct TypedConvTensorBias : TypedConv {
+  static constexpr std::string_view name = "td_partition_typed_conv_tensor_bias";
+  static at::Tensor execute(std::string&, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+    return at::conv2d(x, weight, bias, 1, 1);
+  }
 };
 
 /// Typed signatures only: (Tensor, Tensor) -> Tensor among them, nothing for three Tensors.
@@ -323,19 +367,202 @@ def forward(self, x, h, z):
   CHECK(refused);
 }
 
-TEST_CASE("partial lowering: mutation keeps a node in TorchScript") {
-  const auto module = script(R"(
-def forward(self, x, h):
-    a = x + h
-    a.add_(h)
-    return a - h
+TEST_CASE("partial lowering: a mutation that can be observed keeps its node in TorchScript") {
+  SUBCASE("a write to the method's argument: the caller sees it") {
+    auto module = script(R"(
+def forward(self, x):
+    x.relu_()
+    return x * 2.0
 )");
-  const auto plan = torch_delegate::delegation_plan<DemoBackend>(module);
-  bool mutation = false;
-  for (const auto& kept : plan.methods[0].kept)
-    mutation |= kept.kind == "aten::add" && kept.reason == torch_delegate::kept_reason::mutation_or_aliasing;
-  CHECK(mutation);
-  lowered_equal(module);
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    REQUIRE(!plan.methods[0].kept.empty());
+    CHECK(plan.methods[0].kept[0].kind == "aten::relu_");
+    CHECK(plan.methods[0].kept[0].reason == torch_delegate::kept_reason::mutation_or_aliasing);
+    CHECK(plan.methods[0].kept[0].detail == "writes to its input");
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+    const at::Tensor x = torch::randn({3});
+    at::Tensor x_lowered = x.clone(), x_original = x.clone();
+    CHECK(lowered.forward({x_lowered}).toTensor().allclose(module.forward({x_original}).toTensor()));
+    CHECK(x_lowered.equal(x_original));  // the write happened in both
+    CHECK(x_lowered.equal(x.relu()));
+  }
+  SUBCASE("a write through a view that is read later: removing it would change the result") {
+    const auto module = script(R"(
+def forward(self, x):
+    y = x * 2.0
+    z = y.view([-1])
+    y.relu_()
+    return z + 1.0
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    bool kept = false;
+    for (const auto& node : plan.methods[0].kept)
+      kept |= node.kind == "aten::relu_" && node.reason == torch_delegate::kept_reason::mutation_or_aliasing;
+    CHECK(kept);
+    lowered_equal<ConvLikeBackend>(module, {}, 1);
+  }
+}
+
+TEST_CASE("partial lowering: an in-place op on a fresh tensor becomes out-of-place (it no longer keeps its producer)") {
+  // As ReLU6(inplace=True) after a conv in MobileNetV2 (hardtanh_ on the conv's output; its test
+  // on torchvision's model is tests/python/test_torchvision.py).
+  torch::jit::Module module("m");
+  module.register_parameter("weight", torch::randn({4, 3, 3, 3}), false);
+  module.define(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.weight, None, [1, 1], [1, 1], [1, 1], 1)
+    y.clamp_(0.0, 6.0)
+    y.add_(1.0)
+    return y
+)");
+  const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::conv2d", "aten::clamp", "aten::add"});
+  REQUIRE(plan.methods[0].kept.size() == 1);  // the weight's read
+  CHECK(plan.methods[0].kept[0].reason == torch_delegate::kept_reason::attribute_read);
+  torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+  const at::Tensor x = torch::randn({1, 3, 8, 8});
+  CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+}
+
+TEST_CASE("partial lowering: constant int[] arguments are folded; a list stays inside its region") {
+  SUBCASE("conv's stride, padding and dilation lists are constants of the canonical graph") {
+    torch::jit::Module module("m");
+    module.register_parameter("weight", torch::randn({4, 3, 3, 3}), false);
+    module.define(R"(
+def forward(self, x):
+    return torch.relu(torch.conv2d(x, self.weight, None, [2, 2], [1, 1], [1, 1], 1))
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvOnlyBackend>(module);  // takes no ListConstruct
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::conv2d", "aten::relu"});
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvOnlyBackend>(module);
+    const at::Tensor x = torch::randn({1, 3, 9, 9});
+    CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+  }
+  SUBCASE("a list built from a run-time int, used only inside the region, does not end it") {
+    const auto module = script(R"(
+def forward(self, x):
+    n = x.size(0)
+    y = x.view([n, -1])
+    return torch.relu(y) * 2.0
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    CHECK(plan.methods[0].regions[0].kinds ==
+          std::vector<std::string>{"prim::ListConstruct", "aten::view", "aten::relu", "aten::mul"});
+    for (const auto& kept : plan.methods[0].kept) CHECK(kept.reason != torch_delegate::kept_reason::boundary_type);
+    lowered_equal<ConvLikeBackend>(module, {}, 1);
+  }
+  SUBCASE("a list that leaves the region keeps its maker in TorchScript, and cuts the region there") {
+    auto module = script(R"(
+def forward(self, x):
+    n = x.size(0)
+    a = torch.relu(x)
+    shape = [n, -1]
+    b = a.view(shape) * 2.0
+    return b + x.reshape(shape)
+)");
+    // The list is read outside (reshape): its maker stays, and so the view that reads it.
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    std::vector<std::string> kept;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::boundary_type) kept.push_back(node.kind + ": " + node.detail);
+    CHECK(kept == std::vector<std::string>{"prim::ListConstruct: List[int] output", "aten::view: List[int] input"});
+    REQUIRE(plan.methods[0].regions.size() == 3);  // relu | mul | the last add
+    CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::relu"});
+    CHECK(plan.methods[0].regions[1].kinds == std::vector<std::string>{"aten::mul"});
+    lowered_equal<ConvLikeBackend>(module, {}, 1);
+  }
+}
+
+TEST_CASE("partial lowering: an Optional[Tensor] (a Conv2d's bias) crosses into the region") {
+  for (const bool with_bias : {true, false}) {
+    CAPTURE(with_bias);
+    torch::jit::Module module("m");
+    module.register_parameter("weight", torch::randn({4, 3, 3, 3}), false);
+    module.register_attribute("bias", c10::OptionalType::create(c10::TensorType::get()),
+                              with_bias ? c10::IValue(torch::randn({4})) : c10::IValue());
+    module.define(R"(
+def forward(self, x):
+    return torch.relu(torch.conv2d(x, self.weight, self.bias, [1, 1], [1, 1], [1, 1], 1))
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    for (const auto& kept : plan.methods[0].kept) CHECK(kept.reason == torch_delegate::kept_reason::attribute_read);
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+    const at::Tensor x = torch::randn({1, 3, 6, 6});
+    CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+    const std::string path = temp_path("optional_bias.pt");
+    lowered.save(path);
+    CHECK(torch::jit::load(path).forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+    std::remove(path.c_str());
+  }
+  SUBCASE("a typed execute takes it as std::optional<at::Tensor>; without one the region is refused, named") {
+    torch::jit::Module module("m");
+    module.register_parameter("weight", torch::randn({4, 3, 3, 3}), false);
+    module.register_attribute("bias", c10::OptionalType::create(c10::TensorType::get()), c10::IValue(torch::randn({4})));
+    module.define(R"(
+def forward(self, x):
+    return torch.conv2d(x, self.weight, self.bias, [1, 1], [1, 1], [1, 1], 1)
+)");
+    const auto plan = torch_delegate::delegation_plan<TypedConv>(module);
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    torch::jit::Module lowered = torch_delegate::lower_partially<TypedConv>(module);
+    const at::Tensor x = torch::randn({1, 3, 6, 6});
+    CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+    CHECK(typed_conv_calls.load() > 0);
+    const auto refused = torch_delegate::delegation_plan<TypedConvTensorBias>(module);
+    CHECK(refused.methods[0].regions.empty());
+    bool named = false;
+    for (const auto& kept : refused.methods[0].kept)
+      named |= kept.kind == "aten::conv2d" && kept.reason == torch_delegate::kept_reason::boundary_type &&
+               kept.detail ==
+                   "no execute signature takes (Any self, Tensor input_0, Tensor input_1, Tensor? input_2) -> Tensor";
+    CHECK(named);
+  }
+}
+
+TEST_CASE("partial lowering: a frozen module (inlined call stacks whose functions are gone)") {
+  torch::jit::Module parent = nested_modules("x + h - x");
+  parent.eval();
+  const torch::jit::Module frozen = torch::jit::freeze(parent);
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(frozen);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].node_count == 4);
+  CHECK(plan.methods[0].regions[0].submodule.empty());  // the parent's add is in it
+  const auto lowered = lowered_equal(frozen);
+  const auto report = torch_delegate::delegation_report_data_of(lowered);
+  REQUIRE(report);
+  CHECK(report->methods[0].regions[0].node_count == 4);
+}
+
+TEST_CASE("partial lowering: each region and kept node names the submodule it comes from") {
+  torch::jit::Module parent = nested_modules("torch.relu(x) + h");
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(parent);
+  REQUIRE(plan.methods[0].kept.size() == 1);
+  CHECK(plan.methods[0].kept[0].kind == "aten::relu");
+  CHECK(plan.methods[0].kept[0].submodule == "encoder.block");
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].submodule.empty());  // the block's add, the encoder's sub, the parent's add
+  torch_delegate::partition_options options;
+  options.lower_submodules = {"encoder"};
+  const auto inner = torch_delegate::delegation_plan<DemoBackend>(parent, options);
+  REQUIRE(inner.methods[0].regions.size() == 1);
+  CHECK(inner.methods[0].regions[0].submodule == "encoder");
+  CHECK(inner.to_string().find("    kept aten::relu: unsupported kind in encoder.block at <string>:2\n") != std::string::npos);
+  CHECK(inner.to_string().find("region forward_region_0: 2 nodes (aten::add, aten::sub) in encoder at <string>:2\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("partial lowering: which source files are PyTorch's own") {
+  using torch_delegate::detail::is_pytorch_source;
+  CHECK(is_pytorch_source("/usr/lib/python3/dist-packages/torch/nn/modules/conv.py:459"));
+  CHECK(is_pytorch_source("/venv/lib/python3.11/site-packages/torch/nn/functional.py:1457"));
+  CHECK(is_pytorch_source("/home/me/pytorch/torch/nn/modules/activation.py:294"));
+  CHECK(!is_pytorch_source("/usr/lib/python3/dist-packages/torchvision/models/mobilenetv2.py:64"));
+  CHECK(!is_pytorch_source("/home/me/torch_models/model.py:12"));
+  CHECK(!is_pytorch_source("model.py:3"));
 }
 
 TEST_CASE("partial lowering: the backend refuses a whole candidate region") {

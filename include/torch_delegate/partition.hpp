@@ -71,8 +71,9 @@ struct region_report {
   std::string name;                // the region's method in the delegate child module, e.g. "forward_region_0"
   std::size_t node_count = 0;      // nodes, constants not counted
   std::vector<std::string> kinds;  // distinct node kinds, in order of first appearance
-  std::string location;            // "model.py:12" of its first node, or ""
+  std::string location;            // "model.py:12": the model's own line of its first node (see kept_node), or ""
   int depth = 0;                   // 0: the method's body; 1: inside an if/loop body; ...
+  std::string submodule;           // the submodule all its nodes come from, by attribute path ("features.3.block"); "" for the top
 };
 
 /// One node that stays in TorchScript.
@@ -80,8 +81,9 @@ struct kept_node {
   std::string kind;
   kept_reason reason;
   std::string detail;    // e.g. the type that cannot cross, the region size, "outside the submodules to lower"
-  std::string location;  // "model.py:12", or ""
+  std::string location;  // "model.py:12": the innermost line of the model's own source (not PyTorch's torch/nn/...), or ""
   int depth = 0;
+  std::string submodule;  // the submodule it comes from, by attribute path ("features.3.block.2"); "" for the top
 };
 
 /// What partial lowering does (or did) with one method.

@@ -155,9 +155,10 @@ py::tuple report_data(const td::delegation_report& report) {
   for (const td::method_delegation& method : report.methods) {
     py::list regions, kept;
     for (const td::region_report& region : method.regions)
-      regions.append(py::make_tuple(region.name, region.node_count, region.kinds, region.location, region.depth));
+      regions.append(py::make_tuple(region.name, region.node_count, region.kinds, region.location, region.depth, region.submodule));
     for (const td::kept_node& node : method.kept)
-      kept.append(py::make_tuple(node.kind, std::string(td::to_string(node.reason)), node.detail, node.location, node.depth));
+      kept.append(py::make_tuple(node.kind, std::string(td::to_string(node.reason)), node.detail, node.location, node.depth,
+                                 node.submodule));
     methods.append(py::make_tuple(method.method, regions, kept));
   }
   return py::make_tuple(report.backend, report.module, methods, report.to_string());

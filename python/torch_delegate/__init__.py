@@ -76,8 +76,9 @@ class Region:
     name: str  #: its method in the delegate child module, e.g. "forward_region_0"
     node_count: int  #: nodes, constants not counted
     kinds: List[str]  #: distinct node kinds, in order of first appearance
-    location: str  #: "model.py:12" of its first node, or ""
+    location: str  #: "model.py:12": the model's own line (not PyTorch's torch/nn/...) of its first node, or ""
     depth: int  #: 0: the method's body; 1: inside an if/loop body; ...
+    submodule: str = ""  #: the submodule all its nodes come from, e.g. "features.3.block"; "" for the top
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +88,9 @@ class KeptNode:
     kind: str
     reason: str  #: "unsupported kind", "excluded by the user", "control flow", ...
     detail: str
-    location: str
+    location: str  #: "model.py:12": the innermost line of the model's own source, or ""
     depth: int
+    submodule: str = ""  #: the submodule it comes from, e.g. "features.3.block.2"; "" for the top
 
 
 @dataclasses.dataclass(frozen=True)

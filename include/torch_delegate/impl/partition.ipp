@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
 
 #include <algorithm>
 #include <cctype>
@@ -39,12 +40,14 @@ TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
     for (const region_report& region : method.regions) {
       out << "    region " << region.name << ": " << region.node_count << " nodes (";
       for (std::size_t i = 0; i < region.kinds.size(); ++i) out << (i ? ", " : "") << region.kinds[i];
-      out << ")" << (region.location.empty() ? "" : " at " + region.location) << "\n";
+      out << ")" << (region.submodule.empty() ? "" : " in " + region.submodule)
+          << (region.location.empty() ? "" : " at " + region.location) << "\n";
     }
     for (const kept_node& node : method.kept) {
       out << "    kept " << node.kind << ": " << torch_delegate::to_string(node.reason);
       if (!node.detail.empty()) out << " (" << node.detail << ")";
-      out << (node.location.empty() ? "" : " at " + node.location) << "\n";
+      out << (node.submodule.empty() ? "" : " in " + node.submodule) << (node.location.empty() ? "" : " at " + node.location)
+          << "\n";
     }
   }
   return out.str();
@@ -60,29 +63,34 @@ namespace detail {
 
 // The report as data, saved with the module: a versioned tuple of typed fields (no Any), so
 // that it pickles, loads in the lite interpreter and reads back field by field.
-//   (1, backend, module, [(method, [(name, node_count, [kind], location, depth)],
-//                                  [(kind, reason, detail, location, depth)])])
-inline constexpr std::int64_t report_data_version = 1;
+//   version 2: (2, backend, module, [(method, [(name, node_count, [kind], location, depth, submodule)],
+//                                            [(kind, reason, detail, location, depth, submodule)])])
+//   version 1 (before the submodules): the same without the submodule fields; still read.
+inline constexpr std::int64_t report_data_version = 2;
 
-inline c10::TypePtr region_data_type() {
-  static const c10::TypePtr type = c10::TupleType::create({c10::StringType::get(), c10::IntType::get(),
-                                                           c10::ListType::ofStrings(), c10::StringType::get(), c10::IntType::get()});
-  return type;
+inline c10::TypePtr region_data_type(std::int64_t version = report_data_version) {
+  static const c10::TypePtr v1 = c10::TupleType::create(
+      {c10::StringType::get(), c10::IntType::get(), c10::ListType::ofStrings(), c10::StringType::get(), c10::IntType::get()});
+  static const c10::TypePtr v2 =
+      c10::TupleType::create({c10::StringType::get(), c10::IntType::get(), c10::ListType::ofStrings(), c10::StringType::get(),
+                              c10::IntType::get(), c10::StringType::get()});
+  return version == 1 ? v1 : v2;
 }
-inline c10::TypePtr kept_data_type() {
-  static const c10::TypePtr type = c10::TupleType::create({c10::StringType::get(), c10::StringType::get(), c10::StringType::get(),
-                                                           c10::StringType::get(), c10::IntType::get()});
-  return type;
+inline c10::TypePtr kept_data_type(std::int64_t version = report_data_version) {
+  static const c10::TypePtr v1 = c10::TupleType::create(
+      {c10::StringType::get(), c10::StringType::get(), c10::StringType::get(), c10::StringType::get(), c10::IntType::get()});
+  static const c10::TypePtr v2 =
+      c10::TupleType::create({c10::StringType::get(), c10::StringType::get(), c10::StringType::get(), c10::StringType::get(),
+                              c10::IntType::get(), c10::StringType::get()});
+  return version == 1 ? v1 : v2;
 }
-inline c10::TypePtr method_data_type() {
-  static const c10::TypePtr type = c10::TupleType::create(
-      {c10::StringType::get(), c10::ListType::create(region_data_type()), c10::ListType::create(kept_data_type())});
-  return type;
+inline c10::TypePtr method_data_type(std::int64_t version = report_data_version) {
+  return c10::TupleType::create(
+      {c10::StringType::get(), c10::ListType::create(region_data_type(version)), c10::ListType::create(kept_data_type(version))});
 }
-inline c10::TypePtr report_data_type() {
-  static const c10::TypePtr type = c10::TupleType::create(
-      {c10::IntType::get(), c10::StringType::get(), c10::StringType::get(), c10::ListType::create(method_data_type())});
-  return type;
+inline c10::TypePtr report_data_type(std::int64_t version = report_data_version) {
+  return c10::TupleType::create(
+      {c10::IntType::get(), c10::StringType::get(), c10::StringType::get(), c10::ListType::create(method_data_type(version))});
 }
 
 inline c10::IValue encode_report(const delegation_report& report) {
@@ -92,11 +100,11 @@ inline c10::IValue encode_report(const delegation_report& report) {
     for (const region_report& region : method.regions)
       regions.push_back(c10::ivalue::Tuple::create({region.name, static_cast<std::int64_t>(region.node_count),
                                                     c10::List<std::string>(region.kinds), region.location,
-                                                    static_cast<std::int64_t>(region.depth)}));
+                                                    static_cast<std::int64_t>(region.depth), region.submodule}));
     c10::impl::GenericList kept(kept_data_type());
     for (const kept_node& node : method.kept)
       kept.push_back(c10::ivalue::Tuple::create({node.kind, std::string(torch_delegate::to_string(node.reason)), node.detail,
-                                                 node.location, static_cast<std::int64_t>(node.depth)}));
+                                                 node.location, static_cast<std::int64_t>(node.depth), node.submodule}));
     methods.push_back(c10::ivalue::Tuple::create({method.method, std::move(regions), std::move(kept)}));
   }
   return c10::ivalue::Tuple::create({report_data_version, report.backend, report.module, std::move(methods)});
@@ -109,9 +117,12 @@ inline std::optional<kept_reason> kept_reason_named(std::string_view name) {
 }
 
 inline std::optional<delegation_report> decode_report(const c10::IValue& value) {
-  if (!value.isTuple() || !value.type()->isSubtypeOf(*report_data_type())) return std::nullopt;
+  if (!value.isTuple() || value.toTupleRef().elements().empty() || !value.toTupleRef().elements()[0].isInt())
+    return std::nullopt;
+  const std::int64_t version = value.toTupleRef().elements()[0].toInt();
+  if (version < 1 || version > report_data_version || !value.type()->isSubtypeOf(*report_data_type(version)))
+    return std::nullopt;
   const auto top = value.toTupleRef().elements().vec();
-  if (top[0].toInt() != report_data_version) return std::nullopt;
   delegation_report report{top[1].toStringRef(), top[2].toStringRef(), {}};
   for (const c10::IValue& method_value : top[3].toListRef()) {
     const auto method = method_value.toTupleRef().elements().vec();
@@ -119,7 +130,7 @@ inline std::optional<delegation_report> decode_report(const c10::IValue& value) 
     for (const c10::IValue& region_value : method[1].toListRef()) {
       const auto region = region_value.toTupleRef().elements().vec();
       region_report read{region[0].toStringRef(), static_cast<std::size_t>(region[1].toInt()), {}, region[3].toStringRef(),
-                         static_cast<int>(region[4].toInt())};
+                         static_cast<int>(region[4].toInt()), version >= 2 ? region[5].toStringRef() : std::string()};
       for (const c10::IValue& kind : region[2].toListRef()) read.kinds.push_back(kind.toStringRef());
       entry.regions.push_back(std::move(read));
     }
@@ -128,7 +139,7 @@ inline std::optional<delegation_report> decode_report(const c10::IValue& value) 
       const std::optional<kept_reason> reason = kept_reason_named(kept[1].toStringRef());
       if (!reason) return std::nullopt;  // written by a newer build with reasons this one does not know
       entry.kept.push_back({kept[0].toStringRef(), *reason, kept[2].toStringRef(), kept[3].toStringRef(),
-                            static_cast<int>(kept[4].toInt())});
+                            static_cast<int>(kept[4].toInt()), version >= 2 ? kept[5].toStringRef() : std::string()});
     }
     report.methods.push_back(std::move(entry));
   }
@@ -156,29 +167,57 @@ struct region {
   int depth = 0;
 };
 
-/// The method's graph as partitioning sees it: calls inlined, non-tensor constants folded, dead
-/// code removed (F.relu's `if inplace:` branch disappears, so it does not block a region).
+/// Replaces each `prim::ListConstruct` of constant ints, floats or bools that only aten operators
+/// read (an argument without alias annotation: read, never written, never kept) by a constant
+/// list, as TorchScript's constant propagation does not (lists are mutable). Conv's stride,
+/// padding and dilation, a view's sizes or a mean's dims then are constants, like a frozen
+/// model's weights, and do not end a region.
+inline void fold_constant_lists(torch::jit::Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* node = *it++;
+    for (torch::jit::Block* nested : node->blocks()) fold_constant_lists(nested);
+    if (node->kind() != c10::prim::ListConstruct) continue;
+    const c10::TypePtr element = node->output()->type()->expectRef<c10::ListType>().getElementType();
+    const c10::TypeKind kind = element->kind();
+    if (kind != c10::TypeKind::IntType && kind != c10::TypeKind::FloatType && kind != c10::TypeKind::BoolType) continue;
+    const bool constant_elements = std::all_of(node->inputs().begin(), node->inputs().end(), [](const torch::jit::Value* v) {
+      return v->node()->kind() == c10::prim::Constant;
+    });
+    const bool only_read = !node->output()->uses().empty() &&
+                           std::all_of(node->output()->uses().begin(), node->output()->uses().end(), [](const torch::jit::Use& use) {
+                             if (!use.user->kind().is_aten()) return false;
+                             const c10::FunctionSchema* schema = use.user->maybeSchema();
+                             return schema && use.offset < schema->arguments().size() &&
+                                    schema->arguments()[use.offset].alias_info() == nullptr;
+                           });
+    if (!constant_elements || !only_read) continue;
+    c10::impl::GenericList elements(element);
+    for (const torch::jit::Value* input : node->inputs()) elements.push_back(*torch::jit::toIValue(input));
+    torch::jit::WithInsertPoint at(node);
+    torch::jit::Value* folded = node->owningGraph()->insertConstant(c10::IValue(std::move(elements)), node->sourceRange(), node->scope());
+    folded->setType(node->output()->type());
+    node->output()->replaceAllUsesWith(folded);
+    node->destroy();
+  }
+}
+
+/// The method's graph as partitioning sees it: calls inlined, non-tensor constants and constant
+/// lists folded, dead code removed (F.relu's `if inplace:` branch disappears, so it does not
+/// block a region), and in-place operators whose mutation nothing can observe replaced by their
+/// out-of-place forms (LibTorch's RemoveTensorMutation, with alias analysis: `relu_` on a conv's
+/// fresh output becomes `relu`; a write to an input or to a tensor with a view stays).
 inline std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method) {
   std::shared_ptr<torch::jit::Graph> graph = inlined_graph(module, method);
   torch::jit::ConstantPropagationImmutableTypes(graph);
+  fold_constant_lists(graph->block());
+  torch::jit::RemoveTensorMutation(graph);
   torch::jit::EliminateDeadCode(graph);
   return graph;
 }
 
 /// "encoder.block1": the submodule a node was inlined from, by attribute path ("" for the
 /// method's own nodes; calls of the module's own methods add nothing).
-inline std::string submodule_path(const torch::jit::Node* node) {
-  std::string path;
-  if (auto call_stack = node->callstack())
-    for (const auto& [function, call_site, module] : (*call_stack)->vec()) {
-      if (!module || !module->class_type()) continue;
-      std::string name = module->instance_name();
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (name == "self") continue;
-      path += (path.empty() ? "" : ".") + module->instance_name();
-    }
-  return path;
-}
+inline std::string submodule_path(const torch::jit::Node* node) { return locate_in_model(node).submodule; }
 
 /// The first of `submodules` that is `path` or contains it, or nullptr.
 inline const std::string* enclosing_submodule(const std::set<std::string>& submodules, const std::string& path) {
@@ -213,11 +252,24 @@ inline void check_submodule_paths(const partition_backend& backend, const torch:
                                      (known.empty() ? "none" : comma_separated(known)) + ")");
 }
 
+/// Whether a value of `type` can pass between TorchScript and a region: a tensor; with a generic
+/// execute also a number or bool; and an Optional of those (a stock Conv2d's `self.bias` is an
+/// Optional[Tensor]): the region's method takes it as such, a typed execute with a
+/// std::optional<at::Tensor> parameter or a generic execute sees a tensor or None. Whether an
+/// execute signature takes the region's types is decided when the region is formed.
 inline bool crosses_as(const c10::TypePtr& type, bool generic) {
+  if (const auto optional = type->cast<c10::OptionalType>()) return crosses_as(optional->getElementType(), generic);
   if (type->isSubtypeOf(*c10::TensorType::get())) return true;
   if (!generic) return false;
   const c10::TypeKind kind = type->kind();
   return kind == c10::TypeKind::IntType || kind == c10::TypeKind::FloatType || kind == c10::TypeKind::BoolType;
+}
+
+/// Whether a region that reads `value` gets its own copy of it: a constant that is not a tensor
+/// (a number, a list of ints, None). A tensor constant (a frozen model's weight) is passed in,
+/// as an attribute read is: the region's graph is the same whether the model was frozen or not.
+inline bool cloned_into_region(const torch::jit::Value* value) {
+  return value->node()->kind() == c10::prim::Constant && !value->type()->isSubtypeOf(*c10::TensorType::get());
 }
 
 inline bool has_generic_execute(std::span<const signature_record> signatures) {
@@ -243,8 +295,9 @@ struct partitioner {
         report(r) {}
 
   void keep(const torch::jit::Node* node, kept_reason reason, std::string detail, int depth) {
-    const debug_location where = locate(node);
-    report.kept.push_back({where.node_kind, reason, std::move(detail), where.file_line, depth});
+    model_location where = locate_in_model(node);
+    report.kept.push_back({node->kind().toQualString(), reason, std::move(detail), std::move(where.line), depth,
+                           std::move(where.submodule)});
   }
 
   /// Why `node` cannot join a region, or nothing.
@@ -270,18 +323,50 @@ struct partitioner {
     for (const torch::jit::Value* output : node->outputs())
       if (alias.hasWriters(output))
         return std::make_pair(kept_reason::mutation_or_aliasing, "%" + output->debugName() + " is written to later");
-    for (const torch::jit::Value* input : node->inputs())
-      if (input->node()->kind() != c10::prim::Constant && !crosses_as(input->type(), generic))
-        return std::make_pair(kept_reason::boundary_type, input->type()->annotation_str() + " input");
-    for (const torch::jit::Value* output : node->outputs())
-      if (!crosses_as(output->type(), generic))
-        return std::make_pair(kept_reason::boundary_type, output->type()->annotation_str() + " output");
+    // The types of the values it takes and makes are checked when its run closes: only those
+    // that cross the region's boundary must pass (a List[int] made and read inside stays inside).
+    return std::nullopt;
+  }
+
+  /// The first node of `nodes` (a run) that takes from outside the run, or gives to a node
+  /// outside it, a value that cannot cross a region's boundary, with the reason.
+  std::optional<std::pair<std::size_t, std::string>> boundary_refusal(const std::vector<torch::jit::Node*>& nodes) const {
+    const std::unordered_set<const torch::jit::Node*> inside(nodes.begin(), nodes.end());
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      for (const torch::jit::Value* input : nodes[i]->inputs())
+        if (!inside.count(input->node()) && !cloned_into_region(input) && !crosses_as(input->type(), generic))
+          return std::make_pair(i, input->type()->annotation_str() + " input");
+      for (const torch::jit::Value* output : nodes[i]->outputs()) {
+        const bool leaves = std::any_of(output->uses().begin(), output->uses().end(),
+                                        [&](const torch::jit::Use& use) { return !inside.count(use.user); });
+        if (leaves && !crosses_as(output->type(), generic))
+          return std::make_pair(i, output->type()->annotation_str() + " output");
+      }
+    }
     return std::nullopt;
   }
 
   void close(std::vector<torch::jit::Node*>& run, std::vector<torch::jit::Node*>& reads, int depth) {
-    if (run.empty()) {
-      reads.clear();
+    form(std::move(run), std::move(reads), depth);
+    run.clear();
+    reads.clear();
+  }
+
+  /// Makes a region of a closed run. A node whose value that crosses the boundary cannot cross
+  /// stays in TorchScript, where it is, and cuts the run in two: the nodes before it and the
+  /// nodes after it (each formed the same way). The attribute reads go with the part they
+  /// precede.
+  void form(std::vector<torch::jit::Node*> run, std::vector<torch::jit::Node*> reads, int depth) {
+    if (run.empty()) return;
+    if (auto refused = boundary_refusal(run)) {
+      torch::jit::Node* cut = run[refused->first];
+      keep(cut, kept_reason::boundary_type, std::move(refused->second), depth);
+      std::vector<torch::jit::Node*> before(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(refused->first));
+      std::vector<torch::jit::Node*> after(run.begin() + static_cast<std::ptrdiff_t>(refused->first) + 1, run.end());
+      std::vector<torch::jit::Node*> reads_before, reads_after;
+      for (torch::jit::Node* read : reads) (read->isBefore(cut) ? reads_before : reads_after).push_back(read);
+      form(std::move(before), std::move(reads_before), depth);
+      form(std::move(after), std::move(reads_after), depth);
       return;
     }
     if (run.size() < min_size) {
@@ -294,7 +379,7 @@ struct partitioner {
       std::unordered_set<const torch::jit::Value*> seen;
       for (torch::jit::Node* node : run) {
         for (torch::jit::Value* input : node->inputs())
-          if (!inside.count(input->node()) && input->node()->kind() != c10::prim::Constant && seen.insert(input).second)
+          if (!inside.count(input->node()) && !cloned_into_region(input) && seen.insert(input).second)
             formed.inputs.push_back(input);
         for (torch::jit::Value* output : node->outputs())
           if (std::any_of(output->uses().begin(), output->uses().end(),
@@ -303,8 +388,6 @@ struct partitioner {
       }
       regions.push_back(std::move(formed));
     }
-    run.clear();
-    reads.clear();
   }
 
   /// Whether a run may continue past `node`, which stays in TorchScript: later nodes that do not
@@ -326,7 +409,7 @@ struct partitioner {
       passed.clear();
     };
     for (torch::jit::Node* node : block->nodes()) {
-      if (node->kind() == c10::prim::Constant) continue;  // cloned into each region that reads it
+      if (node->kind() == c10::prim::Constant) continue;  // cloned into each region that reads it, or passed in
       if (node->kind() == c10::prim::GetAttr) {
         // A weight or attribute read stays in TorchScript and passes its value to the region; it
         // does not end a run: it has no effects, so it can move before the region's call.
@@ -388,19 +471,35 @@ inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, con
   return graph;
 }
 
-/// Where a region is: its first node's file:line, or the first node's that has a file when the
-/// first has none ("<string>": a TorchScript builtin such as `0.5 * h` that the frontend emits
-/// without a call stack, or source given without a file).
-inline std::string region_location(const std::vector<torch::jit::Node*>& nodes) {
-  auto has_file = [](const std::string& location) { return !location.empty() && location.rfind("<string>:", 0) != 0; };
-  for (const torch::jit::Node* node : nodes) {
-    const auto position = node->sourceRange().file_line_col();
-    const bool own_file = position && has_file(std::get<0>(*position) + ":");
-    if (!own_file && !node->callstack()) continue;  // cheap test first: locate() formats source
-    std::string location = locate(node).file_line;
-    if (has_file(location)) return location;
+/// "a.b" for "a.b.c" and "a.b.d": the longest common prefix of two attribute paths, by whole names.
+inline std::string common_submodule(const std::string& a, const std::string& b) {
+  std::size_t common = 0;
+  for (std::size_t i = 0;; ++i) {
+    const bool end_a = i == a.size() || a[i] == '.', end_b = i == b.size() || b[i] == '.';
+    if (end_a && end_b) {
+      common = i;
+      if (i == a.size() || i == b.size()) break;
+    } else if (end_a || end_b || a[i] != b[i]) {
+      break;
+    }
   }
-  return nodes.empty() ? std::string() : locate(nodes.front()).file_line;
+  return a.substr(0, common);
+}
+
+/// Where a region is: the model's own line of its first node that has one (else the first
+/// node's line), and the submodule that holds all its nodes.
+inline model_location region_location(const std::vector<torch::jit::Node*>& nodes) {
+  model_location region;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    model_location where = locate_in_model(nodes[i]);
+    if (i == 0) {
+      region = std::move(where);
+      continue;
+    }
+    if (!is_model_line(region.line) && is_model_line(where.line)) region.line = where.line;
+    region.submodule = common_submodule(region.submodule, where.submodule);
+  }
+  return region;
 }
 
 /// The method's regions, with the report filled in; regions the backend's execute signatures
@@ -434,8 +533,9 @@ inline std::vector<region> form_regions(const partition_backend& backend, const 
         p.keep(node, kept_reason::refused_by_backend, std::to_string(formed.nodes.size()) + "-node region", formed.depth);
       continue;
     }
-    region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, region_location(formed.nodes),
-                        formed.depth};
+    model_location where = region_location(formed.nodes);
+    region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, std::move(where.line), formed.depth,
+                        std::move(where.submodule)};
     for (const torch::jit::Node* node : formed.nodes) {
       ++entry.node_count;
       const std::string kind = node->kind().toQualString();

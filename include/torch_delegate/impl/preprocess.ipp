@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/passes/shape_analysis.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include <sstream>
 
@@ -69,40 +70,104 @@ inline std::string demangled_name(const std::string& qualified) {
   return out;
 }
 
+/// The call stack of `node`. LibTorch's inliner gives one only to the nodes that make a value:
+/// an inlined `if` without results (BatchNorm's `if self.training:`) has none, nor do the nodes
+/// of its blocks. Such an `if` stands with the node that makes its first input that has one; a
+/// node without one inside a block stands with the node that holds the block.
+inline c10::optional<torch::jit::InlinedCallStackPtr> call_stack_of(const torch::jit::Node* node) {
+  for (const torch::jit::Node* at = node; at; at = at->owningBlock() ? at->owningBlock()->owningNode() : nullptr) {
+    if (auto own = at->callstack()) return own;
+    if (at->outputs().empty())
+      for (const torch::jit::Value* input : at->inputs())
+        if (auto producer = input->node()->callstack()) return producer;
+  }
+  return c10::nullopt;
+}
+
+TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
+  std::vector<call_frame> frames;
+  c10::optional<torch::jit::InlinedCallStackPtr> at = call_stack_of(node);
+  while (at) {
+    const torch::jit::InlinedCallStack& frame = **at;
+    std::optional<torch::jit::ModuleInstanceInfo> module;
+    if (auto instance = frame.module_instance()) module = *instance;
+    frames.push_back({frame.function_name(), frame.source_range(), std::move(module)});
+    at = frame.callee();
+  }
+  return frames;
+}
+
+inline std::string file_line_of(const torch::jit::SourceRange& range) {
+  auto position = range.file_line_col();
+  return position ? std::get<0>(*position) + ":" + std::to_string(std::get<1>(*position)) : std::string();
+}
+// "<string>": source without a file. TorchScript's own builtins are such source (`0.5 * x`
+// inlines a builtin written in TorchScript); so is a model made with Module::define.
+inline bool has_source_file(const std::string& location) {
+  return !location.empty() && location.rfind("<string>:", 0) != 0;
+}
+
+TORCH_DELEGATE_DECL bool is_model_line(const std::string& line) { return has_source_file(line) && !is_pytorch_source(line); }
+
+TORCH_DELEGATE_DECL bool is_pytorch_source(std::string_view file) {
+  for (std::string_view package : {"/site-packages/torch/", "/dist-packages/torch/", "/torch/nn/", "/torch/jit/"})
+    if (file.find(package) != std::string_view::npos) return true;
+  return file.rfind("torch/nn/", 0) == 0 || file.rfind("torch/jit/", 0) == 0;
+}
+
 /// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
 /// frame per submodule or function call, outermost first) and its own source lines.
 TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node) {
   debug_location where;
   where.node_kind = node->kind().toQualString();
-  auto file_line = [](const torch::jit::SourceRange& range) -> std::string {
-    auto position = range.file_line_col();
-    return position ? std::get<0>(*position) + ":" + std::to_string(std::get<1>(*position)) : std::string();
-  };
-  // "<string>": source without a file. TorchScript's own builtins are such source (`0.5 * x`
-  // inlines a builtin written in TorchScript); so is a model made with Module::define.
-  auto has_file = [](const std::string& location) { return !location.empty() && location.rfind("<string>:", 0) != 0; };
-  where.file_line = file_line(node->sourceRange());
-  if (!has_file(where.file_line) && node->callstack()) {
+  const std::vector<call_frame> frames = call_frames(node);
+  where.file_line = file_line_of(node->sourceRange());
+  if (!has_source_file(where.file_line)) {
     // Inlined from such source: the model's line is the innermost call site that has a file.
-    const auto frames = (*node->callstack())->vec();
     for (auto frame = frames.rbegin(); frame != frames.rend(); ++frame) {
-      std::string call_site = file_line(std::get<1>(*frame));
-      if (!has_file(call_site)) continue;
+      std::string call_site = file_line_of(frame->call_site);
+      if (!has_source_file(call_site)) continue;
       where.file_line = std::move(call_site);
       break;
     }
   }
-  if (auto call_stack = node->callstack()) {
-    for (const auto& [function, call_site, module] : (*call_stack)->vec()) {
-      std::string frame = "  called here";
-      if (module && module->class_type())
-        frame += ", entering submodule '" + module->instance_name() + "' (" +
-                 demangled_name(module->class_type()->name()->qualifiedName()) + ")";
-      if (function) frame += ", method " + function->name();
-      where.call_stack.push_back(frame + ":\n" + highlighted(call_site));
-    }
+  for (const call_frame& frame : frames) {
+    std::string text = "  called here";
+    if (frame.module && frame.module->class_type())
+      text += ", entering submodule '" + frame.module->instance_name() + "' (" +
+              demangled_name(frame.module->class_type()->name()->qualifiedName()) + ")";
+    if (!frame.function.empty()) text += ", method " + frame.function;
+    where.call_stack.push_back(text + ":\n" + highlighted(frame.call_site));
   }
   where.source = highlighted(node->sourceRange());
+  return where;
+}
+
+TORCH_DELEGATE_DECL model_location locate_in_model(const torch::jit::Node* node) {
+  model_location where;
+  const std::vector<call_frame> frames = call_frames(node);
+  for (const call_frame& frame : frames) {
+    if (!frame.module || !frame.module->class_type()) continue;
+    const std::string& name = frame.module->instance_name();
+    // Calls of the module's own methods enter no submodule (their instance is "self" or "SELF").
+    std::string lowered = name;
+    std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lowered == "self") continue;
+    where.submodule += (where.submodule.empty() ? "" : ".") + name;
+  }
+  auto model_line = [](const torch::jit::SourceRange& range) {
+    std::string line = file_line_of(range);
+    return is_model_line(line) ? line : std::string();
+  };
+  where.line = model_line(node->sourceRange());
+  for (auto frame = frames.rbegin(); where.line.empty() && frame != frames.rend(); ++frame)
+    where.line = model_line(frame->call_site);
+  if (where.line.empty()) {
+    // No line of the model's own: the innermost line with a file (PyTorch's), else the node's.
+    where.line = file_line_of(node->sourceRange());
+    for (auto frame = frames.rbegin(); !has_source_file(where.line) && frame != frames.rend(); ++frame)
+      if (std::string call_site = file_line_of(frame->call_site); has_source_file(call_site)) where.line = std::move(call_site);
+  }
   return where;
 }
 
