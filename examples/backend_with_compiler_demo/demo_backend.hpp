@@ -43,9 +43,11 @@ struct DemoBackend {
     static constexpr std::string_view kinds[] = {"prim::Constant", "aten::add", "aten::sub", "prim::TupleConstruct"};
     const std::string_view kind = node->kind().toQualString();
     if (std::find(std::begin(kinds), std::end(kinds), kind) == std::end(kinds)) return false;
-    // Its instructions read tensors; a number (a scalar operand, alpha) must be a constant.
+    // Its instructions read tensors computed at run time; a number (a scalar operand, alpha)
+    // must be a constant; a tensor constant (a frozen model's) it cannot take.
     return std::all_of(node->inputs().begin(), node->inputs().end(), [](const torch::jit::Value* input) {
-      return input->type()->kind() == c10::TypeKind::TensorType || input->node()->kind() == c10::prim::Constant;
+      const bool constant = input->node()->kind() == c10::prim::Constant;
+      return input->type()->kind() == c10::TypeKind::TensorType ? !constant : constant;
     });
   }
   // [supports]

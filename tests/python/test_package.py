@@ -59,6 +59,18 @@ class AddReluSub(torch.nn.Module):
         return torch.relu(x + h) - h
 
 
+class ConvGate(torch.nn.Module):
+    """A stock Conv2d (its bias an Optional[Tensor]) and an in-place ReLU inside a Sequential."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(inplace=True),
+                                        torch.nn.Sigmoid())
+
+    def forward(self, x):
+        return self.body(x)  # CONV_GATE_LINE
+
+
 class TwoInputs(torch.nn.Module):
     def forward(self, x, h):
         return x + h
@@ -174,7 +186,10 @@ class LowerPartially(unittest.TestCase):
         linears = [k for k in forward.kept if k.kind == "aten::linear"]
         self.assertEqual(len(linears), 2)
         self.assertEqual(linears[0].reason, "unsupported kind")
-        self.assertRegex(linears[0].location, r"linear\.py:\d+$")
+        # the model's own line (FeedForward.forward's), not torch/nn/modules/linear.py's, and the submodule
+        forward_line = next(i for i, text in enumerate(open(__file__), 1) if "return (self.down(gelu_tanh(self.up(x)))" in text)
+        self.assertEqual([(k.location, k.submodule) for k in linears],
+                         [(f"{__file__}:{forward_line}", "up"), (f"{__file__}:{forward_line}", "down")])
         self.assertTrue(str(after).startswith("delegation of __torch__.FeedForward to backend 'pointwise_fusion'\n"
                                               "  forward: 2 regions, 10 nodes delegated, 8 kept in TorchScript\n"))
         saved = path("reported.pt")
@@ -188,6 +203,42 @@ class LowerPartially(unittest.TestCase):
         old = td.report(loaded)
         self.assertEqual((old.backend, old.module, old.methods), ("", "", []))
         self.assertIn("to backend 'pointwise_fusion'", str(old))
+
+    def test_report_of_a_module_saved_with_report_data_format_1(self):
+        # Saved at 4619e82, before regions and kept nodes named their submodule.
+        loaded = td.load(os.path.join(DATA, "pointwise_report1_by_4619e82.pt"))
+        old = td.report(loaded)
+        self.assertEqual((old.backend, old.module), ("pointwise_fusion", "__torch__.ReportV1"))
+        regions = old.methods[0].regions
+        self.assertEqual([(r.node_count, r.kinds, r.submodule) for r in regions],
+                         [(3, ["aten::sigmoid", "aten::mul", "aten::add"], ""), (3, ["aten::mul", "aten::sub", "aten::relu"], "")])
+        self.assertTrue(regions[0].location.endswith("save_v1.py:9"), regions[0].location)
+        self.assertEqual([(k.kind, k.reason) for k in old.methods[0].kept],
+                         [("prim::GetAttr", "attribute read"), ("aten::linear", "unsupported kind")])
+        x, h = torch.linspace(-2, 2, 8).reshape(2, 4), torch.ones(2, 4) * 0.25
+        w = torch.arange(12.).reshape(3, 4) / 10 - 0.5
+        expected = torch.relu(torch.nn.functional.linear(torch.sigmoid(x) * 2.0 + h, w) * 0.5 - 1.0)
+        torch.testing.assert_close(loaded(x, h), expected)
+
+    def test_report_names_the_submodule_and_the_models_own_line(self):
+        line = next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("# CONV_GATE_LINE"))
+        here = f"{__file__}:{line}"
+        model = ConvGate().eval()
+        scripted = torch.jit.script(model)
+        for module in (scripted, torch.jit.freeze(torch.jit.script(model))):
+            planned = td.plan(module, "pointwise_fusion")
+            method = planned.methods[0]
+            # ReLU(inplace=True) on the conv's fresh output is made out-of-place: relu and sigmoid are one region.
+            self.assertEqual([(r.kinds, r.submodule, r.location) for r in method.regions],
+                             [(["aten::relu", "aten::sigmoid"], "body", here)])
+            conv = next(k for k in method.kept if k.kind == "aten::conv2d")
+            self.assertEqual((conv.submodule, conv.location), ("body.0", here))
+            self.assertIn(f"region forward_region_0: 2 nodes (aten::relu, aten::sigmoid) in body at {here}\n", str(planned))
+            self.assertIn(f"kept aten::conv2d: unsupported kind in body.0 at {here}\n", str(planned))
+            lowered = td.lower(module, "pointwise_fusion", partial=True)
+            self.assertEqual(td.report(lowered).methods, planned.methods)
+            x = torch.randn(1, 3, 8, 8)
+            torch.testing.assert_close(lowered(x), scripted(x))
 
     def test_knobs(self):
         scripted = torch.jit.script(FeedForward())

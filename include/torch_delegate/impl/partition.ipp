@@ -266,10 +266,14 @@ inline bool crosses_as(const c10::TypePtr& type, bool generic) {
 }
 
 /// Whether a region that reads `value` gets its own copy of it: a constant that is not a tensor
-/// (a number, a list of ints, None). A tensor constant (a frozen model's weight) is passed in,
-/// as an attribute read is: the region's graph is the same whether the model was frozen or not.
+/// (a number, a list of ints, None), or a tensor of one element (how tracing records a number).
+/// A larger tensor constant (a frozen model's weight) is passed in, as an attribute read is: the
+/// region's graph is the same whether the model was frozen or not.
 inline bool cloned_into_region(const torch::jit::Value* value) {
-  return value->node()->kind() == c10::prim::Constant && !value->type()->isSubtypeOf(*c10::TensorType::get());
+  if (value->node()->kind() != c10::prim::Constant) return false;
+  if (!value->type()->isSubtypeOf(*c10::TensorType::get())) return true;
+  const c10::optional<c10::IValue> constant = torch::jit::toIValue(value);
+  return constant && constant->isTensor() && constant->toTensor().numel() == 1;
 }
 
 inline bool has_generic_execute(std::span<const signature_record> signatures) {
@@ -663,6 +667,12 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
       for (std::size_t i = 0; i < regions.size(); ++i) {
         const region& formed = regions[i];
         for (torch::jit::Node* read : formed.hoisted) read->moveBefore(formed.nodes.front());
+        // A tensor constant it takes may sit after its first node (constants are placed freely).
+        // (An input that an earlier region made was replaced, its node destroyed: not looked at.)
+        for (torch::jit::Value* input : formed.inputs)
+          if (!replaced.count(input) && input->node()->kind() == c10::prim::Constant &&
+              formed.nodes.front()->isBefore(input->node()))
+            input->node()->moveBefore(formed.nodes.front());
         // With fallback: if available: <call the region> else: <the region's own nodes>.
         torch::jit::Node* choice = nullptr;
         if (available) {
