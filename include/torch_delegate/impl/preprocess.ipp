@@ -70,23 +70,9 @@ inline std::string demangled_name(const std::string& qualified) {
   return out;
 }
 
-/// The call stack of `node`. LibTorch's inliner gives one only to the nodes that make a value:
-/// an inlined `if` without results (BatchNorm's `if self.training:`) has none, nor do the nodes
-/// of its blocks. Such an `if` stands with the node that makes its first input that has one; a
-/// node without one inside a block stands with the node that holds the block.
-inline c10::optional<torch::jit::InlinedCallStackPtr> call_stack_of(const torch::jit::Node* node) {
-  for (const torch::jit::Node* at = node; at; at = at->owningBlock() ? at->owningBlock()->owningNode() : nullptr) {
-    if (auto own = at->callstack()) return own;
-    if (at->outputs().empty())
-      for (const torch::jit::Value* input : at->inputs())
-        if (auto producer = input->node()->callstack()) return producer;
-  }
-  return c10::nullopt;
-}
-
-TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
+inline std::vector<call_frame> frames_of(const c10::optional<torch::jit::InlinedCallStackPtr>& call_stack) {
   std::vector<call_frame> frames;
-  c10::optional<torch::jit::InlinedCallStackPtr> at = call_stack_of(node);
+  c10::optional<torch::jit::InlinedCallStackPtr> at = call_stack;
   while (at) {
     const torch::jit::InlinedCallStack& frame = **at;
     std::optional<torch::jit::ModuleInstanceInfo> module;
@@ -94,6 +80,30 @@ TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* 
     frames.push_back({frame.function_name(), frame.source_range(), std::move(module)});
     at = frame.callee();
   }
+  return frames;
+}
+
+/// LibTorch's inliner gives a call stack only to the nodes that make a value, and when it inlines
+/// a node with blocks it does not extend the call stacks of the nodes inside them: an inlined
+/// `if` without results (BatchNorm's `if self.training:`) has none, and the nodes of its blocks
+/// keep only the frames of earlier inlinings (`_verify_batch_size` inlined into `batch_norm`).
+/// So: a node without a call stack and without results stands with the node that makes its
+/// first input that has one; a node inside a block gets the frames of the node that holds the
+/// block in front of its own, unless its own already begin with them.
+TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
+  std::vector<call_frame> frames = frames_of(node->callstack());
+  if (frames.empty() && node->outputs().empty())
+    for (const torch::jit::Value* input : node->inputs())
+      if (auto producer = input->node()->callstack()) {
+        frames = frames_of(producer);
+        break;
+      }
+  const torch::jit::Node* holder = node->owningBlock() ? node->owningBlock()->owningNode() : nullptr;
+  if (!holder) return frames;
+  std::vector<call_frame> outer = call_frames(holder);
+  if (frames.empty()) return outer;
+  if (!outer.empty() && !(frames.front().call_site == outer.front().call_site))
+    frames.insert(frames.begin(), outer.begin(), outer.end());
   return frames;
 }
 
