@@ -155,8 +155,8 @@ struct VersionedBackend : test_backends::ToggleBackend {
   static inline std::int64_t compiled_version = 0;
   static inline std::string compiled_method;
   static std::string compile(const std::string& payload, const torch_delegate::compile_context& context) {
-    compiled_version = context.payload_version;
-    compiled_method = context.method;
+    compiled_version = context.payload_version();
+    compiled_method = context.method();
     return payload;
   }
 };

@@ -71,7 +71,7 @@ struct AllAtOnceBackend {
   static bool is_available() { return true; }
   static at::Tensor compile(const std::string& payload, const torch_delegate::compile_context& context) {
     // Each unit's payload is its own name; the scale is shared.
-    CHECK(payload == std::string(context.method));
+    CHECK(payload == std::string(context.method()));
     return context.named_data().tensor("scale");
   }
   static at::Tensor execute(at::Tensor& scale, const at::Tensor& x) { return x * scale; }

@@ -162,20 +162,27 @@ concept backend_reports_availability = requires(B& backend) {
   { backend.is_available() } -> std::same_as<bool>;
 };
 
+namespace detail {
+struct compile_context_access;
+}
+
 /// What `compile` is told besides the payload and the options, when it asks for it (a last
 /// parameter `const torch_delegate::compile_context&`). Passed explicitly: no thread-local state.
-struct compile_context {
-  std::string_view backend;           // the backend's name
-  std::string_view method;            // the method being compiled
-  std::int64_t payload_version = 1;   // the version this payload was written with (see payload_version)
-  const named_data_map* named_data_map_ = nullptr;   // set by torch-delegate; use named_data()
-  std::set<std::string>* release_requests_ = nullptr;  // set by torch-delegate; use release_named_data()
+/// Made by torch-delegate for each method it compiles; a backend reads it through its accessors.
+class compile_context {
+ public:
+  /// The backend's name.
+  std::string_view backend() const { return backend_; }
+  /// The method being compiled.
+  std::string_view method() const { return method_; }
+  /// The version this payload was written with (see payload_version).
+  std::int64_t payload_version() const { return payload_version_; }
 
   /// The lowered module's named data (what preprocess stored, shared by every method),
   /// read-only and without copies; empty when there is none.
   const named_data_map& named_data() const {
     static const named_data_map none;
-    return named_data_map_ ? *named_data_map_ : none;
+    return named_data_ ? *named_data_ : none;
   }
   /// Asks torch-delegate to drop the data of `key` once every method of the module is compiled,
   /// for a backend that keeps its own copy (so the weights are not resident twice). Honoured
@@ -184,7 +191,30 @@ struct compile_context {
   void release_named_data(const std::string& key) const {
     if (release_requests_) release_requests_->insert(key);
   }
+
+ private:
+  friend struct detail::compile_context_access;
+  compile_context(std::string_view backend, std::string_view method, std::int64_t payload_version,
+                  const named_data_map* named_data, std::set<std::string>* release_requests)
+      : backend_(backend), method_(method), payload_version_(payload_version), named_data_(named_data),
+        release_requests_(release_requests) {}
+
+  std::string_view backend_;
+  std::string_view method_;
+  std::int64_t payload_version_ = 1;
+  const named_data_map* named_data_ = nullptr;
+  std::set<std::string>* release_requests_ = nullptr;
 };
+
+namespace detail {
+/// The one place that makes a compile_context (runtime_objects.ipp, for each method it compiles).
+struct compile_context_access {
+  static compile_context make(std::string_view backend, std::string_view method, std::int64_t payload_version,
+                              const named_data_map* named_data, std::set<std::string>* release_requests) {
+    return compile_context(backend, method, payload_version, named_data, release_requests);
+  }
+};
+}  // namespace detail
 
 namespace detail {
 /// The forms of `compile`, in the order torch-delegate looks for them.

@@ -20,7 +20,13 @@ torch_delegate = dependency('torch_delegate', fallback: ['torch-delegate', 'torc
 executable('consumer', 'consumer_app.cpp', dependencies: torch_delegate)
 MESON
   quiet meson setup "$build/consumer-subproject" "$project"
-  quiet ninja -C "$build/consumer-subproject" consumer  # not the subproject's own library
+  # Configured without warnings, and with only the library: no example (pointwise_fusion's
+  # per-ISA kernels) is part of a consumer's build.
+  if grep -E "WARNING|DEPRECATION" "$log"; then echo "FAILED: the subproject configures with warnings"; exit 1; fi
+  if meson introspect "$build/consumer-subproject" --targets | grep -q pointwise; then
+    echo "FAILED: a consumer's build has the pointwise_fusion example's targets"; exit 1
+  fi
+  quiet ninja -C "$build/consumer-subproject"
   "$build/consumer-subproject/consumer"
   exit 0
 fi

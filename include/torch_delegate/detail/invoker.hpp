@@ -169,14 +169,14 @@ struct runtime_of {
   static void destroy_handle(void* handle) noexcept { delete static_cast<handle_t<B>*>(handle); }
 
   static void* compile(void* backend, const c10::IValue& payload, const c10::IValue& spec, const compile_context& context) {
-    const error_context where{B::name, context.method};
+    const error_context where{B::name, context.method()};
     using payload_caster = ivalue_caster<payload_t<B>>;
     if (!payload_caster::check(payload))
-      fail_processed(B::name, context.method, "payload expects " + std::string(payload_caster::name.view()) + ", got " +
+      fail_processed(B::name, context.method(), "payload expects " + std::string(payload_caster::name.view()) + ", got " +
                                                   payload.type()->annotation_str());
     options_t<B> options = decode_backend_options<B>(spec, where);
     try {
-      payload_version_scope version(context.payload_version);
+      payload_version_scope version(context.payload_version());
       return new handle_t<B>(call_compile(*static_cast<B*>(backend), payload_t<B>(payload_caster::load(payload)), options, context));
     } catch (...) {
       rethrow_from_backend(where, "compile");

@@ -79,7 +79,6 @@ TORCH_DELEGATE_DECL c10::IValue encode_processed(std::string_view backend, std::
                                      c10::IValue(payload_version), c10::IValue(std::move(methods)), c10::IValue(std::move(table))});
 }
 
-namespace {
 /// The named-data table of a checked format-2 payload; None for format 1.
 inline c10::IValue named_data_table(const c10::IValue& processed, std::string_view backend) {
   // Anything malformed above the table is read_processed's to report, per method.
@@ -92,7 +91,6 @@ inline c10::IValue named_data_table(const c10::IValue& processed, std::string_vi
     fail_processed(backend, {}, "format 2 needs a named-data table Dict[str, Tuple[Tensor, int]] as 5th field");
   return top[4];
 }
-}  // namespace
 
 TORCH_DELEGATE_DECL std::shared_ptr<named_data_map> read_named_data(const c10::IValue& processed, std::string_view backend) {
   auto map = std::make_shared<named_data_map>(std::string(backend));

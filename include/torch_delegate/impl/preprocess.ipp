@@ -258,10 +258,9 @@ TORCH_DELEGATE_DECL void apply_input_specs(lowering_plan& plan, const input_spec
   }
 }
 
-namespace {
 /// The unit's graph inputs typed as declared, and the types TorchScript's shape analysis
 /// derives from them, so that preprocess sees dtypes and shapes.
-void type_graph_inputs(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<std::optional<tensor_spec>>& specs) {
+inline void type_graph_inputs(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<std::optional<tensor_spec>>& specs) {
   bool complete = true;
   for (std::size_t i = 0; i < specs.size() && i + 1 < graph->inputs().size(); ++i) {
     if (!specs[i]) continue;
@@ -287,7 +286,6 @@ void type_graph_inputs(const std::shared_ptr<torch::jit::Graph>& graph, const st
     }
   }
 }
-}  // namespace
 
 TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std::int64_t payload_version,
                                                  preprocess_trampoline preprocess, const torch::jit::Module& module,

@@ -65,7 +65,8 @@ TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<
     const signature_record& signature = find_signature(runtime.signatures, record.signature, where);
     method_info info{std::string(runtime.name), method, std::move(record.argument_names), record.output_count,
                      &signature, std::move(record.debug), std::move(record.input_specs)};
-    const compile_context context{runtime.name, method, decoded.payload_version, named_data.get(), &release_requests};
+    const compile_context context = compile_context_access::make(runtime.name, method, decoded.payload_version,
+                                                                 named_data.get(), &release_requests);
     std::unique_ptr<void, void (*)(void*) noexcept> handle(
         runtime.compile(owner->backend, record.payload, entry.value(), context), runtime.destroy_handle);
     auto compiled = c10::make_intrusive<compiled_method>(handle.get(), std::move(info), owner);
