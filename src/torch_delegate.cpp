@@ -19,5 +19,7 @@
 #include <torch_delegate/impl/preprocess.ipp>
 #include <torch_delegate/impl/profiling.ipp>
 #include <torch_delegate/impl/registration.ipp>
+#include <torch_delegate/impl/report.ipp>
+#include <torch_delegate/impl/report_format.ipp>
 #include <torch_delegate/impl/runtime_objects.ipp>
 #include <torch_delegate/impl/signature.ipp>

@@ -6,6 +6,7 @@
 
 #include <backend_with_compiler_demo/demo_backend.hpp>
 #include <torch_delegate/partition.hpp>
+#include <torch_delegate/report_format.hpp>
 
 #include <atomic>
 #include <cstdio>
@@ -691,8 +692,8 @@ def forward(self, x, h):
     CHECK(plan.methods[0].regions[0].node_count == 2);  // the block's add and sub
     REQUIRE(plan.methods[0].kept.size() == 2);           // the encoder's sub, the parent's add
     for (const auto& kept : plan.methods[0].kept) {
-      CHECK(kept.reason == torch_delegate::kept_reason::excluded_by_user);
-      CHECK(kept.detail == "outside the submodules to lower");
+      CHECK(kept.reason == torch_delegate::kept_reason::outside_selection);
+      CHECK(kept.detail.empty());
     }
     const auto lowered = lowered_equal(parent, options);
     CHECK(count_kind(lowered, "aten::add") == 1);
@@ -986,4 +987,67 @@ def forward(self, x, h):
         }
       }
   std::remove(path.c_str());
+}
+
+TEST_CASE("report format: versions 1 to 3 read back; anything else is nullopt, never a crash") {
+  using namespace torch_delegate::detail;
+  using torch_delegate::kept_reason;
+  const torch_delegate::delegation_report report{
+      "b", "__torch__.M",
+      {{"forward",
+        {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder"}},
+        {{"aten::relu", kept_reason::unsupported_kind, "", "model.py:4", 1, "encoder.block"},
+         {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, ""}}}}};
+  const c10::IValue saved = encode_report(report);
+  CHECK(saved.toTupleRef().elements()[0].toInt() == report_format_version);
+  CHECK(decode_report(saved) == report);
+  // The reason is saved as its token, not its label.
+  const auto kept = saved.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toListRef();
+  CHECK(kept[1].toTupleRef().elements()[1].toStringRef() == "outside_selection");
+  for (int r = 0; r <= static_cast<int>(kept_reason::result_tuple); ++r)
+    CHECK(reason_of_token(token_of(static_cast<kept_reason>(r))) == static_cast<kept_reason>(r));
+
+  auto old_format = [](std::int64_t version, const std::string& reason, const std::string& detail, std::int64_t nodes = 2) {
+    std::vector<c10::IValue> region{std::string("forward_region_0"), nodes, c10::List<std::string>({"aten::add"}),
+                                    std::string("m.py:2"), std::int64_t{0}};
+    std::vector<c10::IValue> kept{std::string("aten::sub"), reason, detail, std::string("m.py:3"), std::int64_t{0}};
+    if (version == 2) {
+      region.emplace_back(std::string("block"));
+      kept.emplace_back(std::string("block"));
+    }
+    c10::impl::GenericList regions(region_data_type(version)), kept_nodes(kept_data_type(version));
+    regions.push_back(c10::ivalue::Tuple::create(region));
+    kept_nodes.push_back(c10::ivalue::Tuple::create(kept));
+    c10::impl::GenericList methods(method_data_type(version));
+    methods.push_back(c10::ivalue::Tuple::create({std::string("forward"), regions, kept_nodes}));
+    return c10::IValue(c10::ivalue::Tuple::create({version, std::string("b"), std::string("M"), methods}));
+  };
+  SUBCASE("version 1 (4619e82): labels, no submodules") {
+    const auto read = decode_report(old_format(1, "mutation or aliasing", "writes to its input"));
+    REQUIRE(read);
+    CHECK(read->methods[0].kept[0].reason == kept_reason::mutation_or_aliasing);
+    CHECK(read->methods[0].kept[0].submodule.empty());
+    CHECK(read->methods[0].regions[0].node_count == 2);
+    // Selective lowering's kept nodes were "excluded by the user" with a detail.
+    const auto selective = decode_report(old_format(1, "excluded by the user", "outside the submodules to lower"));
+    REQUIRE(selective);
+    CHECK(selective->methods[0].kept[0].reason == kept_reason::outside_selection);
+    CHECK(selective->methods[0].kept[0].detail.empty());
+  }
+  SUBCASE("version 2: labels and submodules") {
+    const auto read = decode_report(old_format(2, "boundary type", "List[int] output"));
+    REQUIRE(read);
+    CHECK(read->methods[0].kept[0].reason == kept_reason::boundary_type);
+    CHECK(read->methods[0].kept[0].submodule == "block");
+    CHECK(read->methods[0].regions[0].submodule == "block");
+  }
+  SUBCASE("what is not a report") {
+    CHECK(!decode_report(old_format(1, "a label no build wrote", "")));
+    CHECK(!decode_report(old_format(2, "unsupported_kind", "")));  // a token in a version that saved labels
+    CHECK(!decode_report(c10::IValue()));
+    CHECK(!decode_report(c10::ivalue::Tuple::create({std::int64_t{4}, std::string("b"), std::string("M")})));
+    CHECK(!decode_report(c10::ivalue::Tuple::create({std::int64_t{99}, std::string("b"), std::string("M"), c10::IValue()})));
+    CHECK(!decode_report(c10::ivalue::Tuple::create({std::string("3")})));
+    CHECK(!decode_report(old_format(2, "boundary type", "", -1)));  // a negative node count
+  }
 }

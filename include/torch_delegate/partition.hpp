@@ -8,6 +8,7 @@
 #include <torch_delegate/coverage.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/lower.hpp>
+#include <torch_delegate/report.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 
@@ -48,69 +49,6 @@ struct partition_options {
   /// region runs its original TorchScript instead of raising "Backend is not available.".
   /// Off by default (strict: LibTorch's behaviour and texts).
   bool fallback_when_unavailable = false;
-};
-
-/// Why a node stays in TorchScript.
-enum class kept_reason {
-  unsupported_kind,      // the backend's supports() refuses it
-  excluded_by_user,      // its kind is in partition_options::keep_kinds
-  control_flow,          // prim::If / prim::Loop: regions never cross control flow (their bodies are partitioned)
-  mutation_or_aliasing,  // it writes to a tensor, or a value it makes is written to elsewhere
-  boundary_type,         // a value it takes or makes cannot cross into the backend's execute
-  region_too_small,      // its region has fewer nodes than the minimum region size
-  refused_by_backend,    // the backend's accepts_region refused the region it was in
-  attribute_read,        // prim::GetAttr (self.weight): read in TorchScript, its value passed to the region
-  result_tuple,          // the prim::TupleConstruct a method returns its results in, when the backend does not take it
-};
-
-/// "unsupported kind", "excluded by the user", ...
-TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason);
-
-/// One delegated region of a method.
-struct region_report {
-  std::string name;                // the region's method in the delegate child module, e.g. "forward_region_0"
-  std::size_t node_count = 0;      // nodes, constants not counted
-  std::vector<std::string> kinds;  // distinct node kinds, in order of first appearance
-  std::string location;            // "model.py:12": the model's own line of its first node (see kept_node), or ""
-  int depth = 0;                   // 0: the method's body; 1: inside an if/loop body; ...
-  std::string submodule;           // the submodule all its nodes come from, by attribute path ("features.3.block"); "" for the top
-};
-
-/// One node that stays in TorchScript.
-struct kept_node {
-  std::string kind;
-  kept_reason reason;
-  std::string detail;    // e.g. the type that cannot cross, the region size, "outside the submodules to lower"
-  std::string location;  // "model.py:12": the innermost line of the model's own source (not PyTorch's torch/nn/...), or ""
-  int depth = 0;
-  std::string submodule;  // the submodule it comes from, by attribute path ("features.3.block.2"); "" for the top
-};
-
-/// What partial lowering does (or did) with one method.
-struct method_delegation {
-  std::string method;
-  std::vector<region_report> regions;
-  std::vector<kept_node> kept;
-  std::size_t delegated_nodes() const {
-    std::size_t count = 0;
-    for (const region_report& region : regions) count += region.node_count;
-    return count;
-  }
-};
-
-/// What partial lowering does (or did) with a module, per method.
-struct delegation_report {
-  std::string backend;
-  std::string module;
-  std::vector<method_delegation> methods;
-
-  std::size_t region_count() const {
-    std::size_t count = 0;
-    for (const method_delegation& method : methods) count += method.regions.size();
-    return count;
-  }
-  /// A readable report: per method, its regions, then each node kept in TorchScript and why.
-  TORCH_DELEGATE_DECL std::string to_string() const;
 };
 
 namespace detail {
@@ -157,12 +95,6 @@ const partition_backend& partition_backend_checked() {
 
 }  // namespace detail
 
-/// The attribute of a partially lowered module that holds its delegation report (text).
-inline constexpr const char* delegation_report_attribute = "_torch_delegate_report";
-/// The attribute that holds the same report as data (modules partially lowered since 0.1.0's
-/// Python package; older ones carry the text only).
-inline constexpr const char* delegation_report_data_attribute = "_torch_delegate_report_data";
-
 /// Dry run: what lower_partially<B> would delegate, and why the rest would stay in TorchScript.
 template <class B>
 delegation_report delegation_plan(const torch::jit::Module& module, const partition_options& options = {}) {
@@ -183,13 +115,6 @@ torch::jit::Module lower_partially(const torch::jit::Module& module, const parti
   for (const auto& [method, method_options] : compile_options) spec.insert(method, encode_options(method_options));
   return detail::lower_partially_with(detail::lowering_of<B>::value, module, options, spec);
 }
-
-/// The delegation report a partially lowered module carries (as text); empty for any other module.
-TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module);
-
-/// The delegation report a partially lowered module carries, as data (after save and load too);
-/// nullopt for any other module, or one partially lowered by a build that saved the text only.
-TORCH_DELEGATE_DECL std::optional<delegation_report> delegation_report_data_of(const torch::jit::Module& module);
 
 }  // namespace torch_delegate
 

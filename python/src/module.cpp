@@ -149,19 +149,24 @@ td::partition_options partition_options_of(const std::vector<std::string>& metho
   return options;
 }
 
-/// A delegation report as plain Python data (the package wraps it in dataclasses).
-py::tuple report_data(const td::delegation_report& report) {
+/// A delegation report as plain Python data, every field by name (the package wraps it in
+/// dataclasses with the same field names).
+py::dict report_data(const td::delegation_report& report) {
   py::list methods;
   for (const td::method_delegation& method : report.methods) {
     py::list regions, kept;
     for (const td::region_report& region : method.regions)
-      regions.append(py::make_tuple(region.name, region.node_count, region.kinds, region.location, region.depth, region.submodule));
+      regions.append(py::dict(py::arg("name") = region.name, py::arg("node_count") = region.node_count,
+                              py::arg("kinds") = region.kinds, py::arg("location") = region.location,
+                              py::arg("depth") = region.depth, py::arg("submodule") = region.submodule));
     for (const td::kept_node& node : method.kept)
-      kept.append(py::make_tuple(node.kind, std::string(td::to_string(node.reason)), node.detail, node.location, node.depth,
-                                 node.submodule));
-    methods.append(py::make_tuple(method.method, regions, kept));
+      kept.append(py::dict(py::arg("kind") = node.kind, py::arg("reason") = std::string(td::to_string(node.reason)),
+                           py::arg("detail") = node.detail, py::arg("location") = node.location, py::arg("depth") = node.depth,
+                           py::arg("submodule") = node.submodule));
+    methods.append(py::dict(py::arg("method") = method.method, py::arg("regions") = regions, py::arg("kept") = kept));
   }
-  return py::make_tuple(report.backend, report.module, methods, report.to_string());
+  return py::dict(py::arg("backend") = report.backend, py::arg("module") = report.module, py::arg("methods") = methods,
+                  py::arg("text") = report.to_string());
 }
 
 py::dict backend_description(const td::detail::backend_lowering& lowering) {
@@ -252,7 +257,8 @@ PYBIND11_MODULE(_C, m) {
     if (report) return report_data(*report);
     const std::string text = guarded([&] { return td::delegation_report_of(module); });
     if (text.empty()) return py::none();
-    return py::make_tuple(py::none(), py::none(), py::none(), text);  // saved before reports were data
+    // Saved before reports were data (or in a report format newer than this build reads).
+    return py::dict(py::arg("backend") = "", py::arg("module") = "", py::arg("methods") = py::list(), py::arg("text") = text);
   });
 
   m.def("check_loadable", [](const std::string& path) { guarded([&] { td::check_loadable(path); }); });

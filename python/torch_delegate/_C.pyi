@@ -6,8 +6,8 @@ import torch
 
 class Error(RuntimeError): ...
 
-# (backend, module, [(method, [(name, node_count, kinds, location, depth)], [(kind, reason, detail, location, depth)])], text)
-ReportData = Tuple[Optional[str], Optional[str], Optional[List[Tuple[str, List[tuple], List[tuple]]]], str]
+# {"backend", "module", "methods": [{"method", "regions": [{field: value}], "kept": [{field: value}]}], "text"}
+ReportData = Dict[str, Any]
 
 def backends() -> List[Dict[str, Any]]: ...
 def lower_methods(module: torch._C.ScriptModule, backend: str, spec: Dict[str, Any], methods: List[str],

@@ -86,7 +86,7 @@ class KeptNode:
     """One node that stays in TorchScript, and why."""
 
     kind: str
-    reason: str  #: "unsupported kind", "excluded by the user", "control flow", ...
+    reason: str  #: "unsupported kind", "excluded by the user", "outside the submodules to lower", "control flow", ...
     detail: str
     location: str  #: "model.py:12": the innermost line of the model's own source, or ""
     depth: int
@@ -305,11 +305,11 @@ def backends_needed(path: str) -> List[str]:
     return list(_C.backends_needed(str(path)))
 
 
-def _report_of(data: tuple) -> Report:
-    backend, module, methods, text = data
-    if backend is None:
-        return Report("", "", [], text)
-    return Report(backend, module, [
-        MethodReport(method, [Region(*region) for region in regions], [KeptNode(*kept) for kept in kept_nodes])
-        for method, regions, kept_nodes in methods
-    ], text)
+def _report_of(data: dict) -> Report:
+    # Fields by name, as _C gives them (never by position).
+    methods = [
+        MethodReport(method["method"], [Region(**region) for region in method["regions"]],
+                     [KeptNode(**kept) for kept in method["kept"]])
+        for method in data["methods"]
+    ]
+    return Report(data["backend"], data["module"], methods, data["text"])

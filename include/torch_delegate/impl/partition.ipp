@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch_delegate/partition.hpp>
+#include <torch_delegate/report_format.hpp>
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
@@ -15,143 +16,6 @@
 #include <unordered_set>
 
 namespace torch_delegate {
-
-TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
-  switch (reason) {
-    case kept_reason::unsupported_kind: return "unsupported kind";
-    case kept_reason::excluded_by_user: return "excluded by the user";
-    case kept_reason::control_flow: return "control flow";
-    case kept_reason::mutation_or_aliasing: return "mutation or aliasing";
-    case kept_reason::boundary_type: return "boundary type";
-    case kept_reason::region_too_small: return "region too small";
-    case kept_reason::refused_by_backend: return "refused by the backend";
-    case kept_reason::attribute_read: return "attribute read";
-    case kept_reason::result_tuple: return "result tuple";
-  }
-  return "?";
-}
-
-TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
-  std::ostringstream out;
-  out << "delegation of " << module << " to backend '" << backend << "'\n";
-  for (const method_delegation& method : methods) {
-    out << "  " << method.method << ": " << method.regions.size() << (method.regions.size() == 1 ? " region, " : " regions, ")
-        << method.delegated_nodes() << " nodes delegated, " << method.kept.size() << " kept in TorchScript\n";
-    for (const region_report& region : method.regions) {
-      out << "    region " << region.name << ": " << region.node_count << " nodes (";
-      for (std::size_t i = 0; i < region.kinds.size(); ++i) out << (i ? ", " : "") << region.kinds[i];
-      out << ")" << (region.submodule.empty() ? "" : " in " + region.submodule)
-          << (region.location.empty() ? "" : " at " + region.location) << "\n";
-    }
-    for (const kept_node& node : method.kept) {
-      out << "    kept " << node.kind << ": " << torch_delegate::to_string(node.reason);
-      if (!node.detail.empty()) out << " (" << node.detail << ")";
-      out << (node.submodule.empty() ? "" : " in " + node.submodule) << (node.location.empty() ? "" : " at " + node.location)
-          << "\n";
-    }
-  }
-  return out.str();
-}
-
-TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module) {
-  if (!module.hasattr(delegation_report_attribute)) return {};
-  const c10::IValue value = module.attr(delegation_report_attribute);
-  return value.isString() ? value.toStringRef() : std::string();
-}
-
-namespace detail {
-
-// The report as data, saved with the module: a versioned tuple of typed fields (no Any), so
-// that it pickles, loads in the lite interpreter and reads back field by field.
-//   version 2: (2, backend, module, [(method, [(name, node_count, [kind], location, depth, submodule)],
-//                                            [(kind, reason, detail, location, depth, submodule)])])
-//   version 1 (before the submodules): the same without the submodule fields; still read.
-inline constexpr std::int64_t report_data_version = 2;
-
-inline c10::TypePtr region_data_type(std::int64_t version = report_data_version) {
-  static const c10::TypePtr v1 = c10::TupleType::create(
-      {c10::StringType::get(), c10::IntType::get(), c10::ListType::ofStrings(), c10::StringType::get(), c10::IntType::get()});
-  static const c10::TypePtr v2 =
-      c10::TupleType::create({c10::StringType::get(), c10::IntType::get(), c10::ListType::ofStrings(), c10::StringType::get(),
-                              c10::IntType::get(), c10::StringType::get()});
-  return version == 1 ? v1 : v2;
-}
-inline c10::TypePtr kept_data_type(std::int64_t version = report_data_version) {
-  static const c10::TypePtr v1 = c10::TupleType::create(
-      {c10::StringType::get(), c10::StringType::get(), c10::StringType::get(), c10::StringType::get(), c10::IntType::get()});
-  static const c10::TypePtr v2 =
-      c10::TupleType::create({c10::StringType::get(), c10::StringType::get(), c10::StringType::get(), c10::StringType::get(),
-                              c10::IntType::get(), c10::StringType::get()});
-  return version == 1 ? v1 : v2;
-}
-inline c10::TypePtr method_data_type(std::int64_t version = report_data_version) {
-  return c10::TupleType::create(
-      {c10::StringType::get(), c10::ListType::create(region_data_type(version)), c10::ListType::create(kept_data_type(version))});
-}
-inline c10::TypePtr report_data_type(std::int64_t version = report_data_version) {
-  return c10::TupleType::create(
-      {c10::IntType::get(), c10::StringType::get(), c10::StringType::get(), c10::ListType::create(method_data_type(version))});
-}
-
-inline c10::IValue encode_report(const delegation_report& report) {
-  c10::impl::GenericList methods(method_data_type());
-  for (const method_delegation& method : report.methods) {
-    c10::impl::GenericList regions(region_data_type());
-    for (const region_report& region : method.regions)
-      regions.push_back(c10::ivalue::Tuple::create({region.name, static_cast<std::int64_t>(region.node_count),
-                                                    c10::List<std::string>(region.kinds), region.location,
-                                                    static_cast<std::int64_t>(region.depth), region.submodule}));
-    c10::impl::GenericList kept(kept_data_type());
-    for (const kept_node& node : method.kept)
-      kept.push_back(c10::ivalue::Tuple::create({node.kind, std::string(torch_delegate::to_string(node.reason)), node.detail,
-                                                 node.location, static_cast<std::int64_t>(node.depth), node.submodule}));
-    methods.push_back(c10::ivalue::Tuple::create({method.method, std::move(regions), std::move(kept)}));
-  }
-  return c10::ivalue::Tuple::create({report_data_version, report.backend, report.module, std::move(methods)});
-}
-
-inline std::optional<kept_reason> kept_reason_named(std::string_view name) {
-  for (int reason = 0; reason <= static_cast<int>(kept_reason::result_tuple); ++reason)
-    if (torch_delegate::to_string(static_cast<kept_reason>(reason)) == name) return static_cast<kept_reason>(reason);
-  return std::nullopt;
-}
-
-inline std::optional<delegation_report> decode_report(const c10::IValue& value) {
-  if (!value.isTuple() || value.toTupleRef().elements().empty() || !value.toTupleRef().elements()[0].isInt())
-    return std::nullopt;
-  const std::int64_t version = value.toTupleRef().elements()[0].toInt();
-  if (version < 1 || version > report_data_version || !value.type()->isSubtypeOf(*report_data_type(version)))
-    return std::nullopt;
-  const auto top = value.toTupleRef().elements().vec();
-  delegation_report report{top[1].toStringRef(), top[2].toStringRef(), {}};
-  for (const c10::IValue& method_value : top[3].toListRef()) {
-    const auto method = method_value.toTupleRef().elements().vec();
-    method_delegation entry{method[0].toStringRef(), {}, {}};
-    for (const c10::IValue& region_value : method[1].toListRef()) {
-      const auto region = region_value.toTupleRef().elements().vec();
-      region_report read{region[0].toStringRef(), static_cast<std::size_t>(region[1].toInt()), {}, region[3].toStringRef(),
-                         static_cast<int>(region[4].toInt()), version >= 2 ? region[5].toStringRef() : std::string()};
-      for (const c10::IValue& kind : region[2].toListRef()) read.kinds.push_back(kind.toStringRef());
-      entry.regions.push_back(std::move(read));
-    }
-    for (const c10::IValue& kept_value : method[2].toListRef()) {
-      const auto kept = kept_value.toTupleRef().elements().vec();
-      const std::optional<kept_reason> reason = kept_reason_named(kept[1].toStringRef());
-      if (!reason) return std::nullopt;  // written by a newer build with reasons this one does not know
-      entry.kept.push_back({kept[0].toStringRef(), *reason, kept[2].toStringRef(), kept[3].toStringRef(),
-                            static_cast<int>(kept[4].toInt()), version >= 2 ? kept[5].toStringRef() : std::string()});
-    }
-    report.methods.push_back(std::move(entry));
-  }
-  return report;
-}
-
-}  // namespace detail
-
-TORCH_DELEGATE_DECL std::optional<delegation_report> delegation_report_data_of(const torch::jit::Module& module) {
-  if (!module.hasattr(delegation_report_data_attribute)) return std::nullopt;
-  return detail::decode_report(module.attr(delegation_report_data_attribute));
-}
 
 namespace detail {
 
@@ -234,8 +98,6 @@ std::string comma_separated(const Names& names) {
   return list;
 }
 
-/// The detail of a node kept because it is outside partition_options::lower_submodules.
-inline constexpr std::string_view outside_selection = "outside the submodules to lower";
 
 /// Every path in keep_submodules and lower_submodules names a submodule of `module`.
 inline void check_submodule_paths(const partition_backend& backend, const torch::jit::Module& module,
@@ -313,7 +175,7 @@ struct partitioner {
       if (const std::string* submodule = enclosing_submodule(options.keep_submodules, path))
         return std::make_pair(kept_reason::excluded_by_user, "in submodule " + *submodule);
       if (!options.lower_submodules.empty() && !enclosing_submodule(options.lower_submodules, path))
-        return std::make_pair(kept_reason::excluded_by_user, std::string(outside_selection));
+        return std::make_pair(kept_reason::outside_selection, std::string());
     }
     if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
     if (!backend.supports(node)) {
@@ -557,7 +419,7 @@ inline void check_full(const partition_options& options, const partition_backend
   std::vector<const kept_node*> kept;
   for (const kept_node& node : report.kept)
     if (node.reason != kept_reason::attribute_read && node.reason != kept_reason::result_tuple &&
-        node.detail != outside_selection)
+        node.reason != kept_reason::outside_selection)
       kept.push_back(&node);
   if (kept.empty()) return;
   const kept_node& first = *kept.front();

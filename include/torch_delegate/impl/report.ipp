@@ -1,0 +1,55 @@
+// Definitions for report.hpp: reasons' labels, the report's text, a module's report as text
+// (as data: report_format.ipp, with the format's decoder).
+#pragma once
+
+#include <torch_delegate/report.hpp>
+
+#include <sstream>
+
+namespace torch_delegate {
+
+TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
+  switch (reason) {
+    case kept_reason::unsupported_kind: return "unsupported kind";
+    case kept_reason::excluded_by_user: return "excluded by the user";
+    case kept_reason::outside_selection: return "outside the submodules to lower";
+    case kept_reason::control_flow: return "control flow";
+    case kept_reason::mutation_or_aliasing: return "mutation or aliasing";
+    case kept_reason::boundary_type: return "boundary type";
+    case kept_reason::region_too_small: return "region too small";
+    case kept_reason::refused_by_backend: return "refused by the backend";
+    case kept_reason::attribute_read: return "attribute read";
+    case kept_reason::result_tuple: return "result tuple";
+  }
+  return "?";
+}
+
+TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
+  std::ostringstream out;
+  out << "delegation of " << module << " to backend '" << backend << "'\n";
+  for (const method_delegation& method : methods) {
+    out << "  " << method.method << ": " << method.regions.size() << (method.regions.size() == 1 ? " region, " : " regions, ")
+        << method.delegated_nodes() << " nodes delegated, " << method.kept.size() << " kept in TorchScript\n";
+    for (const region_report& region : method.regions) {
+      out << "    region " << region.name << ": " << region.node_count << " nodes (";
+      for (std::size_t i = 0; i < region.kinds.size(); ++i) out << (i ? ", " : "") << region.kinds[i];
+      out << ")" << (region.submodule.empty() ? "" : " in " + region.submodule)
+          << (region.location.empty() ? "" : " at " + region.location) << "\n";
+    }
+    for (const kept_node& node : method.kept) {
+      out << "    kept " << node.kind << ": " << torch_delegate::to_string(node.reason);
+      if (!node.detail.empty()) out << " (" << node.detail << ")";
+      out << (node.submodule.empty() ? "" : " in " + node.submodule) << (node.location.empty() ? "" : " at " + node.location)
+          << "\n";
+    }
+  }
+  return out.str();
+}
+
+TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module) {
+  if (!module.hasattr(delegation_report_attribute)) return {};
+  const c10::IValue value = module.attr(delegation_report_attribute);
+  return value.isString() ? value.toStringRef() : std::string();
+}
+
+}  // namespace torch_delegate

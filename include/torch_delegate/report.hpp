@@ -1,0 +1,108 @@
+// The delegation report: what partial lowering delegates (regions) and what stays in TorchScript
+// (kept nodes, each with its reason), per method. delegation_plan<B> makes one before lowering;
+// a partially lowered module carries one (as text and as data, report_format.hpp).
+#pragma once
+
+#include <torch_delegate/detail/config.hpp>
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace torch_delegate {
+
+/// Why a node stays in TorchScript.
+enum class kept_reason {
+  unsupported_kind,      // the backend's supports() refuses it
+  excluded_by_user,      // its kind is in partition_options::keep_kinds, or its submodule in keep_submodules
+  outside_selection,     // partition_options::lower_submodules is given and its submodule is not among them
+  control_flow,          // prim::If / prim::Loop: regions never cross control flow (their bodies are partitioned)
+  mutation_or_aliasing,  // it writes to a tensor, or a value it makes is written to elsewhere
+  boundary_type,         // a value it takes or makes cannot cross into the backend's execute
+  region_too_small,      // its region has fewer nodes than the minimum region size
+  refused_by_backend,    // the backend's accepts_region refused the region it was in
+  attribute_read,        // prim::GetAttr (self.weight): read in TorchScript, its value passed to the region
+  result_tuple,          // the prim::TupleConstruct a method returns its results in, when the backend does not take it
+};
+
+/// The readable label of a reason: "unsupported kind", "excluded by the user", ... (the text of
+/// reports; saved reports use stable tokens instead, report_format.hpp).
+TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason);
+
+/// One delegated region of a method.
+struct region_report {
+  std::string name;                // the region's method in the delegate child module, e.g. "forward_region_0"
+  std::size_t node_count = 0;      // nodes, constants not counted
+  std::vector<std::string> kinds;  // distinct node kinds, in order of first appearance
+  std::string location;            // "model.py:12": the model's own line of its first node (see kept_node), or ""
+  int depth = 0;                   // 0: the method's body; 1: inside an if/loop body; ...
+  std::string submodule;           // the submodule all its nodes come from, by attribute path ("features.3.block"); "" for the top
+
+  bool operator==(const region_report&) const = default;
+};
+
+/// One node that stays in TorchScript.
+struct kept_node {
+  std::string kind;
+  kept_reason reason;
+  std::string detail;    // e.g. the type that cannot cross, the region size, the submodule kept
+  std::string location;  // "model.py:12": the innermost line of the model's own source (not PyTorch's torch/nn/...), or ""
+  int depth = 0;
+  std::string submodule;  // the submodule it comes from, by attribute path ("features.3.block.2"); "" for the top
+
+  bool operator==(const kept_node&) const = default;
+};
+
+/// What partial lowering does (or did) with one method.
+struct method_delegation {
+  std::string method;
+  std::vector<region_report> regions;
+  std::vector<kept_node> kept;
+  std::size_t delegated_nodes() const {
+    std::size_t count = 0;
+    for (const region_report& region : regions) count += region.node_count;
+    return count;
+  }
+  bool operator==(const method_delegation&) const = default;
+};
+
+/// What partial lowering does (or did) with a module, per method.
+struct delegation_report {
+  std::string backend;
+  std::string module;
+  std::vector<method_delegation> methods;
+
+  std::size_t region_count() const {
+    std::size_t count = 0;
+    for (const method_delegation& method : methods) count += method.regions.size();
+    return count;
+  }
+  /// A readable report: per method, its regions, then each node kept in TorchScript and why.
+  TORCH_DELEGATE_DECL std::string to_string() const;
+  bool operator==(const delegation_report&) const = default;
+};
+
+/// The attribute of a partially lowered module that holds its delegation report (text).
+inline constexpr const char* delegation_report_attribute = "_torch_delegate_report";
+/// The attribute that holds the same report as data (report_format.hpp; modules partially
+/// lowered since 0.1.0's Python package; older ones carry the text only).
+inline constexpr const char* delegation_report_data_attribute = "_torch_delegate_report_data";
+
+/// The delegation report a partially lowered module carries (as text); empty for any other module.
+TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module);
+
+/// The delegation report a partially lowered module carries, as data (after save and load too);
+/// nullopt for any other module, one partially lowered by a build that saved the text only, or
+/// one whose saved report this build cannot read (a newer format).
+TORCH_DELEGATE_DECL std::optional<delegation_report> delegation_report_data_of(const torch::jit::Module& module);
+
+}  // namespace torch_delegate
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/report.ipp>
+#endif
+#include <torch_delegate/report_format.hpp>  // delegation_report_data_of is the format's decoder

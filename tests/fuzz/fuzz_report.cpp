@@ -1,0 +1,81 @@
+// libFuzzer target: the reader of the saved delegation report (report_format.hpp) on valid
+// reports of every version, mutated by the input (any node replaced by any value, tuples cut or
+// extended, lists whose elements no longer have the list's type), and on arbitrary values.
+// Reading gives a report or nullopt, never an exception or a crash; a report that reads is
+// encoded again (the current version) and must read back the same.
+#include <torch_delegate/report_format.hpp>
+
+#include "fuzz_values.hpp"
+
+namespace {
+using namespace torch_delegate::detail;
+using torch_delegate::kept_reason;
+
+torch_delegate::delegation_report sample() {
+  return {"fuzz",
+          "__torch__.M",
+          {{"forward",
+            {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder"},
+             {"forward_region_1", 1, {"aten::relu"}, "", 1, ""}},
+            {{"aten::conv2d", kept_reason::unsupported_kind, "", "model.py:2", 0, "encoder.conv"},
+             {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, ""},
+             {"prim::GetAttr", kept_reason::attribute_read, "self.w", "", 0, ""}}},
+           {"encode", {}, {{"aten::add_", kept_reason::mutation_or_aliasing, "writes to its input", "m.py:9", 0, ""}}}}};
+}
+
+/// `current` written in an older version: labels instead of tokens, without submodules (1).
+c10::IValue older(const c10::IValue& current, std::int64_t version) {
+  static const std::pair<std::string_view, std::string_view> labels[] = {
+      {"unsupported_kind", "unsupported kind"}, {"outside_selection", "excluded by the user"},
+      {"attribute_read", "attribute read"}, {"mutation_or_aliasing", "mutation or aliasing"}};
+  c10::impl::GenericList methods(method_data_type(version));
+  for (const c10::IValue& method : current.toTupleRef().elements()[3].toListRef()) {
+    const auto& fields = method.toTupleRef().elements();
+    c10::impl::GenericList regions(region_data_type(version)), kept(kept_data_type(version));
+    for (const c10::IValue& region : fields[1].toListRef()) {
+      std::vector<c10::IValue> r = region.toTupleRef().elements().vec();
+      if (version == 1) r.pop_back();
+      regions.push_back(c10::ivalue::Tuple::create(std::move(r)));
+    }
+    for (const c10::IValue& node : fields[2].toListRef()) {
+      std::vector<c10::IValue> k = node.toTupleRef().elements().vec();
+      for (const auto& [token, label] : labels)
+        if (k[1].toStringRef() == token) {
+          if (token == "outside_selection") k[2] = std::string("outside the submodules to lower");
+          k[1] = std::string(label);
+        }
+      if (version == 1) k.pop_back();
+      kept.push_back(c10::ivalue::Tuple::create(std::move(k)));
+    }
+    methods.push_back(c10::ivalue::Tuple::create({fields[0], regions, kept}));
+  }
+  const auto& top = current.toTupleRef().elements();
+  return c10::ivalue::Tuple::create({version, top[1], top[2], methods});
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const torch_delegate::delegation_report report = sample();
+  static const c10::IValue saved[] = {encode_report(report), older(encode_report(report), 2), older(encode_report(report), 1)};
+  static const bool checked = [] {  // the unmutated reports of every version read back as written
+    torch_delegate::delegation_report without_submodules = report;  // version 1 has none
+    for (auto& method : without_submodules.methods) {
+      for (auto& region : method.regions) region.submodule.clear();
+      for (auto& node : method.kept) node.submodule.clear();
+    }
+    if (decode_report(saved[0]) != report || decode_report(saved[1]) != report ||
+        decode_report(saved[2]) != without_submodules)
+      __builtin_trap();
+    return true;
+  }();
+  (void)checked;
+  FuzzedDataProvider in(data, size);
+  const std::size_t which = in.ConsumeIntegralInRange<std::size_t>(0, 3);
+  const c10::IValue value = which < 3 ? fuzz_values::mutate(saved[which], in, 0) : fuzz_values::any_value(in, 0);
+  const std::optional<torch_delegate::delegation_report> read = decode_report(value);  // noexcept: a throw aborts
+  if (read) {
+    (void)read->to_string();
+    if (decode_report(encode_report(*read)) != read) __builtin_trap();
+  }
+  return 0;
+}
