@@ -82,7 +82,7 @@ struct availability {
 struct ConvLikeBackend : test_backends::GenericBackend {
   static constexpr std::string_view name = "td_partition_conv_like";
   static bool supports(const torch::jit::Node* node) {
-    static const std::set<std::string> kinds{"aten::conv2d", "aten::relu", "aten::relu_", "aten::clamp", "aten::add",
+    static const std::set<std::string> kinds{"aten::conv2d", "aten::relu", "aten::relu_", "aten::clamp", "aten::add", "aten::mean", "aten::sigmoid", "aten::gt_", "aten::gt", "aten::add_",
                                              "aten::mul", "aten::view", "prim::ListConstruct", "prim::Constant"};
     return kinds.count(node->kind().toQualString()) > 0;
   }
@@ -404,6 +404,99 @@ def forward(self, x):
   }
 }
 
+TEST_CASE("partial lowering: an in-place op whose out-of-place form computes something else stays, with its reason") {
+  SUBCASE("a comparison in place keeps the tensor's dtype; out of place it makes a bool tensor") {
+    auto module = script(R"(
+def forward(self, x):
+    m = torch.sigmoid(x)
+    m.gt_(0.5)
+    return m + 1.0
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    bool kept = false;
+    for (const auto& node : plan.methods[0].kept)
+      kept |= node.kind == "aten::gt_" && node.reason == torch_delegate::kept_reason::mutation_or_aliasing;
+    CHECK(kept);
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+    const at::Tensor x = torch::randn({3, 4});
+    const at::Tensor got = lowered.forward({x}).toTensor(), expected = module.forward({x}).toTensor();
+    CHECK(static_cast<int>(got.scalar_type()) == static_cast<int>(expected.scalar_type()));
+    CHECK(got.equal(expected));
+  }
+  SUBCASE("an add in place cannot broadcast its target; out of place it can") {
+    auto module = script(R"(
+def forward(self, x, w):
+    y = x * 1.0
+    y.add_(w)
+    return y
+)");
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+    const at::Tensor x = torch::randn({2, 1}), w = torch::randn({2, 3});
+    CHECK_THROWS(module.forward({x, w}));
+    CHECK_THROWS(lowered.forward({x, w}));
+    const at::Tensor same = torch::randn({2, 3});
+    CHECK(lowered.forward({x.expand({2, 3}).contiguous(), same}).toTensor().allclose(
+        module.forward({x.expand({2, 3}).contiguous(), same}).toTensor()));
+  }
+}
+
+TEST_CASE("partial lowering: a residual add in place of two tensors of one dtype becomes out-of-place (ResNet's out += identity)") {
+  torch::jit::Module module("m");
+  module.register_parameter("weight", torch::randn({3, 3, 3, 3}), false);
+  module.define(R"(
+def forward(self, x):
+    out = torch.conv2d(x, self.weight, None, [1, 1], [1, 1], [1, 1], 1)
+    out.relu_()
+    out += x
+    return torch.relu(out)
+)");
+  const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::conv2d", "aten::relu", "aten::add"});
+  for (const auto& kept : plan.methods[0].kept) CHECK(kept.reason == torch_delegate::kept_reason::attribute_read);
+  torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+  const at::Tensor x = torch::randn({1, 3, 6, 6});
+  CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+}
+
+TEST_CASE("partial lowering: with fallback, a folded constant list is defined before the region that reads it") {
+  auto module = script(R"(
+def forward(self, x):
+    y = torch.relu(x)
+    return y.mean([0, 1], True)
+)");
+  torch_delegate::partition_options options;
+  options.fallback_when_unavailable = true;
+  torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module, options);
+  lowered.get_method("forward").graph()->lint();
+  const at::Tensor x = torch::randn({3, 4});
+  CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+  const std::string path = temp_path("fallback_folded.pt");
+  lowered.save(path);
+  CHECK(torch::jit::load(path).forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("partial lowering: a method's own if on what a submodule returned is the method's, not the submodule's") {
+  torch::jit::Module gate("Gate");
+  gate.define("def forward(self, x):\n    return bool(x.sum() > 0)\n");
+  torch::jit::Module parent("GatedParent");
+  parent.register_module("gate", gate);
+  parent.define(R"(
+def forward(self, x, y):
+    if self.gate.forward(x):
+        x.add_(y * 2.0 + 1.0)
+    return x
+)");
+  const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(parent);
+  for (const auto& node : plan.methods[0].kept)
+    if (node.kind == "prim::If" || node.kind == "aten::add_") CHECK(node.submodule.empty());
+  REQUIRE(plan.methods[0].regions.size() == 2);
+  CHECK(plan.methods[0].regions[0].submodule == "gate");  // the gate's comparison
+  CHECK(plan.methods[0].regions[1].submodule.empty());    // the mul and add in the method's own if
+  CHECK(plan.methods[0].regions[1].depth == 1);
+}
+
 TEST_CASE("partial lowering: an in-place op on a fresh tensor becomes out-of-place (it no longer keeps its producer)") {
   // As ReLU6(inplace=True) after a conv in MobileNetV2 (hardtanh_ on the conv's output; its test
   // on torchvision's model is tests/python/test_torchvision.py).
@@ -413,8 +506,7 @@ TEST_CASE("partial lowering: an in-place op on a fresh tensor becomes out-of-pla
 def forward(self, x):
     y = torch.conv2d(x, self.weight, None, [1, 1], [1, 1], [1, 1], 1)
     y.clamp_(0.0, 6.0)
-    y.add_(1.0)
-    return y
+    return y + 1.0
 )");
   const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
   REQUIRE(plan.methods[0].regions.size() == 1);

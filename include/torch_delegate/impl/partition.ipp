@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -65,16 +66,58 @@ inline void fold_constant_lists(torch::jit::Block* block) {
   }
 }
 
+/// The value whose dtype `value` has for certain: `value` itself, or, through operators whose
+/// result has their first input's dtype (a conv, a batch norm, an activation, a pooling, a view),
+/// that input's root. Two tensors with one root have one dtype, whatever it is.
+inline const torch::jit::Value* dtype_root(const torch::jit::Value* value) {
+  static const std::set<std::string> same_dtype_as_input{
+      "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::batch_norm", "aten::layer_norm", "aten::group_norm",
+      "aten::relu", "aten::relu_", "aten::relu6", "aten::hardtanh", "aten::hardtanh_", "aten::hardswish", "aten::hardswish_",
+      "aten::hardsigmoid", "aten::sigmoid", "aten::silu", "aten::gelu", "aten::tanh", "aten::clamp", "aten::clamp_",
+      "aten::max_pool2d", "aten::avg_pool2d", "aten::adaptive_avg_pool2d", "aten::dropout", "aten::contiguous",
+      "aten::view", "aten::reshape", "aten::flatten", "aten::permute", "aten::transpose", "aten::add_", "aten::mul_"};
+  for (int step = 0; step < 4096; ++step) {
+    const torch::jit::Node* maker = value->node();
+    if (maker->inputs().empty() || !same_dtype_as_input.count(maker->kind().toQualString())) return value;
+    value = maker->input(0);
+  }
+  return value;
+}
+
+/// Whether the in-place `node`'s out-of-place form computes the same values: an activation
+/// (`relu_`, `hardtanh_`, ...: one tensor in, the same dtype and shape out), or an add, sub, mul or
+/// div of two tensors that have one dtype (dtype_root; ResNet's `out += identity`). Not a
+/// comparison (`m.gt_(0.5)` keeps a float tensor where `m.gt(0.5)` makes a bool one), nor a
+/// tensor and a number, nor tensors of unknown dtypes (`a.add_(b)` keeps a's dtype where `a + b`
+/// promotes). One difference stays: where `a.add_(b)` fails because `b` would broadcast `a`,
+/// `a + b` broadcasts; for every input on which the original gives a result, the result is the same.
+inline bool out_of_place_is_equivalent(torch::jit::Node* node) {
+  static const std::set<std::string> activations{
+      "aten::relu_", "aten::relu6_", "aten::hardtanh_", "aten::hardswish_", "aten::hardsigmoid_", "aten::sigmoid_",
+      "aten::tanh_", "aten::silu_", "aten::elu_", "aten::leaky_relu_", "aten::gelu_", "aten::mish_", "aten::clamp_"};
+  const std::string kind = node->kind().toQualString();
+  if (activations.count(kind)) return true;
+  static const std::set<std::string> binary{"aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
+  if (!binary.count(kind) || node->inputs().size() < 2) return false;
+  const torch::jit::Value* a = node->input(0);
+  const torch::jit::Value* b = node->input(1);
+  if (!a->type()->isSubtypeOf(*c10::TensorType::get()) || !b->type()->isSubtypeOf(*c10::TensorType::get())) return false;
+  const auto a_type = a->type()->expect<c10::TensorType>(), b_type = b->type()->expect<c10::TensorType>();
+  if (a_type->scalarType() && b_type->scalarType()) return *a_type->scalarType() == *b_type->scalarType();
+  return dtype_root(a) == dtype_root(b);
+}
+
 /// The method's graph as partitioning sees it: calls inlined, non-tensor constants and constant
 /// lists folded, dead code removed (F.relu's `if inplace:` branch disappears, so it does not
-/// block a region), and in-place operators whose mutation nothing can observe replaced by their
-/// out-of-place forms (LibTorch's RemoveTensorMutation, with alias analysis: `relu_` on a conv's
-/// fresh output becomes `relu`; a write to an input or to a tensor with a view stays).
+/// block a region), and in-place operators made out-of-place where nothing can observe the write
+/// (LibTorch's RemoveTensorMutation, with alias analysis: `hardtanh_` on a conv's fresh output
+/// becomes `hardtanh`; a write to an input or to a tensor with a view stays) and where the two
+/// forms compute the same (out_of_place_is_equivalent).
 inline std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method) {
   std::shared_ptr<torch::jit::Graph> graph = inlined_graph(module, method);
   torch::jit::ConstantPropagationImmutableTypes(graph);
   fold_constant_lists(graph->block());
-  torch::jit::RemoveTensorMutation(graph);
+  torch::jit::RemoveTensorMutation(graph, std::function<bool(torch::jit::Node*)>(out_of_place_is_equivalent));
   torch::jit::EliminateDeadCode(graph);
   return graph;
 }
@@ -128,14 +171,14 @@ inline bool crosses_as(const c10::TypePtr& type, bool generic) {
 }
 
 /// Whether a region that reads `value` gets its own copy of it: a constant that is not a tensor
-/// (a number, a list of ints, None), or a tensor of one element (how tracing records a number).
-/// A larger tensor constant (a frozen model's weight) is passed in, as an attribute read is: the
-/// region's graph is the same whether the model was frozen or not.
+/// (a number, a list of ints, None), or a zero-dimensional tensor (how tracing records a number).
+/// Any other tensor constant (a frozen model's weight, a PReLU's one-element weight) is passed
+/// in, as an attribute read is: the region's graph is the same whether the model was frozen or not.
 inline bool cloned_into_region(const torch::jit::Value* value) {
   if (value->node()->kind() != c10::prim::Constant) return false;
   if (!value->type()->isSubtypeOf(*c10::TensorType::get())) return true;
   const c10::optional<c10::IValue> constant = torch::jit::toIValue(value);
-  return constant && constant->isTensor() && constant->toTensor().numel() == 1;
+  return constant && constant->isTensor() && constant->toTensor().dim() == 0;
 }
 
 inline bool has_generic_execute(std::span<const signature_record> signatures) {
@@ -529,12 +572,13 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
       for (std::size_t i = 0; i < regions.size(); ++i) {
         const region& formed = regions[i];
         for (torch::jit::Node* read : formed.hoisted) read->moveBefore(formed.nodes.front());
-        // A tensor constant it takes may sit after its first node (constants are placed freely).
-        // (An input that an earlier region made was replaced, its node destroyed: not looked at.)
-        for (torch::jit::Value* input : formed.inputs)
-          if (!replaced.count(input) && input->node()->kind() == c10::prim::Constant &&
-              formed.nodes.front()->isBefore(input->node()))
-            input->node()->moveBefore(formed.nodes.front());
+        // A constant it reads may sit after its first node (constants are placed freely, and a
+        // folded list sits where its ListConstruct was): moved before it, so that the call's
+        // arguments and, with fallback, the region's own nodes in the else branch see it defined.
+        for (torch::jit::Node* node : formed.nodes)
+          for (torch::jit::Value* input : node->inputs())
+            if (input->node()->kind() == c10::prim::Constant && formed.nodes.front()->isBefore(input->node()))
+              input->node()->moveBefore(formed.nodes.front());
         // With fallback: if available: <call the region> else: <the region's own nodes>.
         torch::jit::Node* choice = nullptr;
         if (available) {

@@ -87,17 +87,60 @@ inline std::vector<call_frame> frames_of(const c10::optional<torch::jit::Inlined
 /// a node with blocks it does not extend the call stacks of the nodes inside them: an inlined
 /// `if` without results (BatchNorm's `if self.training:`) has none, and the nodes of its blocks
 /// keep only the frames of earlier inlinings (`_verify_batch_size` inlined into `batch_norm`).
-/// So: a node without a call stack and without results stands with the node that makes its
-/// first input that has one; a node inside a block gets the frames of the node that holds the
-/// block in front of its own, unless its own already begin with them.
+/// So: a node without a call stack and without results stands with a node near it that has one
+/// and comes from the same source text (BatchNorm's `if self.training:` with the nodes of
+/// BatchNorm's forward around it; never a method's own `if` with the submodule call that made its
+/// condition); a node inside a block gets the frames of the node that holds the block in front
+/// of its own, unless its own already begin with them.
+/// Whether two ranges are in the same source text: the same function's (or class's) code. Compared
+/// by value: inlining and copying may give one text two Source objects.
+inline bool same_source(const torch::jit::SourceRange& a, const torch::jit::SourceRange& b) {
+  const std::shared_ptr<torch::jit::Source> x = a.source(), y = b.source();
+  if (!x || !y) return false;
+  if (x == y) return true;
+  return x->filename() == y->filename() && x->starting_line_no() == y->starting_line_no() &&
+         x->size() == y->size() && x->text_str().str() == y->text_str().str();
+}
+
+/// A node near `node` (its inputs' makers, then its neighbours in its block, nearest first, the
+/// next before the previous) that
+/// has a call stack and comes from the same source text, or nullptr.
+inline const torch::jit::Node* same_call_neighbour(const torch::jit::Node* node) {
+  auto fits = [&](const torch::jit::Node* other) {
+    return other->callstack() && same_source(other->sourceRange(), node->sourceRange());
+  };
+  // An attribute read has no source range: one that makes an input and has a call stack is
+  // taken as it is (`if self.training:` reads `self.training` in the same function).
+  for (const torch::jit::Value* input : node->inputs()) {
+    const torch::jit::Node* maker = input->node();
+    if (fits(maker) || (maker->kind() == c10::prim::GetAttr && maker->callstack() && !maker->sourceRange().source()))
+      return maker;
+  }
+  const torch::jit::Node* before = node->prev();
+  const torch::jit::Node* after = node->next();
+  for (int step = 0; step < 64; ++step) {  // inlined bodies are short; a miss costs only the location
+    // After first: a value-less `if` usually opens its function's body (BatchNorm's does), and
+    // the node just before it may be the previous call of the same function.
+    if (after && after->kind() != c10::prim::Return) {
+      if (fits(after)) return after;
+      after = after->next();
+    } else {
+      after = nullptr;
+    }
+    if (before && before->kind() != c10::prim::Param) {
+      if (fits(before)) return before;
+      before = before->prev();
+    } else {
+      before = nullptr;
+    }
+  }
+  return nullptr;
+}
+
 TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
   std::vector<call_frame> frames = frames_of(node->callstack());
-  if (frames.empty() && node->outputs().empty())
-    for (const torch::jit::Value* input : node->inputs())
-      if (auto producer = input->node()->callstack()) {
-        frames = frames_of(producer);
-        break;
-      }
+  if (frames.empty() && node->outputs().empty() && node->sourceRange().source())
+    if (const torch::jit::Node* neighbour = same_call_neighbour(node)) frames = frames_of(neighbour->callstack());
   const torch::jit::Node* holder = node->owningBlock() ? node->owningBlock()->owningNode() : nullptr;
   if (!holder) return frames;
   std::vector<call_frame> outer = call_frames(holder);
