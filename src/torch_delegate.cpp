@@ -6,6 +6,7 @@
 #include <torch_delegate/partition.hpp>
 
 #include <torch_delegate/impl/backend_lowering.ipp>
+#include <torch_delegate/impl/canonical_graph.ipp>
 #include <torch_delegate/impl/codegen.ipp>
 #include <torch_delegate/impl/coverage.ipp>
 #include <torch_delegate/impl/debug.ipp>
@@ -18,6 +19,7 @@
 #include <torch_delegate/impl/payload_format.ipp>
 #include <torch_delegate/impl/preprocess.ipp>
 #include <torch_delegate/impl/profiling.ipp>
+#include <torch_delegate/impl/regions.ipp>
 #include <torch_delegate/impl/registration.ipp>
 #include <torch_delegate/impl/report.ipp>
 #include <torch_delegate/impl/report_format.ipp>

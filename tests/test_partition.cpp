@@ -7,6 +7,7 @@
 #include <backend_with_compiler_demo/demo_backend.hpp>
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/report_format.hpp>
+#include <torch_delegate/detail/regions.hpp>
 
 #include <atomic>
 #include <cstdio>
@@ -1141,5 +1142,79 @@ TEST_CASE("report format: versions 1 to 3 read back; anything else is nullopt, n
     CHECK(!decode_report(c10::ivalue::Tuple::create({std::int64_t{99}, std::string("b"), std::string("M"), c10::IValue()})));
     CHECK(!decode_report(c10::ivalue::Tuple::create({std::string("3")})));
     CHECK(!decode_report(old_format(2, "boundary type", "", -1)));  // a negative node count
+  }
+}
+
+TEST_CASE("region pass: a graph alone, without a module, cloning or rewriting") {
+  // The pass reads a graph (here parsed from IR) and a backend's partition record; it changes
+  // nothing and needs no module.
+  const torch_delegate::detail::partition_backend& backend = torch_delegate::detail::lowering_of<ConvLikeBackend>::value.partition;
+  auto regions_of = [&](const std::string& ir, torch_delegate::method_delegation& report) {
+    auto graph = std::make_shared<torch::jit::Graph>();
+    torch::jit::parseIR(ir, graph.get());
+    const std::string before = graph->toString();
+    auto regions = torch_delegate::detail::form_regions(backend, {}, graph, "forward", report);
+    CHECK(graph->toString() == before);  // pure: the graph is as it was
+    std::vector<std::vector<std::string>> kinds;
+    for (const auto& region : regions) {
+      kinds.emplace_back();
+      for (const torch::jit::Node* node : region.nodes) kinds.back().push_back(node->kind().toQualString());
+    }
+    return std::make_pair(kinds, regions.size() ? regions[0].inputs.size() : 0);
+  };
+  SUBCASE("a run passes an unsupported node it does not depend on") {
+    torch_delegate::method_delegation report{"forward", {}, {}};
+    const auto [kinds, inputs] = regions_of(R"IR(
+graph(%self : Tensor, %x : Tensor, %h : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %a : Tensor = aten::add(%x, %h, %one)
+  %r : Tensor = aten::tanh(%x)
+  %c : Tensor = aten::mul(%a, %h)
+  %d : Tensor = aten::add(%r, %c, %one)
+  return (%d)
+)IR", report);
+    CHECK(kinds == std::vector<std::vector<std::string>>{{"aten::add", "aten::mul"}, {"aten::add"}});
+    CHECK(inputs == 2);  // x, h: the constant is copied into the region
+    REQUIRE(report.kept.size() == 1);
+    CHECK(report.kept[0].kind == "aten::tanh");
+    CHECK(report.kept[0].reason == torch_delegate::kept_reason::unsupported_kind);
+  }
+  SUBCASE("a list read outside the run cuts it at its maker") {
+    torch_delegate::method_delegation report{"forward", {}, {}};
+    const auto [kinds, inputs] = regions_of(R"IR(
+graph(%self : Tensor, %x : Tensor, %n : int):
+  %m1 : int = prim::Constant[value=-1]()
+  %a : Tensor = aten::relu(%x)
+  %shape : int[] = prim::ListConstruct(%n, %m1)
+  %b : Tensor = aten::view(%a, %shape)
+  %c : Tensor = aten::reshape(%x, %shape)
+  %d : Tensor = aten::mul(%b, %c)
+  return (%d)
+)IR", report);
+    CHECK(kinds == std::vector<std::vector<std::string>>{{"aten::relu"}, {"aten::mul"}});
+    std::vector<std::string> boundary;
+    for (const auto& kept : report.kept)
+      if (kept.reason == torch_delegate::kept_reason::boundary_type) boundary.push_back(kept.kind + ": " + kept.detail);
+    CHECK(boundary == std::vector<std::string>{"prim::ListConstruct: List[int] output", "aten::view: List[int] input"});
+  }
+  SUBCASE("regions never cross a block; the bodies are partitioned on their own") {
+    torch_delegate::method_delegation report{"forward", {}, {}};
+    const auto [kinds, inputs] = regions_of(R"IR(
+graph(%self : Tensor, %x : Tensor, %flag : bool):
+  %one : int = prim::Constant[value=1]()
+  %a : Tensor = aten::relu(%x)
+  %y : Tensor = prim::If(%flag)
+    block0():
+      %b : Tensor = aten::add(%a, %x, %one)
+      %c : Tensor = aten::mul(%b, %b)
+      -> (%c)
+    block1():
+      -> (%a)
+  %d : Tensor = aten::relu(%y)
+  return (%d)
+)IR", report);
+    CHECK(kinds == std::vector<std::vector<std::string>>{{"aten::relu"}, {"aten::add", "aten::mul"}, {"aten::relu"}});
+    REQUIRE(report.kept.size() == 1);
+    CHECK(report.kept[0].reason == torch_delegate::kept_reason::control_flow);
   }
 }

@@ -6,7 +6,7 @@
 
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/lowered_module.hpp>
-#include <torch_delegate/registration.hpp>
+#include <torch_delegate/runtime_registration.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 

@@ -9,4 +9,4 @@
 #include <torch_delegate/load.hpp>
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/options.hpp>
-#include <torch_delegate/registration.hpp>
+#include <torch_delegate/runtime_registration.hpp>

@@ -12,6 +12,5 @@
 #include <torch_delegate/named_data.hpp>
 #include <torch_delegate/options.hpp>
 #include <torch_delegate/preprocess.hpp>
-#include <torch_delegate/profiling.hpp>
 #include <torch_delegate/registration.hpp>
 #include <torch_delegate/runtime.hpp>

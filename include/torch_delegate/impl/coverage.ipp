@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch_delegate/coverage.hpp>
+#include <torch_delegate/detail/canonical_graph.hpp>
 
 namespace torch_delegate::detail {
 
@@ -20,7 +21,7 @@ TORCH_DELEGATE_DECL coverage_report coverage_of(std::string_view backend, const 
   coverage_report report{std::string(backend), module.type()->name()->qualifiedName(), {}};
   for (const std::string& name : methods) {
     schema_of(module, name, {backend, name});
-    auto graph = inlined_graph(module, name);
+    auto graph = canonical_graph(module, name);  // the graph partial lowering partitions
     method_coverage method{name, {}, 0, 0};
     cover_block(graph->block(), 0, supports, method);
     report.methods.push_back(std::move(method));

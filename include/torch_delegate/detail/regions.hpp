@@ -1,0 +1,47 @@
+// The region pass of partial lowering: Graph -> regions (and the report of every node that stays
+// in TorchScript, with its reason). A pure pass: it reads a canonical graph (canonical_graph.hpp)
+// and changes nothing; extraction and the rewrite are partition.ipp's. Tested on graphs alone
+// (tests/test_partition.cpp, "region pass").
+#pragma once
+
+#include <torch_delegate/detail/backend_lowering.hpp>
+#include <torch_delegate/detail/config.hpp>
+#include <torch_delegate/report.hpp>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_delegate {
+struct partition_options;
+}
+
+namespace torch_delegate::detail {
+
+/// One region: a run of nodes of one block (constants aside) in program order. The nodes between
+/// them that stay in TorchScript have no effects and none of the run's later nodes uses what they
+/// make, so the region, called where its first node was, is acyclic with respect to the nodes
+/// left outside: any path between two of its nodes stays inside it.
+struct region {
+  std::vector<torch::jit::Node*> nodes;
+  std::vector<torch::jit::Node*> hoisted;   // attribute reads among the nodes: moved before the region's call
+  std::vector<torch::jit::Value*> inputs;   // made outside, constants excepted, in order of first use
+  std::vector<torch::jit::Value*> outputs;  // made inside, used outside
+  int depth = 0;
+};
+
+/// The regions of `graph` (a method's canonical graph) that `backend` takes under `options`, in
+/// program order; every node that stays in TorchScript is added to `report` with its reason.
+/// Regions whose inputs and outputs no execute signature of the backend takes, or that its
+/// accepts_region refuses, are dissolved into kept nodes.
+TORCH_DELEGATE_DECL std::vector<region> form_regions(const partition_backend& backend, const partition_options& options,
+                                                     const std::shared_ptr<torch::jit::Graph>& graph,
+                                                     const std::string& method, method_delegation& report);
+
+}  // namespace torch_delegate::detail
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/regions.ipp>
+#endif

@@ -1,0 +1,295 @@
+// Definitions for detail/regions.hpp: a canonical graph's regions for a backend, and why every
+// other node stays in TorchScript. Reads the graph; changes nothing.
+#pragma once
+
+#include <torch_delegate/detail/regions.hpp>
+#include <torch_delegate/partition.hpp>
+
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <unordered_set>
+
+namespace torch_delegate::detail {
+
+/// "encoder.block1": the submodule a node was inlined from, by attribute path ("" for the
+/// method's own nodes; calls of the module's own methods add nothing).
+inline std::string submodule_path(const torch::jit::Node* node) { return locate_in_model(node).submodule; }
+
+/// The first of `submodules` that is `path` or contains it, or nullptr.
+inline const std::string* enclosing_submodule(const std::set<std::string>& submodules, const std::string& path) {
+  for (const std::string& submodule : submodules)
+    if (path == submodule || path.rfind(submodule + ".", 0) == 0) return &submodule;
+  return nullptr;
+}
+
+/// Whether a value of `type` can pass between TorchScript and a region: a tensor; with a generic
+/// execute also a number or bool; and an Optional of those (a stock Conv2d's `self.bias` is an
+/// Optional[Tensor]): the region's method takes it as such, a typed execute with a
+/// std::optional<at::Tensor> parameter or a generic execute sees a tensor or None. Whether an
+/// execute signature takes the region's types is decided when the region is formed.
+inline bool crosses_as(const c10::TypePtr& type, bool generic) {
+  if (const auto optional = type->cast<c10::OptionalType>()) return crosses_as(optional->getElementType(), generic);
+  if (type->isSubtypeOf(*c10::TensorType::get())) return true;
+  if (!generic) return false;
+  const c10::TypeKind kind = type->kind();
+  return kind == c10::TypeKind::IntType || kind == c10::TypeKind::FloatType || kind == c10::TypeKind::BoolType;
+}
+
+/// Whether a region that reads `value` gets its own copy of it: a constant that is not a tensor
+/// (a number, a list of ints, None), or a zero-dimensional tensor (how tracing records a number).
+/// Any other tensor constant (a frozen model's weight, a PReLU's one-element weight) is passed
+/// in, as an attribute read is: the region's graph is the same whether the model was frozen or not.
+inline bool cloned_into_region(const torch::jit::Value* value) {
+  if (value->node()->kind() != c10::prim::Constant) return false;
+  if (!value->type()->isSubtypeOf(*c10::TensorType::get())) return true;
+  const c10::optional<c10::IValue> constant = torch::jit::toIValue(value);
+  return constant && constant->isTensor() && constant->toTensor().dim() == 0;
+}
+
+inline bool has_generic_execute(std::span<const signature_record> signatures) {
+  return std::any_of(signatures.begin(), signatures.end(), [](const signature_record& s) { return s.generic; });
+}
+
+struct partitioner {
+  const partition_backend& backend;
+  const partition_options& options;
+  torch::jit::AliasDb alias;
+  bool generic;
+  std::size_t min_size;
+  method_delegation& report;
+  std::vector<region> regions;
+
+  partitioner(const partition_backend& b, const partition_options& o, std::shared_ptr<torch::jit::Graph> graph,
+              method_delegation& r)
+      : backend(b),
+        options(o),
+        alias(std::move(graph)),
+        generic(has_generic_execute(b.signatures)),
+        min_size(o.min_region_size ? o.min_region_size : std::max<std::size_t>(b.min_region_size, 1)),
+        report(r) {}
+
+  void keep(const torch::jit::Node* node, kept_reason reason, std::string detail, int depth) {
+    model_location where = locate_in_model(node);
+    report.kept.push_back({node->kind().toQualString(), reason, std::move(detail), std::move(where.line), depth,
+                           std::move(where.submodule)});
+  }
+
+  /// Why `node` cannot join a region, or nothing.
+  std::optional<std::pair<kept_reason, std::string>> refusal(torch::jit::Node* node) {
+    const std::string kind = node->kind().toQualString();
+    // The user's choice of submodules first: outside the selection, nothing else matters.
+    if (!options.keep_submodules.empty() || !options.lower_submodules.empty()) {
+      const std::string path = submodule_path(node);
+      if (const std::string* submodule = enclosing_submodule(options.keep_submodules, path))
+        return std::make_pair(kept_reason::excluded_by_user, "in submodule " + *submodule);
+      if (!options.lower_submodules.empty() && !enclosing_submodule(options.lower_submodules, path))
+        return std::make_pair(kept_reason::outside_selection, std::string());
+    }
+    if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
+    if (!backend.supports(node)) {
+      // The tuple a method returns its results in packs them; it is no computation.
+      const bool packs_results = node->kind() == c10::prim::TupleConstruct && node->output()->uses().size() == 1 &&
+                                 node->output()->uses()[0].user == node->owningBlock()->return_node();
+      return std::make_pair(packs_results ? kept_reason::result_tuple : kept_reason::unsupported_kind, std::string());
+    }
+    if (options.keep_kinds.count(kind)) return std::make_pair(kept_reason::excluded_by_user, std::string());
+    if (alias.isMutable(node)) return std::make_pair(kept_reason::mutation_or_aliasing, std::string("writes to its input"));
+    for (const torch::jit::Value* output : node->outputs())
+      if (alias.hasWriters(output))
+        return std::make_pair(kept_reason::mutation_or_aliasing, "%" + output->debugName() + " is written to later");
+    // The types of the values it takes and makes are checked when its run closes: only those
+    // that cross the region's boundary must pass (a List[int] made and read inside stays inside).
+    return std::nullopt;
+  }
+
+  /// The first node of `nodes` (a run) that takes from outside the run, or gives to a node
+  /// outside it, a value that cannot cross a region's boundary, with the reason.
+  std::optional<std::pair<std::size_t, std::string>> boundary_refusal(const std::vector<torch::jit::Node*>& nodes) const {
+    const std::unordered_set<const torch::jit::Node*> inside(nodes.begin(), nodes.end());
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      for (const torch::jit::Value* input : nodes[i]->inputs())
+        if (!inside.count(input->node()) && !cloned_into_region(input) && !crosses_as(input->type(), generic))
+          return std::make_pair(i, input->type()->annotation_str() + " input");
+      for (const torch::jit::Value* output : nodes[i]->outputs()) {
+        const bool leaves = std::any_of(output->uses().begin(), output->uses().end(),
+                                        [&](const torch::jit::Use& use) { return !inside.count(use.user); });
+        if (leaves && !crosses_as(output->type(), generic))
+          return std::make_pair(i, output->type()->annotation_str() + " output");
+      }
+    }
+    return std::nullopt;
+  }
+
+  void close(std::vector<torch::jit::Node*>& run, std::vector<torch::jit::Node*>& reads, int depth) {
+    form(std::move(run), std::move(reads), depth);
+    run.clear();
+    reads.clear();
+  }
+
+  /// Makes a region of a closed run. A node whose value that crosses the boundary cannot cross
+  /// stays in TorchScript, where it is, and cuts the run in two: the nodes before it and the
+  /// nodes after it (each formed the same way). The attribute reads go with the part they
+  /// precede.
+  void form(std::vector<torch::jit::Node*> run, std::vector<torch::jit::Node*> reads, int depth) {
+    if (run.empty()) return;
+    if (auto refused = boundary_refusal(run)) {
+      torch::jit::Node* cut = run[refused->first];
+      keep(cut, kept_reason::boundary_type, std::move(refused->second), depth);
+      std::vector<torch::jit::Node*> before(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(refused->first));
+      std::vector<torch::jit::Node*> after(run.begin() + static_cast<std::ptrdiff_t>(refused->first) + 1, run.end());
+      std::vector<torch::jit::Node*> reads_before, reads_after;
+      for (torch::jit::Node* read : reads) (read->isBefore(cut) ? reads_before : reads_after).push_back(read);
+      form(std::move(before), std::move(reads_before), depth);
+      form(std::move(after), std::move(reads_after), depth);
+      return;
+    }
+    if (run.size() < min_size) {
+      for (const torch::jit::Node* node : run)
+        keep(node, kept_reason::region_too_small,
+             std::to_string(run.size()) + (run.size() == 1 ? " node" : " nodes") + " < " + std::to_string(min_size), depth);
+    } else {
+      region formed{run, reads, {}, {}, depth};
+      const std::unordered_set<const torch::jit::Node*> inside(run.begin(), run.end());
+      std::unordered_set<const torch::jit::Value*> seen;
+      for (torch::jit::Node* node : run) {
+        for (torch::jit::Value* input : node->inputs())
+          if (!inside.count(input->node()) && !cloned_into_region(input) && seen.insert(input).second)
+            formed.inputs.push_back(input);
+        for (torch::jit::Value* output : node->outputs())
+          if (std::any_of(output->uses().begin(), output->uses().end(),
+                          [&](const torch::jit::Use& use) { return !inside.count(use.user); }))
+            formed.outputs.push_back(output);
+      }
+      regions.push_back(std::move(formed));
+    }
+  }
+
+  /// Whether a run may continue past `node`, which stays in TorchScript: later nodes that do not
+  /// use its values then join the run and are called before it. Only a node without effects may
+  /// be passed (no side effects, no writes, nothing written to later, no nested blocks), so the
+  /// order of every effect is kept; a node that reads what it produces is passed too.
+  bool can_pass(torch::jit::Node* node) {
+    if (!node->blocks().empty() || node->hasSideEffects() || alias.isMutable(node)) return false;
+    return std::none_of(node->outputs().begin(), node->outputs().end(),
+                        [&](const torch::jit::Value* output) { return alias.hasWriters(output); });
+  }
+
+  void partition(torch::jit::Block* block, int depth) {
+    std::vector<torch::jit::Node*> run;
+    std::vector<torch::jit::Node*> reads;              // attribute reads since the run began
+    std::unordered_set<const torch::jit::Value*> passed;  // made by nodes the run passed, or from them
+    auto restart = [&] {
+      close(run, reads, depth);
+      passed.clear();
+    };
+    for (torch::jit::Node* node : block->nodes()) {
+      if (node->kind() == c10::prim::Constant) continue;  // cloned into each region that reads it, or passed in
+      if (node->kind() == c10::prim::GetAttr) {
+        // A weight or attribute read stays in TorchScript and passes its value to the region; it
+        // does not end a run: it has no effects, so it can move before the region's call.
+        const std::string path = attribute_path(node);
+        keep(node, kept_reason::attribute_read, path.empty() ? std::string("an attribute") : path, depth);
+        if (!run.empty()) reads.push_back(node);
+        continue;
+      }
+      if (auto refused = refusal(node)) {
+        keep(node, refused->first, std::move(refused->second), depth);
+        if (!run.empty() && can_pass(node)) {
+          // The run goes on past it; what it makes cannot join the run.
+          for (const torch::jit::Value* output : node->outputs()) passed.insert(output);
+          continue;
+        }
+        restart();
+        for (torch::jit::Block* nested : node->blocks()) partition(nested, depth + 1);
+        continue;
+      }
+      const bool uses_passed = std::any_of(node->inputs().begin(), node->inputs().end(),
+                                           [&](const torch::jit::Value* input) { return passed.count(input) > 0; });
+      if (uses_passed) restart();  // it must run after a node the run passed: a new run begins with it
+      run.push_back(node);
+    }
+    restart();
+  }
+};
+
+/// "a.b" for "a.b.c" and "a.b.d": the longest common prefix of two attribute paths, by whole names.
+inline std::string common_submodule(const std::string& a, const std::string& b) {
+  std::size_t common = 0;
+  for (std::size_t i = 0;; ++i) {
+    const bool end_a = i == a.size() || a[i] == '.', end_b = i == b.size() || b[i] == '.';
+    if (end_a && end_b) {
+      common = i;
+      if (i == a.size() || i == b.size()) break;
+    } else if (end_a || end_b || a[i] != b[i]) {
+      break;
+    }
+  }
+  return a.substr(0, common);
+}
+
+/// Where a region is: the model's own line of its first node that has one (else the first
+/// node's line), and the submodule that holds all its nodes.
+inline model_location region_location(const std::vector<torch::jit::Node*>& nodes) {
+  model_location region;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    model_location where = locate_in_model(nodes[i]);
+    if (i == 0) {
+      region = std::move(where);
+      continue;
+    }
+    if (!is_model_line(region.line) && is_model_line(where.line)) region.line = where.line;
+    region.submodule = common_submodule(region.submodule, where.submodule);
+  }
+  return region;
+}
+
+/// The method's regions, with the report filled in; regions the backend's execute signatures
+/// cannot call are dissolved into kept nodes.
+TORCH_DELEGATE_DECL std::vector<region> form_regions(const partition_backend& backend, const partition_options& options,
+                                        const std::shared_ptr<torch::jit::Graph>& graph, const std::string& method,
+                                        method_delegation& report) {
+  partitioner p(backend, options, graph, report);
+  p.partition(graph->block(), 0);
+  std::vector<region> accepted;
+  for (region& formed : p.regions) {
+    // The region's schema must match an execute signature of the backend.
+    std::vector<c10::Argument> arguments{c10::Argument("self", c10::AnyType::get())};
+    for (std::size_t i = 0; i < formed.inputs.size(); ++i)
+      arguments.emplace_back("input_" + std::to_string(i), formed.inputs[i]->type());
+    std::vector<c10::TypePtr> output_types;
+    for (const torch::jit::Value* output : formed.outputs) output_types.push_back(output->type());
+    c10::TypePtr result = output_types.size() == 1 ? output_types[0] : c10::TupleType::create(output_types);
+    const c10::FunctionSchema schema("region", "", std::move(arguments), {c10::Argument("", result)});
+    try {
+      select_signature(backend.signatures, schema, {backend.name, method});
+    } catch (const c10::Error&) {
+      std::string text = toString(schema.cloneWithName("", ""));
+      for (const torch::jit::Node* node : formed.nodes)
+        p.keep(node, kept_reason::boundary_type, "no execute signature takes " + text, formed.depth);
+      continue;
+    }
+    if (backend.accepts_region &&
+        !backend.accepts_region(std::span<const torch::jit::Node* const>(formed.nodes.data(), formed.nodes.size()))) {
+      for (const torch::jit::Node* node : formed.nodes)
+        p.keep(node, kept_reason::refused_by_backend, std::to_string(formed.nodes.size()) + "-node region", formed.depth);
+      continue;
+    }
+    model_location where = region_location(formed.nodes);
+    region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, std::move(where.line), formed.depth,
+                        std::move(where.submodule)};
+    for (const torch::jit::Node* node : formed.nodes) {
+      ++entry.node_count;
+      const std::string kind = node->kind().toQualString();
+      if (std::find(entry.kinds.begin(), entry.kinds.end(), kind) == entry.kinds.end()) entry.kinds.push_back(kind);
+    }
+    report.regions.push_back(std::move(entry));
+    accepted.push_back(std::move(formed));
+  }
+  return accepted;
+}
+
+}  // namespace torch_delegate::detail
