@@ -81,8 +81,6 @@ class named_data_map {
   TORCH_DELEGATE_DECL void insert(const std::string& key, named_data_entry entry);
   /// Drops the data of `key` (after compile, at a backend's request: compile_context).
   TORCH_DELEGATE_DECL void erase(const std::string& key);
-  /// Keys dropped by erase, sorted.
-  const std::set<std::string>& released() const { return released_; }
 
  private:
   std::string backend_;

@@ -24,8 +24,8 @@ namespace torch_delegate {
 
 /// One delegate unit of the module being lowered, as preprocess sees it: a name, a graph (the
 /// method's, inlined), its input and output types (the schema) and the debug handle of every
-/// node (nested blocks included). Today every unit is a whole method; a region of a method
-/// (partial lowering) will be another kind of unit with the same interface.
+/// node (nested blocks included). A unit is a whole method: partial lowering makes each region a
+/// method of a child module (partition.hpp), so a region reaches preprocess as a method too.
 class method_to_lower {
  public:
   method_to_lower(const torch::jit::Module& module, std::string backend, std::string name,
@@ -75,8 +75,6 @@ class method_to_lower {
   const c10::FunctionSchema& schema_;
 };
 
-/// A unit being lowered to a delegate.
-using unit_to_lower = method_to_lower;
 
 namespace detail {
 

@@ -52,8 +52,8 @@ struct signature_is_executable_with_lvalues<B, R(A...)> {
   };
 };
 
-// What the backend's preprocess returns, called as preprocess_one calls it (with the options
-// first, then without); `callable` is false when it cannot be called either way.
+// What the backend's preprocess returns, called as lowering calls it (backend_lowering.hpp:
+// with the options first, then without); `callable` is false when it cannot be called either way.
 template <class B>
 struct preprocess_return {
   static constexpr bool callable = false;
@@ -134,15 +134,16 @@ constexpr bool check_backend() {
     backend_payload_type_cannot_be_deduced<B> error;
     static_assert(dependent_false<B>,
                   "torch-delegate: cannot find the backend's compile: expected "
-                  "'Handle compile(const Payload&, const Options&)' or 'Handle compile(const Payload&)'; "
+                  "'Handle compile(const Payload&, const Options&)' or 'Handle compile(const Payload&)', each "
+                  "optionally with a last 'const torch_delegate::compile_context&'; "
                   "if compile is overloaded or a template, declare 'using payload = ...;' "
                   "(docs/backend-concept.md#compile).");
   } else if constexpr (!backend_compiles<B>) {
     backend_is_missing_compile<B> error;
     static_assert(dependent_false<B>,
                   "torch-delegate: the backend's compile has the wrong shape: expected "
-                  "'Handle compile(const Payload&, const Options&)' or 'Handle compile(const Payload&)' "
-                  "returning a movable Handle (docs/backend-concept.md#compile).");
+                  "'Handle compile(const Payload&, const Options&)' or 'Handle compile(const Payload&)', each "
+                  "optionally with a last 'const torch_delegate::compile_context&', returning a movable Handle (docs/backend-concept.md#compile).");
   } else if constexpr (!backend_executes<B>) {
     if constexpr (requires { &B::execute; } || requires { typename B::execute_signatures; }) {
       check_signatures<B>(static_cast<execute_signatures_t<B>*>(nullptr));

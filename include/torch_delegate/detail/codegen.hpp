@@ -33,7 +33,8 @@ TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& 
 /// available and compiled this module's handles) and on its wrapper (forwarding).
 TORCH_DELEGATE_DECL std::string availability_method_source(bool wrapper);
 
-/// "torch_delegate.demo_execute0(<handle>, x, h)" (resolved by generated_code_resolver), a
+/// "torch_delegate.<operator>(<handle>, x, h)", the operator named from the backend and the
+/// execute signature (signature.hpp: operator_name; resolved by generated_code_resolver), a
 /// 1-tuple result re-wrapped.
 TORCH_DELEGATE_DECL std::string operator_call(const std::string& operator_name, const std::string& handle,
                                  const c10::FunctionSchema& schema);
