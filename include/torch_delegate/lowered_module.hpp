@@ -19,13 +19,13 @@ namespace detail {
 
 /// The lowered module inside a wrapper, checked to belong to `backend`.
 inline torch::jit::Module lowered_part(std::string_view backend, const torch::jit::Module& wrapper) {
-  auto lowered = wrapper.attr("__loweredModule__", c10::IValue());
-  if (!lowered.isModule()) fail_not_lowered(backend, wrapper, "it has no __loweredModule__");
+  auto lowered = wrapper.attr(std::string(names::lowered_module), c10::IValue());
+  if (!lowered.isModule()) fail_not_lowered(backend, wrapper, "it has no " + std::string(names::lowered_module));
   torch::jit::Module module(lowered.toObject());
-  auto backend_attribute = module.attr("__backend", c10::IValue());
+  auto backend_attribute = module.attr(std::string(names::backend_object), c10::IValue());
   if (!backend_attribute.isObject() ||
-      backend_attribute.toObjectRef().type()->name()->qualifiedName() != backend_class_name(backend))
-    fail_not_lowered(backend, wrapper, "its __backend is " +
+      backend_attribute.toObjectRef().type()->name()->qualifiedName() != names::backend_class(backend))
+    fail_not_lowered(backend, wrapper, "its " + std::string(names::backend_object) + " is " +
                                            (backend_attribute.isNone() ? std::string("missing") : backend_attribute.type()->repr_str()));
   return module;
 }
@@ -77,7 +77,7 @@ class typed_method<B, R(A...)> {
  public:
   typed_method(const torch::jit::Module& lowered, const std::string& name) {
     const detail::error_context where{B::name, name};
-    auto handles = lowered.attr("__handles").toGenericDict();
+    auto handles = lowered.attr(std::string(detail::names::handles)).toGenericDict();
     auto found = handles.find(name);
     if (found == handles.end())
       detail::fail(where, "the lowered module has no such method; it has: " + method_list(handles));

@@ -13,6 +13,7 @@
 #include <torch_delegate/backend.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/dispatch.hpp>
+#include <torch_delegate/detail/names.hpp>
 #include <torch_delegate/detail/signature.hpp>
 
 #include <ATen/core/Dict.h>
@@ -24,15 +25,6 @@
 
 namespace torch_delegate::detail {
 
-inline constexpr const char* backends_namespace = "__backends__";        // LibTorch's, for compatibility
-inline constexpr const char* handles_namespace = "__torch_delegate__";   // our compiled-method class
-
-inline std::string backend_class_name(std::string_view backend) {
-  return "__torch__.torch.classes." + std::string(backends_namespace) + "." + std::string(backend);
-}
-inline std::string handle_class_basename(std::string_view backend) {
-  return std::string(backend) + "__compiled_method";
-}
 
 /// The TorchBind class types of one backend, set when its runtime is registered.
 struct runtime_classes {

@@ -3,6 +3,7 @@
 // Not a template: templates only fill in signature_records (detail/invoker.hpp).
 #pragma once
 
+#include <torch_delegate/detail/names.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/errors.hpp>
 
@@ -63,7 +64,8 @@ TORCH_DELEGATE_DECL const signature_record& find_signature(std::span<const signa
 // its signature. Modules saved before this scheme (e3cbb93 and earlier) name operators by
 // position, "<backend>_execute<k>"; those names stay registered as aliases.
 
-inline constexpr std::string_view operator_namespace = "torch_delegate";
+using names::operator_namespace;
+using names::operator_prefix;
 
 /// How signature text is spelled in an operator name: each entry's text becomes '_' + code;
 /// letters and digits stay, anything else is _xHH.
@@ -81,9 +83,6 @@ TORCH_DELEGATE_DECL std::string identifier_of_signature(std::string_view text);
 /// The inverse of identifier_of_signature; nullopt for a spelling it never produces.
 TORCH_DELEGATE_DECL std::optional<std::string> signature_of_identifier(std::string_view id);
 
-/// "<backend>_execute_": what every operator name of a backend starts with (without namespace).
-inline std::string operator_prefix(std::string_view backend) { return std::string(backend) + "_execute_"; }
-
 /// "torch_delegate::<backend>_execute_<signature identifier>".
 inline std::string operator_name(std::string_view backend, std::string_view signature_text) {
   return std::string(operator_namespace) + "::" + operator_prefix(backend) + identifier_of_signature(signature_text);
@@ -91,7 +90,7 @@ inline std::string operator_name(std::string_view backend, std::string_view sign
 
 /// The name modules saved before signature-named operators use: by position in the list.
 inline std::string legacy_operator_name(std::string_view backend, std::size_t index) {
-  return std::string(operator_namespace) + "::" + std::string(backend) + "_execute" + std::to_string(index);
+  return std::string(operator_namespace) + "::" + names::legacy_operator_basename(backend, index);
 }
 
 /// An operator's schema, e.g. "<name>(Any handle, Tensor a0, Tensor a1) -> Tensor".

@@ -8,19 +8,18 @@
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <algorithm>
+#include <string>
 
 namespace torch_delegate::detail {
 
-inline constexpr const char* lowering_operator = "torch_delegate::_backend_lowering";
-
 TORCH_DELEGATE_DECL void publish_lowering(const backend_lowering& lowering) {
   const std::string name(lowering.name);
-  for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(lowering_operator)))
+  for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(names::lowering_operator())))
     if (op->schema().overload_name() == name) return;
   const auto address = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&lowering));
   // The operator only hands out the entry's address; it has no effect on tensors.
   std::vector<c10::optional<torch::jit::Operator>> operators;
-  operators.emplace_back(torch::jit::Operator(std::string(lowering_operator) + "." + name + "() -> int",
+  operators.emplace_back(torch::jit::Operator(names::lowering_operator() + "." + name + "() -> int",
                                               [address](torch::jit::Stack& stack) { torch::jit::push(stack, address); },
                                               c10::AliasAnalysisKind::CONSERVATIVE));
   torch::jit::RegisterOperators registered(std::move(operators));
@@ -40,14 +39,14 @@ inline const backend_lowering* read_lowering(const torch::jit::Operator& op) {
 }
 
 TORCH_DELEGATE_DECL const backend_lowering* find_lowering(std::string_view name) {
-  for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(lowering_operator)))
+  for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(names::lowering_operator())))
     if (op->schema().overload_name() == name) return read_lowering(*op);
   return nullptr;
 }
 
 TORCH_DELEGATE_DECL std::vector<const backend_lowering*> published_lowerings() {
   std::vector<const backend_lowering*> found;
-  for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(lowering_operator)))
+  for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(names::lowering_operator())))
     found.push_back(read_lowering(*op));
   std::sort(found.begin(), found.end(), [](const backend_lowering* a, const backend_lowering* b) { return a->name < b->name; });
   return found;

@@ -1,6 +1,7 @@
 // Definitions for detail/codegen.hpp.
 #pragma once
 
+#include <torch_delegate/detail/names.hpp>
 #include <torch_delegate/detail/codegen.hpp>
 
 #include <c10/util/StringUtil.h>
@@ -80,34 +81,40 @@ TORCH_DELEGATE_DECL std::string return_annotation(const c10::FunctionSchema& sch
   return schema.returns()[0].type()->annotation_str();
 }
 
+/// "self.<attribute>"
+inline std::string self_dot(std::string_view attribute) { return "self." + std::string(attribute); }
+
 TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& backend_class, const std::string& debug_info,
                                                              bool fallback_when_unavailable) {
+  const std::string backend = self_dot(names::backend_object), handles = self_dot(names::handles);
+  const std::string processed = self_dot(names::processed_module), spec = self_dot(names::method_compile_spec);
   const std::string unavailable = fallback_when_unavailable
                                       ? "        td_no_handles_: Dict[str, Any] = {}\n"
-                                        "        self.__handles = td_no_handles_\n"
+                                        "        " + handles + " = td_no_handles_\n"
                                       : "        raise Exception(\"Backend is not available.\")\n";
   return "def __getstate__(self):\n"
-         "    self.__backend.td_check_saveable(self.__processed_module)\n"
-         "    return self.__method_compile_spec, self.__processed_module, True\n"
+         "    " + backend + "." + std::string(names::check_saveable_method) + "(" + processed + ")\n"
+         "    return " + spec + ", " + processed + ", True\n"
          "\n"
          "def __setstate__(self, state: Tuple[Dict[str, Any], Any, bool]):\n"
-         "    self.__method_compile_spec = state[0]\n"
-         "    self.__processed_module = state[1]\n"
+         "    " + spec + " = state[0]\n"
+         "    " + processed + " = state[1]\n"
          "    if state[2]:\n"
-         "        self.__backend = " + backend_class + "()\n"
-         "        self.__backend_debug_info = " + debug_info + "\n"
-         "    if self.__backend.is_available():\n"
-         "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
+         "        " + backend + " = " + backend_class + "()\n"
+         "        " + self_dot(names::backend_debug_info) + " = " + debug_info + "\n"
+         "    if " + backend + ".is_available():\n"
+         "        " + handles + " = " + backend + ".compile(" + processed + ", " + spec + ")\n"
          "    else:\n" +
          unavailable;
 }
 
 TORCH_DELEGATE_DECL std::string availability_method_source(bool wrapper) {
+  const std::string method = std::string(names::is_available_method);
   if (wrapper)
-    return "def td_is_available(self) -> bool:\n"
-           "    return self.__loweredModule__.td_is_available()\n";
-  return "def td_is_available(self) -> bool:\n"
-         "    return len(self.__handles) > 0 and self.__backend.is_available()\n";
+    return "def " + method + "(self) -> bool:\n"
+           "    return " + self_dot(names::lowered_module) + "." + method + "()\n";
+  return "def " + method + "(self) -> bool:\n"
+         "    return len(" + self_dot(names::handles) + ") > 0 and " + self_dot(names::backend_object) + ".is_available()\n";
 }
 
 TORCH_DELEGATE_DECL std::string operator_call(const std::string& operator_name, const std::string& handle,
@@ -124,11 +131,12 @@ TORCH_DELEGATE_DECL std::string lowered_method_source(const std::string& name, c
                                          const error_context& where, const std::string& operator_name) {
   std::string out = "def " + name + "(" + parameter_list(schema, where) + ") -> " + return_annotation(schema) + ":\n";
   if (!operator_name.empty())
-    return out + "    return " + operator_call(operator_name, "self.__handles[\"" + name + "\"]", schema) + "\n";
+    return out + "    return " + operator_call(operator_name, self_dot(names::handles) + "[\"" + name + "\"]", schema) + "\n";
   std::string packed;
   for (std::size_t i = 1; i < schema.arguments().size(); ++i) packed += (i > 1 ? ", " : "") + schema.arguments()[i].name();
   out += "    td_inputs_: List[Any] = [" + packed + "]\n";
-  out += "    td_outputs_ = self.__backend.execute(self.__handles[\"" + name + "\"], td_inputs_)\n";
+  out += "    td_outputs_ = " + self_dot(names::backend_object) + ".execute(" + self_dot(names::handles) + "[\"" + name +
+         "\"], td_inputs_)\n";
   const c10::TypePtr& result = schema.returns()[0].type();
   std::vector<c10::TypePtr> outputs;
   auto tuple = result->cast<c10::TupleType>();
@@ -153,7 +161,7 @@ TORCH_DELEGATE_DECL std::string lowered_method_source(const std::string& name, c
 TORCH_DELEGATE_DECL std::string wrapper_method_source(const std::string& name, const c10::FunctionSchema& schema,
                                          const error_context& where) {
   return "def " + name + "(" + parameter_list(schema, where) + ") -> " + return_annotation(schema) + ":\n" +
-         "    return self.__loweredModule__." + name + "(" + forwarded_arguments(schema) + ")\n";
+         "    return " + self_dot(names::lowered_module) + "." + name + "(" + forwarded_arguments(schema) + ")\n";
 }
 
 }  // namespace torch_delegate::detail

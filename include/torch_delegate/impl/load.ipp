@@ -48,7 +48,7 @@ TORCH_DELEGATE_DECL void names_after(const std::string& code, const std::string&
 /// process does not have: the backend's build no longer has that execute signature.
 TORCH_DELEGATE_DECL void check_operators(const std::string& path, const std::string& backend, const std::vector<std::string>& code) {
   std::vector<std::string> called;
-  for (const std::string& text : code) names_after(text, "ops." + std::string(operator_namespace) + "." + operator_prefix(backend), called);
+  for (const std::string& text : code) names_after(text, names::saved_operator_prefix() + names::operator_prefix(backend), called);
   for (const std::string& id : called) {
     const std::string name = std::string(operator_namespace) + "::" + operator_prefix(backend) + id;
     if (!torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(name)).empty()) continue;
@@ -72,7 +72,7 @@ TORCH_DELEGATE_DECL void check_operators(const std::string& path, const std::str
 TORCH_DELEGATE_DECL std::vector<std::string> backends_needed(const std::string& path) {
   std::vector<std::string> names;
   for (const std::string& code : detail::saved_code(path))
-    detail::names_after(code, "__torch__.torch.classes." + std::string(detail::backends_namespace) + ".", names);
+    detail::names_after(code, detail::names::backend_class_prefix(), names);
   return names;
 }
 
@@ -84,9 +84,9 @@ TORCH_DELEGATE_DECL void check_loadable(const std::string& path) {
   const std::vector<std::string> code = detail::saved_code(path);
   std::vector<std::string> backends;
   for (const std::string& text : code)
-    detail::names_after(text, "__torch__.torch.classes." + std::string(detail::backends_namespace) + ".", backends);
+    detail::names_after(text, detail::names::backend_class_prefix(), backends);
   for (const std::string& backend : backends) {
-    if (!torch::getCustomClass(detail::backend_class_name(backend)))
+    if (!torch::getCustomClass(detail::names::backend_class(backend)))
       detail::fail({backend, {}}, "the module '" + path + "' delegates to this backend, which is not registered in this "
                                   "process. Register it before loading: load its library (torch.ops.load_library in "
                                   "Python, dlopen, or link it with -Wl,--no-as-needed), or call "

@@ -47,7 +47,7 @@ struct generated_code_resolver : torch::jit::Resolver {
   std::shared_ptr<torch::jit::Resolver> fallback = torch::jit::loweredModuleResolver();
   std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction& function,
                                                           const torch::jit::SourceRange& location) override {
-    if (name == "torch_delegate") return std::make_shared<torch::jit::BuiltinModule>("torch_delegate");
+    if (name == names::operator_namespace) return std::make_shared<torch::jit::BuiltinModule>(std::string(names::operator_namespace));
     return fallback->resolveValue(name, function, location);
   }
   c10::TypePtr resolveType(const std::string& name, const torch::jit::SourceRange& location) override {
@@ -56,8 +56,7 @@ struct generated_code_resolver : torch::jit::Resolver {
 };
 
 inline std::string debug_info_class_name() {
-  return "__torch__.torch.classes." + std::string(torch::jit::kBackendUtilsNamespace) + "." +
-         std::string(torch::jit::kBackendDebugInfoClass);
+  return names::torchbind_class(torch::jit::kBackendUtilsNamespace, torch::jit::kBackendDebugInfoClass);
 }
 
 /// The TorchScript classes of a lowered module and its wrapper. Built once per plan key, then
@@ -80,26 +79,26 @@ inline lowered_module_types build_lowered_module_types(const lowering_plan& plan
                                                        const c10::TypePtr& backend_type) {
   const std::string module_name = original.type()->name()->name();
   auto unit = std::make_shared<torch::jit::CompilationUnit>();
-  torch::jit::Module lowered("torch.jit.LoweredModule." + plan.backend + "." + module_name, unit, /*shouldMangle=*/true);
-  lowered.register_attribute("__processed_module", c10::AnyType::get(), c10::IValue());
-  lowered.register_attribute("__method_compile_spec", any_dict_type(), c10::IValue());
-  lowered.register_attribute("__backend", backend_type, c10::IValue());
-  lowered.register_attribute("__handles", any_dict_type(), c10::IValue());
+  torch::jit::Module lowered(std::string(names::lowered_module_class_prefix) + plan.backend + "." + module_name, unit, /*shouldMangle=*/true);
+  lowered.register_attribute(std::string(names::processed_module), c10::AnyType::get(), c10::IValue());
+  lowered.register_attribute(std::string(names::method_compile_spec), any_dict_type(), c10::IValue());
+  lowered.register_attribute(std::string(names::backend_object), backend_type, c10::IValue());
+  lowered.register_attribute(std::string(names::handles), any_dict_type(), c10::IValue());
   // LibTorch's exporters read __backend_debug_info (handle -> source range and call stack) to
   // save debug information with mobile modules; lite builds lack the class, then it is None.
   std::string debug_info_value = "None";  // what __setstate__ assigns to __backend_debug_info
   if (auto debug_info_type = torch::getCustomClass(debug_info_class_name())) {
-    lowered.register_attribute("__backend_debug_info", c10::OptionalType::create(debug_info_type), c10::IValue());
+    lowered.register_attribute(std::string(names::backend_debug_info), c10::OptionalType::create(debug_info_type), c10::IValue());
     debug_info_value = debug_info_class_name() + "()";
   } else {
-    lowered.register_attribute("__backend_debug_info", c10::NoneType::get(), c10::IValue());
+    lowered.register_attribute(std::string(names::backend_debug_info), c10::NoneType::get(), c10::IValue());
   }
 
-  torch::jit::Module wrapper("torch.jit.LoweredWrapper." + plan.backend + "." + module_name, unit, /*shouldMangle=*/true);
-  wrapper.register_module("__loweredModule__", lowered);
+  torch::jit::Module wrapper(std::string(names::lowered_wrapper_class_prefix) + plan.backend + "." + module_name, unit, /*shouldMangle=*/true);
+  wrapper.register_module(std::string(names::lowered_module), lowered);
   const auto resolver = std::make_shared<generated_code_resolver>();
   std::string lowered_source =
-      lowered_module_common_source(backend_class_name(plan.backend), debug_info_value, plan.fallback_when_unavailable);
+      lowered_module_common_source(names::backend_class(plan.backend), debug_info_value, plan.fallback_when_unavailable);
   std::string wrapper_source;
   if (plan.fallback_when_unavailable) {
     lowered_source += "\n" + availability_method_source(/*wrapper=*/false);
@@ -150,19 +149,19 @@ TORCH_DELEGATE_DECL torch::jit::Module assemble_lowered_module(const lowering_pl
   const lowered_module_types types = lowered_types_for(plan, original, backend_object.type());
   const c10::impl::GenericDict spec = plan.spec();
   torch::jit::Module lowered(types.unit, types.lowered);
-  lowered.setattr("__processed_module", processed);
-  lowered.setattr("__method_compile_spec", spec);
-  lowered.setattr("__backend", backend_object);
+  lowered.setattr(std::string(names::processed_module), processed);
+  lowered.setattr(std::string(names::method_compile_spec), spec);
+  lowered.setattr(std::string(names::backend_object), backend_object);
   if (torch::getCustomClass(debug_info_class_name())) {
     auto recorded = c10::make_intrusive<torch::jit::PyTorchBackendDebugInfo>();
     recorded->setDebugInfoMap(std::move(debug_info));
-    lowered.setattr("__backend_debug_info", c10::IValue(std::move(recorded)));
+    lowered.setattr(std::string(names::backend_debug_info), c10::IValue(std::move(recorded)));
   }
   if (available) {
     // What __setstate__ does on load, called directly: errors stay c10::Errors without an
     // interpreter traceback of generated code.
     auto instance = c10::static_intrusive_pointer_cast<backend_instance>(backend_object.toObjectRef().getSlot(0).toCapsule());
-    lowered.setattr("__handles", compile_all(instance, processed, spec, /*honour_release=*/false));
+    lowered.setattr(std::string(names::handles), compile_all(instance, processed, spec, /*honour_release=*/false));
   } else {
     TORCH_WARN(unavailable_warning(plan.backend));
     c10::impl::GenericDict placeholders(c10::StringType::get(), c10::AnyType::get());
@@ -170,10 +169,10 @@ TORCH_DELEGATE_DECL torch::jit::Module assemble_lowered_module(const lowering_pl
     // handles at all, which td_is_available() reads as "run the original".
     if (!plan.fallback_when_unavailable)
       for (const delegate_unit& unit : plan.units) placeholders.insert(unit.name, c10::IValue());
-    lowered.setattr("__handles", placeholders);
+    lowered.setattr(std::string(names::handles), placeholders);
   }
   torch::jit::Module wrapper(types.unit, types.wrapper);
-  wrapper.setattr("__loweredModule__", lowered._ivalue());
+  wrapper.setattr(std::string(names::lowered_module), lowered._ivalue());
   return wrapper;
 }
 

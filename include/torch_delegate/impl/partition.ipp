@@ -154,8 +154,8 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
     check_full(options, backend, entry);
     partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
   }
-  const std::string attribute = "__delegate";
-  torch::jit::Module child("__torch__.torch_delegate.Regions." + std::string(backend.name));
+  const std::string attribute(names::delegate_attribute);
+  torch::jit::Module child(names::regions_class(backend.name));
   std::map<std::string, std::string> method_of_region;
   for (const partitioned_method& p : partitioned)
     for (std::size_t i = 0; i < p.regions.size(); ++i) {
@@ -179,7 +179,7 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
         torch::jit::WithInsertPoint at_entry(graph->block()->nodes().front());
         torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attribute);
         torch::jit::Node* ask = graph->insertNode(graph->create(c10::prim::CallMethod, {delegate}, 1));
-        ask->s_(c10::attr::name, "td_is_available");
+        ask->s_(c10::attr::name, std::string(names::is_available_method));
         ask->output()->setType(c10::BoolType::get());
         available = ask->output();
       }

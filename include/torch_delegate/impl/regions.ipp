@@ -279,7 +279,7 @@ TORCH_DELEGATE_DECL std::vector<region> form_regions(const partition_backend& ba
       continue;
     }
     model_location where = region_location(formed.nodes);
-    region_report entry{method + "_region_" + std::to_string(report.regions.size()), 0, {}, std::move(where.line), formed.depth,
+    region_report entry{names::region_method(method, report.regions.size()), 0, {}, std::move(where.line), formed.depth,
                         std::move(where.submodule)};
     for (const torch::jit::Node* node : formed.nodes) {
       ++entry.node_count;

@@ -85,7 +85,7 @@ TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<
 // -- registration ---------------------------------------------------------------------------------
 
 inline c10::ClassTypePtr register_class(const std::string& namespace_name, const std::string& class_name) {
-  auto type = c10::ClassType::create(c10::QualifiedName("__torch__.torch.classes." + namespace_name + "." + class_name),
+  auto type = c10::ClassType::create(c10::QualifiedName(names::torchbind_class(namespace_name, class_name)),
                                      std::weak_ptr<torch::jit::CompilationUnit>(), /*is_module=*/false);
   type->addAttribute("capsule", c10::CapsuleType::get());
   torch::registerCustomClass(type);
@@ -114,10 +114,10 @@ inline void refuse_copies(const c10::ClassTypePtr& type, std::string_view backen
 inline void register_torchbind_classes(const backend_runtime& runtime) {
   const std::string name(runtime.name);
   const backend_runtime* r = &runtime;
-  runtime.classes->handle = register_class(handles_namespace, handle_class_basename(name));
+  runtime.classes->handle = register_class(std::string(names::handles_namespace), names::handle_class_basename(name));
   refuse_copies(runtime.classes->handle, runtime.name);
 
-  const c10::ClassTypePtr type = runtime.classes->backend = register_class(backends_namespace, name);
+  const c10::ClassTypePtr type = runtime.classes->backend = register_class(std::string(names::backends_namespace), name);
   add_method(type, "__init__", {}, {c10::Argument("", c10::NoneType::get())}, [r](torch::jit::Stack& stack) {
     auto self = torch::jit::pop(stack).toObject();
     self->setSlot(0, c10::IValue::make_capsule(c10::make_intrusive<backend_instance>(*r)));
@@ -149,7 +149,7 @@ inline void register_torchbind_classes(const backend_runtime& runtime) {
                       });
   // Called by a lowered module's __getstate__: a module whose named data was released after
   // compile cannot be saved (its payload no longer holds that data).
-  add_libtorch_method("td_check_saveable", {c10::Argument("processed", c10::AnyType::get())},
+  add_libtorch_method(std::string(names::check_saveable_method), {c10::Argument("processed", c10::AnyType::get())},
                       {c10::Argument("", c10::NoneType::get())}, [r](torch::jit::Stack& stack) {
                         const c10::IValue processed = torch::jit::pop(stack);
                         torch::jit::drop(stack, 1);
@@ -210,7 +210,7 @@ TORCH_DELEGATE_DECL void register_runtime(const backend_runtime& runtime, const 
     if (!is_identifier(name))
       fail({name, {}}, "a backend name must be an identifier (letters, digits, '_'; not starting with a digit): "
                        "it names a TorchBind class and operators.");
-    if (torch::getCustomClass(backend_class_name(name)))
+    if (torch::getCustomClass(names::backend_class(name)))
       fail({name, {}}, "the name is already registered with LibTorch by a backend that is not this "
                        "torch-delegate type (torch::jit::backend<T> or another library).");
     register_operators(runtime);
