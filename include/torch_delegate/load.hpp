@@ -15,21 +15,6 @@
 
 namespace torch_delegate {
 
-namespace detail {
-
-/// The TorchScript code records of a saved module, read without loading it.
-TORCH_DELEGATE_DECL std::vector<std::string> saved_code(const std::string& path);
-
-/// Every distinct identifier that follows `marker` in `code`.
-TORCH_DELEGATE_DECL void names_after(const std::string& code, const std::string& marker, std::vector<std::string>& names);
-
-/// Fails, naming the signature, when the saved code calls an operator of `backend` that this
-/// process does not have: the backend's build no longer has that execute signature.
-TORCH_DELEGATE_DECL void check_operators(const std::string& path, const std::string& backend,
-                                         const std::vector<std::string>& code);
-
-}  // namespace detail
-
 /// The backends a saved module delegates to, read from its code without loading it.
 TORCH_DELEGATE_DECL std::vector<std::string> backends_needed(const std::string& path);
 

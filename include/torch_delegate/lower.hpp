@@ -25,23 +25,6 @@ namespace detail {
 /// its own classes alive, so eviction never affects a module that exists.
 inline constexpr std::size_t lowered_types_cache_capacity = 64;
 
-/// The class-cache key of a plan: backend, module class, and per unit its name, schema and the
-/// operator it calls; everything codegen reads from the plan.
-TORCH_DELEGATE_DECL std::string lowered_types_key(const lowering_plan& plan, const torch::jit::Module& original);
-
-/// Builds LoweredModule + LoweredWrapper around a preprocessed module, compiles it with the
-/// backend (or, where the backend is unavailable, warns and leaves None handles, as LibTorch
-/// does). Not a template: the backend is known here by its `__backend` object.
-TORCH_DELEGATE_DECL torch::jit::Module assemble_lowered_module(const lowering_plan& plan, const torch::jit::Module& original,
-                                                               const c10::IValue& processed, c10::IValue backend_object,
-                                                               bool available,
-                                                               torch::jit::BackendDebugInfoMapType debug_info);
-
-/// Lowers with a plan whose units carry their decoded options: preprocess, then assemble.
-TORCH_DELEGATE_DECL torch::jit::Module lower_planned(const lowering_plan& plan, const torch::jit::Module& module,
-                                                     std::int64_t payload_version, preprocess_trampoline preprocess,
-                                                     const backend_runtime& runtime);
-
 /// Lowers whole methods with a backend's lowering (lower<B> and the Python package): plan the
 /// units, decode each unit's options once (unknown keys warned about here), preprocess, assemble.
 TORCH_DELEGATE_DECL torch::jit::Module lower_methods(const backend_lowering& lowering, const torch::jit::Module& module,

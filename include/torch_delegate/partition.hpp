@@ -13,7 +13,6 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <cstddef>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -53,26 +52,9 @@ struct partition_options {
 
 namespace detail {
 
-/// Lowers a module whose methods are the regions of every partitioned method to the backend
-/// (lower<B>, each region with the options of the method it comes from, `method_of_region`,
-/// with or without availability fallback): one lowered module, so named data is shared by all.
-using lower_regions_function = std::function<torch::jit::Module(
-    const torch::jit::Module& regions, const std::map<std::string, std::string>& method_of_region, bool fallback_when_unavailable)>;
-
-/// Every method with compile options is one that partial lowering partitions.
-TORCH_DELEGATE_DECL void check_option_methods(std::string_view backend, const std::vector<std::string>& option_methods,
-                                              const partition_options& options);
-
 /// The report of a partial lowering without lowering anything.
-TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
+TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& backend, const torch::jit::Module& module,
                                                        const partition_options& options);
-
-/// Partially lowers `module` (not modified): a copy sharing its parameters, whose partitioned
-/// methods call their regions in a child module lowered by `lower_regions`. The report is
-/// stored with the module (delegation_report_of reads it, after save/load too).
-TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend& backend, const torch::jit::Module& module,
-                                                         const partition_options& options,
-                                                         const lower_regions_function& lower_regions);
 
 /// Partially lowers with a backend's lowering (lower_partially<B> and the Python package): each
 /// region is compiled with the spec of the method it comes from in `spec_by_method` ({method:
@@ -83,14 +65,14 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_loweri
 
 /// The partitioning half of B's lowering, or the diagnostic of a backend without supports().
 template <class B>
-const partition_backend& partition_backend_checked() {
+const backend_lowering& partition_backend_checked() {
   if constexpr (!backend_declares_support<B>) {
     detail::backend_does_not_declare_supports<B> error;
     static_assert(dependent_false<B>,
                   "torch-delegate: partial lowering needs 'static bool supports(const torch::jit::Node*)' in the "
                   "backend: the one place that says which nodes it accepts (docs/partial-lowering.md).");
   }
-  return lowering_of<B>::value.partition;
+  return lowering_of<B>::value;
 }
 
 }  // namespace detail

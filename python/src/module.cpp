@@ -171,7 +171,7 @@ py::dict report_data(const td::delegation_report& report) {
 
 py::dict backend_description(const td::detail::backend_lowering& lowering) {
   py::dict described;
-  described["name"] = std::string(lowering.name);
+  described["name"] = std::string(lowering.name());
   described["type"] = c10::demangle(lowering.type_name());
   const td::detail::backend_runtime& runtime = *lowering.runtime;
   void* instance = runtime.create();
@@ -184,14 +184,14 @@ py::dict backend_description(const td::detail::backend_lowering& lowering) {
   }
   runtime.destroy(instance);
   described["available"] = available;
-  described["partial"] = lowering.partitions;
+  described["partial"] = lowering.partitions();
   described["options_form"] = lowering.form == td::options_form::typed ? "typed" : lowering.form == td::options_form::raw ? "raw" : "none";
   py::list options;
   for (const td::option_info& option : lowering.describe_options())
     options.append(py::make_tuple(option.key, option.type, option.required, torch::jit::toPyObject(option.default_value)));
   described["options"] = options;
   py::list signatures;
-  for (const td::detail::signature_record& signature : lowering.signatures)
+  for (const td::detail::signature_record& signature : lowering.signatures())
     signatures.append(signature.generic ? std::string("execute(handle, inputs) (generic)") : "execute" + std::string(signature.text));
   described["signatures"] = signatures;
   return described;
@@ -243,11 +243,7 @@ PYBIND11_MODULE(_C, m) {
           const td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false);
           const td::delegation_report report = guarded([&] {
-            const td::detail::backend_lowering& lowering = td::detail::lowering_named(backend, "torch_delegate.plan");
-            if (!lowering.partitions)
-              td::detail::fail({lowering.name, {}}, "this backend cannot lower partially: it declares no 'static bool supports(const "
-                                                    "torch::jit::Node*)' (docs/partial-lowering.md)");
-            return td::detail::partition_report(lowering.partition, module, options);
+            return td::detail::partition_report(td::detail::lowering_named(backend, "torch_delegate.plan"), module, options);
           });
           return report_data(report);
         });

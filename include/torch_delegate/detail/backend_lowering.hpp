@@ -46,26 +46,27 @@ namespace detail {
 /// What partitioning needs of a backend, type-erased.
 using accepts_region_function = bool (*)(std::span<const torch::jit::Node* const> region);
 
+/// The partitioning part of a backend's record (its name and execute signatures, which a region
+/// must match, are the record's runtime part's).
 struct partition_backend {
-  std::string_view name;
-  supports_function supports = nullptr;
+  supports_function supports = nullptr;              // B::supports; nullptr: B cannot lower partially
   accepts_region_function accepts_region = nullptr;  // B::accepts_region, if declared
-  std::span<const signature_record> signatures;      // a region must match one of them
   std::size_t min_region_size = 1;                   // the backend's own minimum
 };
 
 /// The layout version of backend_lowering. A reader built against another layout refuses the
 /// entry (with an error saying to rebuild) instead of reading garbage.
-inline constexpr std::uint32_t backend_lowering_abi = 1;
+inline constexpr std::uint32_t backend_lowering_abi = 2;
 
+/// Everything the non-template host half knows of a backend B, in one record: its runtime part
+/// (name, payload version, execute signatures, the runtime's functions: backend_runtime, which
+/// the runtime half reads alone), its host part (preprocess, options) and its partitioning
+/// part. Each fact is stored once.
 struct backend_lowering {
   std::uint32_t abi = backend_lowering_abi;  // first, so that any layout can read it
-  std::string_view name;
+  const backend_runtime* runtime = nullptr;   // name, payload version, signatures, compile/execute
   const char* (*type_name)() = nullptr;       // the backend's C++ type (mangled; c10::demangle it)
-  std::int64_t payload_version = 1;
-  std::span<const signature_record> signatures;
   preprocess_trampoline preprocess = nullptr;
-  const backend_runtime* runtime = nullptr;
   options_form form = options_form::typed;
   /// A method's spec -> its decoded options (an options_t<B>), unknown keys warned about where
   /// B ignores them and rejected otherwise.
@@ -73,9 +74,13 @@ struct backend_lowering {
   /// The spec of default-constructed options: what a region whose method has no options gets.
   c10::IValue (*default_spec)() = nullptr;
   std::vector<option_info> (*describe_options)() = nullptr;
-  /// Partial lowering: set when B declares `static bool supports(const torch::jit::Node*)`.
-  bool partitions = false;
   partition_backend partition{};
+
+  std::string_view name() const { return runtime->name; }
+  std::int64_t payload_version() const { return runtime->payload_version; }
+  std::span<const signature_record> signatures() const { return runtime->signatures; }
+  /// Whether B can lower partially: it declares `static bool supports(const torch::jit::Node*)`.
+  bool partitions() const { return partition.supports != nullptr; }
 };
 
 template <class Options>
@@ -116,7 +121,7 @@ constexpr partition_backend partition_backend_of() {
                     { B::accepts_region(region) } -> std::same_as<bool>;
                   })
       accepts = &B::accepts_region;
-    return {B::name, &B::supports, accepts, signature_records<B>, backend_min_region_size<B>()};
+    return {&B::supports, accepts, backend_min_region_size<B>()};
   } else {
     return {};
   }
@@ -138,17 +143,13 @@ struct lowering_of {
   // Constant-initialized (no dynamic initializer), so that a registration run by another static
   // initializer never sees it unset.
   static constexpr backend_lowering value{backend_lowering_abi,
-                                             B::name,
-                                             &type_name,
-                                             payload_version_of<B>(),
-                                             signature_records<B>,
-                                             &preprocess_units_with<B>,
                                              &runtime_of<B>::value,
+                                             &type_name,
+                                             &preprocess_units_with<B>,
                                              form,
                                              &decode,
                                              &default_spec,
                                              &describe_options<options_t<B>>,
-                                             backend_declares_support<B>,
                                              partition_backend_of<B>()};
 };
 

@@ -36,7 +36,7 @@ struct region {
 /// program order; every node that stays in TorchScript is added to `report` with its reason.
 /// Regions whose inputs and outputs no execute signature of the backend takes, or that its
 /// accepts_region refuses, are dissolved into kept nodes.
-TORCH_DELEGATE_DECL std::vector<region> form_regions(const partition_backend& backend, const partition_options& options,
+TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                                      const std::shared_ptr<torch::jit::Graph>& graph,
                                                      const std::string& method, method_delegation& report);
 

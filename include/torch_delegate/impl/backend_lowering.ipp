@@ -13,7 +13,7 @@
 namespace torch_delegate::detail {
 
 TORCH_DELEGATE_DECL void publish_lowering(const backend_lowering& lowering) {
-  const std::string name(lowering.name);
+  const std::string name(lowering.name());
   for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(names::lowering_operator())))
     if (op->schema().overload_name() == name) return;
   const auto address = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&lowering));
@@ -48,7 +48,7 @@ TORCH_DELEGATE_DECL std::vector<const backend_lowering*> published_lowerings() {
   std::vector<const backend_lowering*> found;
   for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(names::lowering_operator())))
     found.push_back(read_lowering(*op));
-  std::sort(found.begin(), found.end(), [](const backend_lowering* a, const backend_lowering* b) { return a->name < b->name; });
+  std::sort(found.begin(), found.end(), [](const backend_lowering* a, const backend_lowering* b) { return a->name() < b->name(); });
   return found;
 }
 
@@ -56,7 +56,7 @@ TORCH_DELEGATE_DECL const backend_lowering& lowering_named(std::string_view name
   if (const backend_lowering* found = find_lowering(name)) return *found;
   std::string registered;
   for (const backend_lowering* lowering : published_lowerings())
-    registered += (registered.empty() ? "" : ", ") + std::string(lowering->name);
+    registered += (registered.empty() ? "" : ", ") + std::string(lowering->name());
   throw c10::Error(std::string(who) + ": no torch-delegate backend named '" + std::string(name) +
                        "' is registered in this process (registered: " + (registered.empty() ? "none" : registered) +
                        "). Load the backend's library first, e.g. torch.ops.load_library(\"libmy_backend.so\") in "

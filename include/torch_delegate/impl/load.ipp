@@ -17,7 +17,7 @@ namespace torch_delegate {
 namespace detail {
 
 /// The TorchScript code records of a saved module, read without loading it.
-TORCH_DELEGATE_DECL std::vector<std::string> saved_code(const std::string& path) {
+inline std::vector<std::string> saved_code(const std::string& path) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
@@ -35,7 +35,7 @@ TORCH_DELEGATE_DECL std::vector<std::string> saved_code(const std::string& path)
 }
 
 /// Every distinct identifier that follows `marker` in `code`.
-TORCH_DELEGATE_DECL void names_after(const std::string& code, const std::string& marker, std::vector<std::string>& names) {
+inline void names_after(const std::string& code, const std::string& marker, std::vector<std::string>& names) {
   for (std::size_t at = code.find(marker); at != std::string::npos; at = code.find(marker, at + 1)) {
     std::size_t end = at + marker.size();
     while (end < code.size() && (std::isalnum(static_cast<unsigned char>(code[end])) || code[end] == '_')) ++end;
@@ -46,7 +46,7 @@ TORCH_DELEGATE_DECL void names_after(const std::string& code, const std::string&
 
 /// Fails, naming the signature, when the saved code calls an operator of `backend` that this
 /// process does not have: the backend's build no longer has that execute signature.
-TORCH_DELEGATE_DECL void check_operators(const std::string& path, const std::string& backend, const std::vector<std::string>& code) {
+inline void check_operators(const std::string& path, const std::string& backend, const std::vector<std::string>& code) {
   std::vector<std::string> called;
   for (const std::string& text : code) names_after(text, names::saved_operator_prefix() + names::operator_prefix(backend), called);
   for (const std::string& id : called) {

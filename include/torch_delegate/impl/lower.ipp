@@ -68,7 +68,7 @@ struct lowered_module_types {
   c10::ClassTypePtr wrapper;
 };
 
-TORCH_DELEGATE_DECL std::string lowered_types_key(const lowering_plan& plan, const torch::jit::Module& original) {
+inline std::string lowered_types_key(const lowering_plan& plan, const torch::jit::Module& original) {
   std::string key = plan.backend + (plan.fallback_when_unavailable ? "|fallback|" : "|") + original.type()->name()->qualifiedName();
   for (const delegate_unit& unit : plan.units)
     key += "|" + unit.name + ":" + toString(unit.schema->cloneWithName("", "")) + "@" + unit.operator_name;
@@ -142,7 +142,7 @@ inline lowered_module_types lowered_types_for(const lowering_plan& plan, const t
   return recent.front().second;
 }
 
-TORCH_DELEGATE_DECL torch::jit::Module assemble_lowered_module(const lowering_plan& plan, const torch::jit::Module& original,
+inline torch::jit::Module assemble_lowered_module(const lowering_plan& plan, const torch::jit::Module& original,
                                                                const c10::IValue& processed, c10::IValue backend_object,
                                                                bool available,
                                                                torch::jit::BackendDebugInfoMapType debug_info) {
@@ -176,7 +176,7 @@ TORCH_DELEGATE_DECL torch::jit::Module assemble_lowered_module(const lowering_pl
   return wrapper;
 }
 
-TORCH_DELEGATE_DECL torch::jit::Module lower_planned(const lowering_plan& plan, const torch::jit::Module& module,
+inline torch::jit::Module lower_planned(const lowering_plan& plan, const torch::jit::Module& module,
                                                      std::int64_t payload_version, preprocess_trampoline preprocess,
                                                      const backend_runtime& runtime) {
   // No clone: preprocess sees the module as const and works on copies of its graphs, so the
@@ -196,12 +196,12 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_methods(const backend_lowering& low
                                                      bool fallback_when_unavailable, const input_specs* inputs) {
   // One plan: each unit's schema, signature and operator decided once; its options decoded once,
   // all before any preprocessing.
-  lowering_plan plan = plan_lowering(lowering.name, lowering.signatures, module, method_compile_spec);
-  if (plan.units.empty()) fail({lowering.name, {}}, "no method to lower: the method_compile_spec is empty");
+  lowering_plan plan = plan_lowering(lowering.name(), lowering.signatures(), module, method_compile_spec);
+  if (plan.units.empty()) fail({lowering.name(), {}}, "no method to lower: the method_compile_spec is empty");
   plan.fallback_when_unavailable = fallback_when_unavailable;
   if (inputs) apply_input_specs(plan, *inputs);
-  for (delegate_unit& unit : plan.units) unit.options = lowering.decode_options(unit.spec, unit.where(lowering.name));
-  return lower_planned(plan, module, lowering.payload_version, lowering.preprocess, *lowering.runtime);
+  for (delegate_unit& unit : plan.units) unit.options = lowering.decode_options(unit.spec, unit.where(lowering.name()));
+  return lower_planned(plan, module, lowering.payload_version(), lowering.preprocess, *lowering.runtime);
 }
 
 }  // namespace torch_delegate::detail

@@ -30,8 +30,17 @@ std::string comma_separated(const Names& names) {
 }
 
 
+/// The one check that a backend can lower partially (every route: lower_partially<B>, the
+/// Python package's lower and plan; delegation_plan<B> and lower_partially<B> also refuse to
+/// compile for such a backend, with the same fix).
+inline void require_partitions(const backend_lowering& lowering) {
+  if (!lowering.partitions())
+    fail({lowering.name(), {}}, "this backend cannot lower partially: it declares no 'static bool supports(const "
+                                "torch::jit::Node*)' (docs/partial-lowering.md); lower whole methods instead");
+}
+
 /// Every path in keep_submodules and lower_submodules names a submodule of `module`.
-inline void check_submodule_paths(const partition_backend& backend, const torch::jit::Module& module,
+inline void check_submodule_paths(const backend_lowering& backend, const torch::jit::Module& module,
                                   const partition_options& options) {
   std::set<std::string> known;
   for (const torch::jit::NameModule& named : module.named_modules())
@@ -40,7 +49,7 @@ inline void check_submodule_paths(const partition_backend& backend, const torch:
                                     std::pair{"lower_submodules", &options.lower_submodules}})
     for (const std::string& path : *paths)
       if (!known.count(path))
-        fail({backend.name, {}}, std::string(knob) + ": '" + path + "' is not a submodule of " +
+        fail({backend.name(), {}}, std::string(knob) + ": '" + path + "' is not a submodule of " +
                                      module.type()->name()->qualifiedName() + " (its submodules: " +
                                      (known.empty() ? "none" : comma_separated(known)) + ")");
 }
@@ -79,7 +88,7 @@ inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, con
 }
 
 /// require_full: attribute reads and the nodes outside lower_submodules may stay in TorchScript.
-inline void check_full(const partition_options& options, const partition_backend& backend, const method_delegation& report) {
+inline void check_full(const partition_options& options, const backend_lowering& backend, const method_delegation& report) {
   if (!options.require_full) return;
   std::vector<const kept_node*> kept;
   for (const kept_node& node : report.kept)
@@ -88,7 +97,7 @@ inline void check_full(const partition_options& options, const partition_backend
       kept.push_back(&node);
   if (kept.empty()) return;
   const kept_node& first = *kept.front();
-  fail({backend.name, report.method},
+  fail({backend.name(), report.method},
        "require_full: " + std::to_string(kept.size()) + " node(s) would stay in TorchScript, the first " + first.kind +
            " (" + std::string(to_string(first.reason)) + (first.detail.empty() ? "" : ": " + first.detail) + ")" +
            (first.location.empty() ? "" : " at " + first.location));
@@ -107,7 +116,7 @@ inline c10::FunctionSchema with_explicit_tensor_types(const c10::FunctionSchema&
   return schema.cloneWithArguments(std::move(arguments));
 }
 
-TORCH_DELEGATE_DECL void check_option_methods(std::string_view backend, const std::vector<std::string>& option_methods,
+inline void check_option_methods(std::string_view backend, const std::vector<std::string>& option_methods,
                                               const partition_options& options) {
   for (const std::string& method : option_methods)
     if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end())
@@ -115,12 +124,13 @@ TORCH_DELEGATE_DECL void check_option_methods(std::string_view backend, const st
                                   comma_separated(options.methods) + ")");
 }
 
-TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& backend, const torch::jit::Module& module,
+TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& backend, const torch::jit::Module& module,
                                                        const partition_options& options) {
+  require_partitions(backend);
   check_submodule_paths(backend, module, options);
-  delegation_report report{std::string(backend.name), module.type()->name()->qualifiedName(), {}};
+  delegation_report report{std::string(backend.name()), module.type()->name()->qualifiedName(), {}};
   for (const std::string& method : options.methods) {
-    schema_of(module, method, {backend.name, method});
+    schema_of(module, method, {backend.name(), method});
     method_delegation entry{method, {}, {}};
     form_regions(backend, options, canonical_graph(module, method), method, entry);
     check_full(options, backend, entry);
@@ -129,13 +139,30 @@ TORCH_DELEGATE_DECL delegation_report partition_report(const partition_backend& 
   return report;
 }
 
-TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend& backend, const torch::jit::Module& module,
-                                                         const partition_options& options,
-                                                         const lower_regions_function& lower_regions) {
+/// The child holding every partitioned method's regions, lowered once to the backend (lower<B>'s
+/// funnel, lower_methods): each region with the spec of the method it comes from in
+/// `spec_by_method`, or the backend's defaults; one lowered module, so named data is shared by all.
+inline torch::jit::Module lower_regions(const backend_lowering& lowering, const torch::jit::Module& regions,
+                                        const std::map<std::string, std::string>& method_of_region,
+                                        const c10::impl::GenericDict& spec_by_method, bool fallback_when_unavailable) {
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& region : regions.get_methods()) {
+    const auto given = spec_by_method.find(method_of_region.at(region.name()));
+    spec.insert(region.name(), given == spec_by_method.end() ? lowering.default_spec() : given->value());
+  }
+  return lower_methods(lowering, regions, spec, fallback_when_unavailable, nullptr);
+}
+
+/// Partially lowers `module` (not modified): a copy sharing its parameters, whose partitioned
+/// methods call their regions in a child module lowered by lower_regions. The report is stored
+/// with the module (delegation_report_of reads it, after save/load too).
+inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, const torch::jit::Module& module,
+                                            const partition_options& options, const c10::impl::GenericDict& spec_by_method) {
+  const backend_lowering& backend = lowering;
   check_submodule_paths(backend, module, options);
   // A copy with new class types that shares every parameter, buffer and attribute value.
   torch::jit::Module result = module.clone(/*inplace=*/true);
-  delegation_report report{std::string(backend.name), module.type()->name()->qualifiedName(), {}};
+  delegation_report report{std::string(backend.name()), module.type()->name()->qualifiedName(), {}};
   // First every method's regions, then one child module holding the regions of all methods,
   // lowered once (one backend object, one payload: named data shared by every region), then
   // each method rewritten to call its regions on it.
@@ -147,7 +174,7 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
   };
   std::vector<partitioned_method> partitioned;
   for (const std::string& method : options.methods) {
-    schema_of(result, method, {backend.name, method});
+    schema_of(result, method, {backend.name(), method});
     std::shared_ptr<torch::jit::Graph> graph = canonical_graph(result, method);
     method_delegation entry{method, {}, {}};
     std::vector<region> regions = form_regions(backend, options, graph, method, entry);
@@ -155,7 +182,7 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
     partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
   }
   const std::string attribute(names::delegate_attribute);
-  torch::jit::Module child(names::regions_class(backend.name));
+  torch::jit::Module child(names::regions_class(backend.name()));
   std::map<std::string, std::string> method_of_region;
   for (const partitioned_method& p : partitioned)
     for (std::size_t i = 0; i < p.regions.size(); ++i) {
@@ -165,7 +192,8 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
       method_of_region.emplace(p.entry.regions[i].name, p.method);
     }
   if (!method_of_region.empty())
-    result.register_module(attribute, lower_regions(child, method_of_region, options.fallback_when_unavailable));
+    result.register_module(attribute,
+                           lower_regions(lowering, child, method_of_region, spec_by_method, options.fallback_when_unavailable));
 
   for (partitioned_method& p : partitioned) {
     const std::string& method = p.method;
@@ -273,26 +301,15 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partitioned(const partition_backend
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
                                                             const partition_options& options,
                                                             const c10::impl::GenericDict& spec_by_method) {
-  if (!lowering.partitions)
-    fail({lowering.name, {}}, "this backend cannot lower partially: it declares no 'static bool supports(const "
-                              "torch::jit::Node*)' (docs/partial-lowering.md); lower whole methods instead");
+  require_partitions(lowering);
   std::vector<std::string> option_methods;
   for (const auto& entry : spec_by_method) {
     if (!entry.key().isString())
-      fail({lowering.name, {}}, "the compile spec's keys must be method names (str), got " + entry.key().type()->annotation_str());
+      fail({lowering.name(), {}}, "the compile spec's keys must be method names (str), got " + entry.key().type()->annotation_str());
     option_methods.push_back(entry.key().toStringRef());
   }
-  check_option_methods(lowering.name, option_methods, options);
-  return lower_partitioned(
-      lowering.partition, module, options,
-      [&](const torch::jit::Module& regions, const std::map<std::string, std::string>& method_of_region, bool fallback_when_unavailable) {
-        c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
-        for (const auto& region : regions.get_methods()) {
-          const auto given = spec_by_method.find(method_of_region.at(region.name()));
-          spec.insert(region.name(), given == spec_by_method.end() ? lowering.default_spec() : given->value());
-        }
-        return lower_methods(lowering, regions, spec, fallback_when_unavailable, nullptr);
-      });
+  check_option_methods(lowering.name(), option_methods, options);
+  return lower_partitioned(lowering, module, options, spec_by_method);
 }
 
 }  // namespace detail

@@ -55,7 +55,7 @@ inline bool has_generic_execute(std::span<const signature_record> signatures) {
 }
 
 struct partitioner {
-  const partition_backend& backend;
+  const backend_lowering& backend;
   const partition_options& options;
   torch::jit::AliasDb alias;
   bool generic;
@@ -63,13 +63,13 @@ struct partitioner {
   method_delegation& report;
   std::vector<region> regions;
 
-  partitioner(const partition_backend& b, const partition_options& o, std::shared_ptr<torch::jit::Graph> graph,
+  partitioner(const backend_lowering& b, const partition_options& o, std::shared_ptr<torch::jit::Graph> graph,
               method_delegation& r)
       : backend(b),
         options(o),
         alias(std::move(graph)),
-        generic(has_generic_execute(b.signatures)),
-        min_size(o.min_region_size ? o.min_region_size : std::max<std::size_t>(b.min_region_size, 1)),
+        generic(has_generic_execute(b.signatures())),
+        min_size(o.min_region_size ? o.min_region_size : std::max<std::size_t>(b.partition.min_region_size, 1)),
         report(r) {}
 
   void keep(const torch::jit::Node* node, kept_reason reason, std::string detail, int depth) {
@@ -90,7 +90,7 @@ struct partitioner {
         return std::make_pair(kept_reason::outside_selection, std::string());
     }
     if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
-    if (!backend.supports(node)) {
+    if (!backend.partition.supports(node)) {
       // The tuple a method returns its results in packs them; it is no computation.
       const bool packs_results = node->kind() == c10::prim::TupleConstruct && node->output()->uses().size() == 1 &&
                                  node->output()->uses()[0].user == node->owningBlock()->return_node();
@@ -249,7 +249,7 @@ inline model_location region_location(const std::vector<torch::jit::Node*>& node
 
 /// The method's regions, with the report filled in; regions the backend's execute signatures
 /// cannot call are dissolved into kept nodes.
-TORCH_DELEGATE_DECL std::vector<region> form_regions(const partition_backend& backend, const partition_options& options,
+TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                         const std::shared_ptr<torch::jit::Graph>& graph, const std::string& method,
                                         method_delegation& report) {
   partitioner p(backend, options, graph, report);
@@ -265,15 +265,15 @@ TORCH_DELEGATE_DECL std::vector<region> form_regions(const partition_backend& ba
     c10::TypePtr result = output_types.size() == 1 ? output_types[0] : c10::TupleType::create(output_types);
     const c10::FunctionSchema schema("region", "", std::move(arguments), {c10::Argument("", result)});
     try {
-      select_signature(backend.signatures, schema, {backend.name, method});
+      select_signature(backend.signatures(), schema, {backend.name(), method});
     } catch (const c10::Error&) {
       std::string text = toString(schema.cloneWithName("", ""));
       for (const torch::jit::Node* node : formed.nodes)
         p.keep(node, kept_reason::boundary_type, "no execute signature takes " + text, formed.depth);
       continue;
     }
-    if (backend.accepts_region &&
-        !backend.accepts_region(std::span<const torch::jit::Node* const>(formed.nodes.data(), formed.nodes.size()))) {
+    if (backend.partition.accepts_region &&
+        !backend.partition.accepts_region(std::span<const torch::jit::Node* const>(formed.nodes.data(), formed.nodes.size()))) {
       for (const torch::jit::Node* node : formed.nodes)
         p.keep(node, kept_reason::refused_by_backend, std::to_string(formed.nodes.size()) + "-node region", formed.depth);
       continue;

@@ -14,7 +14,7 @@ namespace torch_delegate::detail {
 
 TORCH_DELEGATE_DECL void register_preprocess(const backend_lowering& lowering, const std::type_info& type,
                                              libtorch_preprocess preprocess) {
-  const std::string name(lowering.name);
+  const std::string name(lowering.name());
   std::lock_guard<std::mutex> lock(registry_mutex());
   if (!claim_backend_name(name, std::type_index(type), c10::demangle(type.name()), registration_part::preprocess)) return;
   try {
