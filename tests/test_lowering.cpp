@@ -3,6 +3,8 @@
 #include "backends.hpp"
 #include "helpers.hpp"
 
+#include <functional>
+
 #include <backend_with_compiler_demo/demo_backend.hpp>
 
 #include <torch/csrc/jit/backends/backend_detail.h>
@@ -353,6 +355,40 @@ def forward(self, x, h):
   upstream.save(path);
   CHECK(torch::jit::load(path).forward({x, h}).toTensor().allclose(x + h));
   std::filesystem::remove(path);
+}
+
+TEST_CASE("one host funnel: each check of a request runs on every route, with one text") {
+  // The routes: lower<B> with a spec (lower_methods), LibTorch's registry (codegen_backend_module,
+  // what Python's torch._C._jit_to_backend calls), and lowering by name (the Python package).
+  torch_delegate::register_backend<test_backends::TypedBackend>();
+  auto module = script(R"(
+def forward(self, x, h):
+    return x + h
+)");
+  auto any_dict = c10::DictType::create(c10::StringType::get(), c10::AnyType::get());
+  using routes_t = std::vector<std::pair<std::string, std::function<void(const c10::impl::GenericDict&)>>>;
+  const routes_t routes{
+      {"lower<B>", [&](const c10::impl::GenericDict& spec) { torch_delegate::lower<test_backends::TypedBackend>(module, spec); }},
+      {"codegen_backend_module",
+       [&](const c10::impl::GenericDict& spec) { torch::jit::detail::codegen_backend_module("td_test_typed", module, spec, any_dict); }},
+      {"by name", [&](const c10::impl::GenericDict& spec) {
+         torch_delegate::detail::lower_methods(torch_delegate::detail::lowering_named("td_test_typed", "test"), module, spec, false);
+       }}};
+  c10::impl::GenericDict empty(c10::StringType::get(), c10::AnyType::get());
+  c10::impl::GenericDict missing_method(c10::StringType::get(), c10::AnyType::get());
+  c10::impl::GenericDict options(c10::StringType::get(), c10::AnyType::get());
+  options.insert("scale", 2.0);
+  missing_method.insert("encode", options);
+  c10::impl::GenericDict missing_option(c10::StringType::get(), c10::AnyType::get());
+  missing_option.insert("forward", options);  // no 'target'
+  for (const auto& [route, lower] : routes) {
+    CAPTURE(route);
+    CHECK_CONTAINS(error_of([&] { lower(empty); }),
+                   "backend 'td_test_typed': no method to lower: the method_compile_spec is empty");
+    CHECK_CONTAINS(error_of([&] { lower(missing_method); }), "has no method 'encode' to lower");
+    CHECK_CONTAINS(error_of([&] { lower(missing_option); }),
+                   "backend 'td_test_typed', method 'forward': missing required option 'target' (str)");
+  }
 }
 
 TEST_CASE("lite interpreter from C++: _save_for_mobile -> _load_for_mobile gives the full JIT's outputs") {

@@ -202,22 +202,20 @@ erased_preprocess_result erase_preprocessed(Result&& result) {
   }
 }
 
+/// A unit's options, decoded once by the host funnel (plan_request) for every route.
 template <class B>
-const options_t<B>& options_of_unit(const delegate_unit& plan, std::optional<options_t<B>>& decoded,
-                                    const error_context& where) {
-  if (plan.options) return *static_cast<const options_t<B>*>(plan.options.get());
-  return decoded.emplace(decode_backend_options<B>(plan.spec, where, unknown_option_keys::warn));
+const options_t<B>& options_of_unit(const delegate_unit& plan) {
+  return *static_cast<const options_t<B>*>(plan.options.get());
 }
 
 template <class B>
 erased_preprocess_batch preprocess_units_with(std::span<const method_to_lower> units, const lowering_plan& plan) {
   erased_preprocess_batch batch;
-  std::vector<std::optional<options_t<B>>> decoded(units.size());
   B backend;
   if constexpr (backend_preprocesses_all<B>) {
     std::vector<unit_with_options<options_t<B>>> with_options;
     for (std::size_t i = 0; i < units.size(); ++i)
-      with_options.push_back({units[i], options_of_unit<B>(plan.units[i], decoded[i], plan.units[i].where(B::name))});
+      with_options.push_back({units[i], options_of_unit<B>(plan.units[i])});
     multi_preprocess_result<payload_t<B>> result;
     try {
       result = backend.preprocess_all(std::span<const unit_with_options<options_t<B>>>(with_options));
@@ -233,7 +231,7 @@ erased_preprocess_batch preprocess_units_with(std::span<const method_to_lower> u
     for (std::size_t i = 0; i < units.size(); ++i) {
       const error_context where = plan.units[i].where(B::name);
       try {
-        const options_t<B>& options = options_of_unit<B>(plan.units[i], decoded[i], where);
+        const options_t<B>& options = options_of_unit<B>(plan.units[i]);
         if constexpr (requires { backend.preprocess(units[i], options); }) {
           batch.units.push_back(erase_preprocessed<payload_t<B>>(backend.preprocess(units[i], options)));
         } else {
@@ -245,15 +243,6 @@ erased_preprocess_batch preprocess_units_with(std::span<const method_to_lower> u
     }
   }
   return batch;
-}
-
-/// The preprocess function in LibTorch's signature, for LibTorch's registry
-/// (codegen_backend_module, torch._C._jit_to_backend).
-template <class B>
-c10::IValue preprocess_for_libtorch(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
-                                    const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
-  return preprocess_units(plan_lowering(B::name, signature_records<B>, module, spec), payload_version_of<B>(),
-                          &preprocess_units_with<B>, module, generate_debug_handles);
 }
 
 }  // namespace detail

@@ -153,6 +153,26 @@ struct lowering_of {
                                              partition_backend_of<B>()};
 };
 
+/// The host funnel: every route that lowers plans here (lower<B> and the Python package through
+/// lower_methods, each region of lower_partially<B>, LibTorch's preprocess registry: its
+/// codegen_backend_module and Python's torch._C._jit_to_backend). The request is checked (str
+/// keys, methods that exist, not empty), each unit's schema, execute signature and operator are
+/// selected, input specs applied, and its options decoded once (unknown keys warned about here),
+/// all before any preprocessing.
+TORCH_DELEGATE_DECL lowering_plan plan_request(const backend_lowering& lowering, const torch::jit::Module& module,
+                                               const c10::impl::GenericDict& method_compile_spec,
+                                               bool fallback_when_unavailable, const input_specs* inputs);
+
+/// The preprocess function in LibTorch's signature, for LibTorch's registry: the funnel, then
+/// preprocess (LibTorch then generates the module itself).
+template <class B>
+c10::IValue preprocess_for_libtorch(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
+                                    const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
+  const backend_lowering& lowering = lowering_of<B>::value;
+  return preprocess_units(plan_request(lowering, module, spec, /*fallback_when_unavailable=*/false, nullptr),
+                          lowering.payload_version(), lowering.preprocess, module, generate_debug_handles);
+}
+
 /// Publishes a backend's lowering process-wide (see the top of this file). Idempotent.
 TORCH_DELEGATE_DECL void publish_lowering(const backend_lowering& lowering);
 

@@ -64,4 +64,15 @@ TORCH_DELEGATE_DECL const backend_lowering& lowering_named(std::string_view name
                    "");
 }
 
+TORCH_DELEGATE_DECL lowering_plan plan_request(const backend_lowering& lowering, const torch::jit::Module& module,
+                                               const c10::impl::GenericDict& method_compile_spec,
+                                               bool fallback_when_unavailable, const input_specs* inputs) {
+  lowering_plan plan = plan_lowering(lowering.name(), lowering.signatures(), module, method_compile_spec);
+  if (plan.units.empty()) fail({lowering.name(), {}}, "no method to lower: the method_compile_spec is empty");
+  plan.fallback_when_unavailable = fallback_when_unavailable;
+  if (inputs) apply_input_specs(plan, *inputs);
+  for (delegate_unit& unit : plan.units) unit.options = lowering.decode_options(unit.spec, unit.where(lowering.name()));
+  return plan;
+}
+
 }  // namespace torch_delegate::detail

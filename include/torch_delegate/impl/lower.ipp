@@ -194,13 +194,7 @@ inline torch::jit::Module lower_planned(const lowering_plan& plan, const torch::
 TORCH_DELEGATE_DECL torch::jit::Module lower_methods(const backend_lowering& lowering, const torch::jit::Module& module,
                                                      const c10::impl::GenericDict& method_compile_spec,
                                                      bool fallback_when_unavailable, const input_specs* inputs) {
-  // One plan: each unit's schema, signature and operator decided once; its options decoded once,
-  // all before any preprocessing.
-  lowering_plan plan = plan_lowering(lowering.name(), lowering.signatures(), module, method_compile_spec);
-  if (plan.units.empty()) fail({lowering.name(), {}}, "no method to lower: the method_compile_spec is empty");
-  plan.fallback_when_unavailable = fallback_when_unavailable;
-  if (inputs) apply_input_specs(plan, *inputs);
-  for (delegate_unit& unit : plan.units) unit.options = lowering.decode_options(unit.spec, unit.where(lowering.name()));
+  const lowering_plan plan = plan_request(lowering, module, method_compile_spec, fallback_when_unavailable, inputs);
   return lower_planned(plan, module, lowering.payload_version(), lowering.preprocess, *lowering.runtime);
 }
 
