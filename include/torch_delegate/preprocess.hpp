@@ -5,6 +5,7 @@
 #pragma once
 
 #include <torch_delegate/debug.hpp>
+#include <torch_delegate/detail/locations.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/invoker.hpp>
 #include <torch_delegate/detail/signature.hpp>
@@ -156,41 +157,6 @@ TORCH_DELEGATE_DECL std::string attribute_path(const torch::jit::Node* node);
 /// Where a node is, for an error at preprocess: its file, line and highlighted source lines;
 /// for a node without a source range, what it is and which method it belongs to.
 TORCH_DELEGATE_DECL std::string source_of(const torch::jit::Node* node, std::string_view method);
-
-/// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
-/// frame per submodule or function call, outermost first) and its own source lines.
-TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node);
-
-/// One call that inlined a node: the called function's name, where it was called, and the
-/// submodule it entered (if any). Read from the node's InlinedCallStack without its Function*:
-/// freezing (and any pass that drops the functions it inlined) leaves that pointer dangling,
-/// which is why LibTorch keeps the name apart (InlinedCallStack::function_name()).
-struct call_frame {
-  std::string function;
-  torch::jit::SourceRange call_site;
-  std::optional<torch::jit::ModuleInstanceInfo> module;
-};
-
-/// The calls that inlined `node`, outermost first (empty for a node of the method itself).
-TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node);
-
-/// Where a node sits in the user's model: the submodule it was inlined from, by attribute path
-/// ("features.3.block.2"; "" for the method's own nodes), and the innermost source line that is
-/// the model's own ("mobilenetv2.py:64"): not inside PyTorch's modules (torch/nn/modules, ...)
-/// and not TorchScript's builtins ("<string>"). When no frame has such a line: the innermost
-/// line with a file, else the node's own ("<string>:3" for source without a file), else "".
-struct model_location {
-  std::string submodule;
-  std::string line;
-};
-TORCH_DELEGATE_DECL model_location locate_in_model(const torch::jit::Node* node);
-
-/// Whether `file` is part of PyTorch itself (its installed package, e.g.
-/// ".../dist-packages/torch/nn/modules/conv.py", or any ".../torch/nn/..." file).
-TORCH_DELEGATE_DECL bool is_pytorch_source(std::string_view file);
-
-/// Whether "file:line" is a line of the model's own source (a file, not PyTorch's).
-TORCH_DELEGATE_DECL bool is_model_line(const std::string& line);
 
 template <class Payload, class Result>
 erased_preprocess_result erase_preprocessed(Result&& result) {

@@ -1,0 +1,187 @@
+// Definitions for detail/locations.hpp.
+#pragma once
+
+#include <torch_delegate/detail/locations.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+namespace torch_delegate::detail {
+
+inline std::string highlighted(const torch::jit::SourceRange& range) {
+  if (!range.source()) return {};
+  std::ostringstream out;
+  range.highlight(out);
+  return out.str();
+}
+
+/// A class name as the user wrote it: without the "___torch_mangle_N" segments that cloning
+/// and scripting add.
+inline std::string demangled_name(const std::string& qualified) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= qualified.size()) {
+    std::size_t end = qualified.find('.', start);
+    if (end == std::string::npos) end = qualified.size();
+    const std::string part = qualified.substr(start, end - start);
+    if (part.rfind("___torch_mangle_", 0) != 0) out += (out.empty() ? "" : ".") + part;
+    start = end + 1;
+  }
+  return out;
+}
+
+inline std::vector<call_frame> frames_of(const c10::optional<torch::jit::InlinedCallStackPtr>& call_stack) {
+  std::vector<call_frame> frames;
+  c10::optional<torch::jit::InlinedCallStackPtr> at = call_stack;
+  while (at) {
+    const torch::jit::InlinedCallStack& frame = **at;
+    std::optional<torch::jit::ModuleInstanceInfo> module;
+    if (auto instance = frame.module_instance()) module = *instance;
+    frames.push_back({frame.function_name(), frame.source_range(), std::move(module)});
+    at = frame.callee();
+  }
+  return frames;
+}
+
+/// Whether two ranges are in the same source text: the same function's (or class's) code. Compared
+/// by value: inlining and copying may give one text two Source objects.
+inline bool same_source(const torch::jit::SourceRange& a, const torch::jit::SourceRange& b) {
+  const std::shared_ptr<torch::jit::Source> x = a.source(), y = b.source();
+  if (!x || !y) return false;
+  if (x == y) return true;
+  return x->filename() == y->filename() && x->starting_line_no() == y->starting_line_no() &&
+         x->size() == y->size() && x->text_str().str() == y->text_str().str();
+}
+
+/// A node near `node` (its inputs' makers, then its neighbours in its block, nearest first, the
+/// next before the previous) that has a call stack and comes from the same source text, or nullptr.
+inline const torch::jit::Node* same_call_neighbour(const torch::jit::Node* node) {
+  auto fits = [&](const torch::jit::Node* other) {
+    return other->callstack() && same_source(other->sourceRange(), node->sourceRange());
+  };
+  // An attribute read has no source range: one that makes an input and has a call stack is
+  // taken as it is (`if self.training:` reads `self.training` in the same function).
+  for (const torch::jit::Value* input : node->inputs()) {
+    const torch::jit::Node* maker = input->node();
+    if (fits(maker) || (maker->kind() == c10::prim::GetAttr && maker->callstack() && !maker->sourceRange().source()))
+      return maker;
+  }
+  const torch::jit::Node* before = node->prev();
+  const torch::jit::Node* after = node->next();
+  for (int step = 0; step < 64; ++step) {  // inlined bodies are short; a miss costs only the location
+    // After first: a value-less `if` usually opens its function's body (BatchNorm's does), and
+    // the node just before it may be the previous call of the same function.
+    if (after && after->kind() != c10::prim::Return) {
+      if (fits(after)) return after;
+      after = after->next();
+    } else {
+      after = nullptr;
+    }
+    if (before && before->kind() != c10::prim::Param) {
+      if (fits(before)) return before;
+      before = before->prev();
+    } else {
+      before = nullptr;
+    }
+  }
+  return nullptr;
+}
+
+/// LibTorch's inliner gives a call stack only to the nodes that make a value, and when it inlines
+/// a node with blocks it does not extend the call stacks of the nodes inside them: an inlined
+/// `if` without results (BatchNorm's `if self.training:`) has none, and the nodes of its blocks
+/// keep only the frames of earlier inlinings (`_verify_batch_size` inlined into `batch_norm`).
+/// So: a node without a call stack and without results stands with a node near it that has one
+/// and comes from the same source text (BatchNorm's `if self.training:` with the nodes of
+/// BatchNorm's forward around it; never a method's own `if` with the submodule call that made its
+/// condition); a node inside a block gets the frames of the node that holds the block in front
+/// of its own, unless its own already begin with them.
+TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
+  std::vector<call_frame> frames = frames_of(node->callstack());
+  if (frames.empty() && node->outputs().empty() && node->sourceRange().source())
+    if (const torch::jit::Node* neighbour = same_call_neighbour(node)) frames = frames_of(neighbour->callstack());
+  const torch::jit::Node* holder = node->owningBlock() ? node->owningBlock()->owningNode() : nullptr;
+  if (!holder) return frames;
+  std::vector<call_frame> outer = call_frames(holder);
+  if (frames.empty()) return outer;
+  if (!outer.empty() && !(frames.front().call_site == outer.front().call_site))
+    frames.insert(frames.begin(), outer.begin(), outer.end());
+  return frames;
+}
+
+inline std::string file_line_of(const torch::jit::SourceRange& range) {
+  auto position = range.file_line_col();
+  return position ? std::get<0>(*position) + ":" + std::to_string(std::get<1>(*position)) : std::string();
+}
+// "<string>": source without a file. TorchScript's own builtins are such source (`0.5 * x`
+// inlines a builtin written in TorchScript); so is a model made with Module::define.
+inline bool has_source_file(const std::string& location) {
+  return !location.empty() && location.rfind("<string>:", 0) != 0;
+}
+
+TORCH_DELEGATE_DECL bool is_model_line(const std::string& line) { return has_source_file(line) && !is_pytorch_source(line); }
+
+TORCH_DELEGATE_DECL bool is_pytorch_source(std::string_view file) {
+  for (std::string_view package : {"/site-packages/torch/", "/dist-packages/torch/", "/torch/nn/", "/torch/jit/"})
+    if (file.find(package) != std::string_view::npos) return true;
+  return file.rfind("torch/nn/", 0) == 0 || file.rfind("torch/jit/", 0) == 0;
+}
+
+/// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
+/// frame per submodule or function call, outermost first) and its own source lines.
+TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node) {
+  debug_location where;
+  where.node_kind = node->kind().toQualString();
+  const std::vector<call_frame> frames = call_frames(node);
+  where.file_line = file_line_of(node->sourceRange());
+  if (!has_source_file(where.file_line)) {
+    // Inlined from such source: the model's line is the innermost call site that has a file.
+    for (auto frame = frames.rbegin(); frame != frames.rend(); ++frame) {
+      std::string call_site = file_line_of(frame->call_site);
+      if (!has_source_file(call_site)) continue;
+      where.file_line = std::move(call_site);
+      break;
+    }
+  }
+  for (const call_frame& frame : frames) {
+    std::string text = "  called here";
+    if (frame.module && frame.module->class_type())
+      text += ", entering submodule '" + frame.module->instance_name() + "' (" +
+              demangled_name(frame.module->class_type()->name()->qualifiedName()) + ")";
+    if (!frame.function.empty()) text += ", method " + frame.function;
+    where.call_stack.push_back(text + ":\n" + highlighted(frame.call_site));
+  }
+  where.source = highlighted(node->sourceRange());
+  return where;
+}
+
+TORCH_DELEGATE_DECL model_location locate_in_model(const torch::jit::Node* node) {
+  model_location where;
+  const std::vector<call_frame> frames = call_frames(node);
+  for (const call_frame& frame : frames) {
+    if (!frame.module || !frame.module->class_type()) continue;
+    const std::string& name = frame.module->instance_name();
+    // Calls of the module's own methods enter no submodule (their instance is "self" or "SELF").
+    std::string lowered = name;
+    std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lowered == "self") continue;
+    where.submodule += (where.submodule.empty() ? "" : ".") + name;
+  }
+  auto model_line = [](const torch::jit::SourceRange& range) {
+    std::string line = file_line_of(range);
+    return is_model_line(line) ? line : std::string();
+  };
+  where.line = model_line(node->sourceRange());
+  for (auto frame = frames.rbegin(); where.line.empty() && frame != frames.rend(); ++frame)
+    where.line = model_line(frame->call_site);
+  if (where.line.empty()) {
+    // No line of the model's own: the innermost line with a file (PyTorch's), else the node's.
+    where.line = file_line_of(node->sourceRange());
+    for (auto frame = frames.rbegin(); !has_source_file(where.line) && frame != frames.rend(); ++frame)
+      if (std::string call_site = file_line_of(frame->call_site); has_source_file(call_site)) where.line = std::move(call_site);
+  }
+  return where;
+}
+
+}  // namespace torch_delegate::detail
