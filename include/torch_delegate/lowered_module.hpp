@@ -109,9 +109,7 @@ class typed_method<B, R(A...)> {
 
  private:
   static std::string method_list(const c10::impl::GenericDict& handles) {
-    std::string names;
-    for (const auto& entry : handles) names += (names.empty() ? "" : ", ") + entry.key().toStringRef();
-    return names;
+    return detail::comma_separated(handles, [](const auto& entry) { return entry.key().toStringRef(); });
   }
 
   R unpack(const c10::impl::GenericList& outputs) const {

@@ -96,8 +96,7 @@ inline bool is_placeholder_key(const c10::IValue& key) {
   if (known.empty()) {
     text += "this backend takes no options";
   } else {
-    text += "known keys: ";
-    for (std::size_t i = 0; i < known.size(); ++i) text += (i ? ", " : "") + known[i];
+    text += "known keys: " + comma_separated(known);
   }
   fail(where, text);
 }
@@ -118,9 +117,8 @@ inline bool is_placeholder_key(const c10::IValue& key) {
 inline void warn_ignored_options(const error_context& where, const std::vector<std::string>& ignored,
                                  const std::vector<std::string>& known) {
   std::string text = describe(where) + ": ignoring unknown option key" + (ignored.size() > 1 ? "s " : " ");
-  for (std::size_t i = 0; i < ignored.size(); ++i) text += (i ? ", '" : "'") + ignored[i] + "'";
-  text += "; known keys: ";
-  for (std::size_t i = 0; i < known.size(); ++i) text += (i ? ", " : "") + known[i];
+  text += comma_separated(ignored, [](const std::string& key) { return "'" + key + "'"; });
+  text += "; known keys: " + comma_separated(known);
   if (known.empty()) text += "(none)";
   TORCH_WARN(text);
 }

@@ -34,4 +34,20 @@ inline std::string describe(const error_context& where) {
   throw c10::Error(text, "");
 }
 
+/// "a, b, c": the elements of `range`, each made a string by `text` (default: as they are),
+/// joined with ", ". The one join the error texts use.
+template <class Range, class Text>
+std::string comma_separated(const Range& range, Text text) {
+  std::string joined;
+  for (const auto& element : range) {
+    if (!joined.empty()) joined += ", ";
+    joined += text(element);
+  }
+  return joined;
+}
+template <class Range>
+std::string comma_separated(const Range& range) {
+  return comma_separated(range, [](const auto& element) { return std::string(element); });
+}
+
 }  // namespace torch_delegate::detail

@@ -54,9 +54,8 @@ TORCH_DELEGATE_DECL std::vector<const backend_lowering*> published_lowerings() {
 
 TORCH_DELEGATE_DECL const backend_lowering& lowering_named(std::string_view name, std::string_view who) {
   if (const backend_lowering* found = find_lowering(name)) return *found;
-  std::string registered;
-  for (const backend_lowering* lowering : published_lowerings())
-    registered += (registered.empty() ? "" : ", ") + std::string(lowering->name());
+  const std::string registered =
+      comma_separated(published_lowerings(), [](const backend_lowering* lowering) { return std::string(lowering->name()); });
   throw c10::Error(std::string(who) + ": no torch-delegate backend named '" + std::string(name) +
                        "' is registered in this process (registered: " + (registered.empty() ? "none" : registered) +
                        "). Load the backend's library first, e.g. torch.ops.load_library(\"libmy_backend.so\") in "

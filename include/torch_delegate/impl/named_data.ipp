@@ -120,8 +120,7 @@ TORCH_DELEGATE_DECL std::vector<std::string> named_data_map::keys() const {
 TORCH_DELEGATE_DECL const at::Tensor& named_data_map::tensor(std::string_view key) const {
   auto found = entries_.find(key);
   if (found != entries_.end()) return found->second.data;
-  std::string known;
-  for (const auto& entry : entries_) known += (known.empty() ? "" : ", ") + ("'" + entry.first + "'");
+  const std::string known = detail::comma_separated(entries_, [](const auto& entry) { return "'" + entry.first + "'"; });
   const bool released = released_.count(std::string(key)) != 0;
   detail::fail({backend_, {}}, "no named data '" + std::string(key) + "'" +
                                    (released ? ": it was released after compile (compile_context::release_named_data)"

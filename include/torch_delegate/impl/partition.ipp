@@ -21,13 +21,6 @@ namespace torch_delegate {
 
 namespace detail {
 
-/// "a, b, c"
-template <class Names>
-std::string comma_separated(const Names& names) {
-  std::string list;
-  for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
-  return list;
-}
 
 
 /// The one check that a backend can lower partially (every route: lower_partially<B>, the

@@ -49,8 +49,7 @@ TORCH_DELEGATE_DECL std::string source_of(const torch::jit::Node* node, std::str
 }
 
 inline std::string method_names(const torch::jit::Module& module) {
-  std::string names;
-  for (const auto& method : module.get_methods()) names += (names.empty() ? "" : ", ") + method.name();
+  const std::string names = comma_separated(module.get_methods(), [](const auto& method) { return method.name(); });
   return names.empty() ? std::string("(none)") : names;
 }
 

@@ -2,6 +2,7 @@
 // (as data: report_format.ipp, with the format's decoder).
 #pragma once
 
+#include <torch_delegate/detail/errors.hpp>
 #include <torch_delegate/report.hpp>
 
 #include <sstream>
@@ -32,7 +33,7 @@ TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
         << method.delegated_nodes() << " nodes delegated, " << method.kept.size() << " kept in TorchScript\n";
     for (const region_report& region : method.regions) {
       out << "    region " << region.name << ": " << region.node_count << " nodes (";
-      for (std::size_t i = 0; i < region.kinds.size(); ++i) out << (i ? ", " : "") << region.kinds[i];
+      out << detail::comma_separated(region.kinds);
       out << ")" << (region.submodule.empty() ? "" : " in " + region.submodule)
           << (region.location.empty() ? "" : " at " + region.location) << "\n";
     }
