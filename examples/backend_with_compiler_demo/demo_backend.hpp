@@ -44,7 +44,8 @@ struct DemoBackend {
     const std::string_view kind = node->kind().toQualString();
     if (std::find(std::begin(kinds), std::end(kinds), kind) == std::end(kinds)) return false;
     // Its instructions read tensors computed at run time; a number (a scalar operand, alpha)
-    // must be a constant; a tensor constant (a frozen model's) it cannot take.
+    // must be a constant; a tensor constant it does not take (partial lowering copies a
+    // zero-dimensional one into the region, where the demo's compiler has no instruction for it).
     return std::all_of(node->inputs().begin(), node->inputs().end(), [](const torch::jit::Value* input) {
       const bool constant = input->node()->kind() == c10::prim::Constant;
       return input->type()->kind() == c10::TypeKind::TensorType ? !constant : constant;

@@ -117,18 +117,37 @@ inline void check_option_methods(std::string_view backend, const std::vector<std
                                   comma_separated(options.methods) + ")");
 }
 
+/// One partitioned method: its canonical graph, its regions and its report.
+struct partitioned_method {
+  std::string method;
+  std::shared_ptr<torch::jit::Graph> graph;
+  std::vector<region> regions;
+  method_delegation entry;
+};
+
+/// What the plan and the lowering both do first, per method of `options.methods`: check it
+/// exists, take its canonical graph, form its regions, apply require_full. (The callers check
+/// the submodule paths first, on the user's module: errors name its class, not a copy's.)
+inline std::vector<partitioned_method> partition_methods(const backend_lowering& backend, const torch::jit::Module& module,
+                                                         const partition_options& options) {
+  std::vector<partitioned_method> partitioned;
+  for (const std::string& method : options.methods) {
+    schema_of(module, method, {backend.name(), method});
+    std::shared_ptr<torch::jit::Graph> graph = canonical_graph(module, method);
+    method_delegation entry{method, {}, {}};
+    std::vector<region> regions = form_regions(backend, options, graph, method, entry);
+    check_full(options, backend, entry);
+    partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
+  }
+  return partitioned;
+}
+
 TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& backend, const torch::jit::Module& module,
                                                        const partition_options& options) {
   require_partitions(backend);
   check_submodule_paths(backend, module, options);
   delegation_report report{std::string(backend.name()), module.type()->name()->qualifiedName(), {}};
-  for (const std::string& method : options.methods) {
-    schema_of(module, method, {backend.name(), method});
-    method_delegation entry{method, {}, {}};
-    form_regions(backend, options, canonical_graph(module, method), method, entry);
-    check_full(options, backend, entry);
-    report.methods.push_back(std::move(entry));
-  }
+  for (partitioned_method& p : partition_methods(backend, module, options)) report.methods.push_back(std::move(p.entry));
   return report;
 }
 
@@ -151,31 +170,16 @@ inline torch::jit::Module lower_regions(const backend_lowering& lowering, const 
 /// with the module (delegation_report_of reads it, after save/load too).
 inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, const torch::jit::Module& module,
                                             const partition_options& options, const c10::impl::GenericDict& spec_by_method) {
-  const backend_lowering& backend = lowering;
-  check_submodule_paths(backend, module, options);
+  check_submodule_paths(lowering, module, options);
   // A copy with new class types that shares every parameter, buffer and attribute value.
   torch::jit::Module result = module.clone(/*inplace=*/true);
-  delegation_report report{std::string(backend.name()), module.type()->name()->qualifiedName(), {}};
+  delegation_report report{std::string(lowering.name()), module.type()->name()->qualifiedName(), {}};
   // First every method's regions, then one child module holding the regions of all methods,
   // lowered once (one backend object, one payload: named data shared by every region), then
   // each method rewritten to call its regions on it.
-  struct partitioned_method {
-    std::string method;
-    std::shared_ptr<torch::jit::Graph> graph;
-    std::vector<region> regions;
-    method_delegation entry;
-  };
-  std::vector<partitioned_method> partitioned;
-  for (const std::string& method : options.methods) {
-    schema_of(result, method, {backend.name(), method});
-    std::shared_ptr<torch::jit::Graph> graph = canonical_graph(result, method);
-    method_delegation entry{method, {}, {}};
-    std::vector<region> regions = form_regions(backend, options, graph, method, entry);
-    check_full(options, backend, entry);
-    partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
-  }
+  std::vector<partitioned_method> partitioned = partition_methods(lowering, result, options);
   const std::string attribute(names::delegate_attribute);
-  torch::jit::Module child(names::regions_class(backend.name()));
+  torch::jit::Module child(names::regions_class(lowering.name()));
   std::map<std::string, std::string> method_of_region;
   for (const partitioned_method& p : partitioned)
     for (std::size_t i = 0; i < p.regions.size(); ++i) {
