@@ -72,7 +72,7 @@ namespace detail {
 
 using supports_function = bool (*)(const torch::jit::Node*);
 
-TORCH_DELEGATE_DECL void cover_block(const torch::jit::Block* block, int depth, supports_function supports, method_coverage& out);
+TORCH_DELEGATE_INTERNAL void cover_block(const torch::jit::Block* block, int depth, supports_function supports, method_coverage& out);
 
 TORCH_DELEGATE_DECL coverage_report coverage_of(std::string_view backend, const torch::jit::Module& module,
                                    const std::vector<std::string>& methods, supports_function supports);

@@ -78,7 +78,7 @@ struct running_method {
   std::string_view backend;
   const method_debug_info* debug = nullptr;
 };
-inline thread_local const running_method* current_method = nullptr;
+TORCH_DELEGATE_SHARED inline thread_local const running_method* current_method = nullptr;
 
 class running_method_scope {
  public:
@@ -95,10 +95,10 @@ class running_method_scope {
 };
 
 /// "\nThe failing instruction implements aten::add (debug handle 3) at <string>:3:\n<frames><source>"
-TORCH_DELEGATE_DECL std::string describe_handle(const method_debug_info& debug, std::int64_t handle);
+TORCH_DELEGATE_INTERNAL std::string describe_handle(const method_debug_info& debug, std::int64_t handle);
 
 /// The error text for an instruction_error: the backend's message, then where in the model.
-TORCH_DELEGATE_DECL std::string describe_instruction(const method_debug_info* debug, std::int64_t instruction);
+TORCH_DELEGATE_INTERNAL std::string describe_instruction(const method_debug_info* debug, std::int64_t instruction);
 
 
 }  // namespace detail

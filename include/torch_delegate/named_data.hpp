@@ -92,12 +92,12 @@ namespace detail {
 
 /// Merges the named data of one unit into the lowered module's: a key stored once; the same key
 /// with other content is an error naming both units. `owners` records which unit gave each key.
-TORCH_DELEGATE_DECL void merge_named_data(std::string_view backend, named_data_store& merged,
+TORCH_DELEGATE_INTERNAL void merge_named_data(std::string_view backend, named_data_store& merged,
                                           std::map<std::string, std::string>& owners, const named_data_store& unit_data,
                                           const std::string& unit);
 
 /// "Float [1024, 1024] (4194304 bytes)".
-TORCH_DELEGATE_DECL std::string describe_named_data(const named_data_entry& entry);
+TORCH_DELEGATE_INTERNAL std::string describe_named_data(const named_data_entry& entry);
 
 }  // namespace detail
 }  // namespace torch_delegate

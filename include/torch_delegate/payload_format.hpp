@@ -69,7 +69,7 @@ struct decoded_method {
 // -- debug information: (Dict[int, (kind, file_line, List[str] call stack, source)],
 //                         Dict[int, List[int]] instruction -> handles) -------------------------
 
-TORCH_DELEGATE_DECL c10::IValue encode_debug_info(const method_debug_info& debug);
+TORCH_DELEGATE_INTERNAL c10::IValue encode_debug_info(const method_debug_info& debug);
 
 /// Reads the debug table; throws c10::Error (never crashes) on anything malformed.
 TORCH_DELEGATE_DECL std::shared_ptr<method_debug_info> decode_debug_info(const c10::IValue& value);
@@ -77,11 +77,11 @@ TORCH_DELEGATE_DECL std::shared_ptr<method_debug_info> decode_debug_info(const c
 // -- the whole payload ------------------------------------------------------------------------
 
 /// One method's entry.
-TORCH_DELEGATE_DECL c10::IValue encode_method_record(const method_record& record);
+TORCH_DELEGATE_INTERNAL c10::IValue encode_method_record(const method_record& record);
 
 /// The whole `__processed_module` value: `methods` maps each method name to its encoded entry;
 /// format 1 without named data, 2 with.
-TORCH_DELEGATE_DECL c10::IValue encode_processed(std::string_view backend, std::int64_t payload_version,
+TORCH_DELEGATE_INTERNAL c10::IValue encode_processed(std::string_view backend, std::int64_t payload_version,
                                     c10::impl::GenericDict methods, const named_data_store& named_data = {});
 
 /// The named data of a processed payload (empty for format 1), checked: a malformed table is
@@ -90,7 +90,7 @@ TORCH_DELEGATE_DECL std::shared_ptr<named_data_map> read_named_data(const c10::I
 
 /// Replaces the data of `key` in a processed payload's named-data table by an empty tensor of
 /// alignment 0 (released after compile): a module holding such a payload refuses to be saved.
-TORCH_DELEGATE_DECL void release_named_data_in(const c10::IValue& processed, const std::string& key);
+TORCH_DELEGATE_INTERNAL void release_named_data_in(const c10::IValue& processed, const std::string& key);
 
 /// The keys released from a processed payload, sorted.
 TORCH_DELEGATE_DECL std::vector<std::string> released_named_data(const c10::IValue& processed);
@@ -113,7 +113,7 @@ inline bool is_string_list(const c10::IValue& value) {
 /// Reads one method of `__processed_module`, checking every field (see the rules above).
 /// Fields are copied out of the tuples: c10's TupleElements keeps up to 3 elements inline, and
 /// GCC -O2 warns (-Warray-bounds) about reading a 4th or 5th through it even after a size check.
-TORCH_DELEGATE_DECL decoded_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method,
+TORCH_DELEGATE_INTERNAL decoded_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method,
                                      payload_versions versions);
 
 }  // namespace detail

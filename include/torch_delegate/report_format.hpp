@@ -33,7 +33,7 @@ TORCH_DELEGATE_DECL std::string_view token_of(kept_reason reason);
 TORCH_DELEGATE_DECL std::optional<kept_reason> reason_of_token(std::string_view token);
 
 /// The types of a saved report of `version` (1 to report_format_version) and of its parts.
-TORCH_DELEGATE_DECL c10::TypePtr report_data_type(std::int64_t version = report_format_version);
+TORCH_DELEGATE_INTERNAL c10::TypePtr report_data_type(std::int64_t version = report_format_version);
 TORCH_DELEGATE_DECL c10::TypePtr method_data_type(std::int64_t version);
 TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version);
 TORCH_DELEGATE_DECL c10::TypePtr kept_data_type(std::int64_t version);

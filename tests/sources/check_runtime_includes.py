@@ -16,9 +16,9 @@ root = pathlib.Path(sys.argv[1])
 compiler = sys.argv[2:]
 flags = ["-std=c++20", f"-I{root / 'include'}", "-isystem", "/usr/include/torch/csrc/api/include"]
 HOST_HEADERS = re.compile(r"torch_delegate/(preprocess|lower|coverage|partition|registration|profiling|report|report_format|"
-                          r"detail/backend_lowering|detail/canonical_graph|detail/regions|detail/locations|detail/codegen)\.(hpp|ipp)$|"
+                          r"detail/backend_lowering|detail/lowering_plan|detail/canonical_graph|detail/regions|detail/locations|detail/codegen)\.(hpp|ipp)$|"
                           r"torch_delegate/impl/(preprocess|lower|coverage|partition|registration|profiling|report|"
-                          r"report_format|backend_lowering|canonical_graph|regions|locations|codegen)\.ipp$")
+                          r"report_format|backend_lowering|lowering_plan|canonical_graph|regions|locations|codegen)\.ipp$")
 FORBIDDEN = re.compile(r"torch/csrc/jit/passes/|torch/csrc/profiler/|torch/csrc/autograd/profiler")
 
 

@@ -14,7 +14,7 @@
 #include <torch_delegate/detail/invoker.hpp>
 #include <torch_delegate/detail/runtime_objects.hpp>
 #include <torch_delegate/options.hpp>
-#include <torch_delegate/preprocess.hpp>
+#include <torch_delegate/detail/lowering_plan.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -174,7 +174,7 @@ c10::IValue preprocess_for_libtorch(const torch::jit::Module& module, const c10:
 }
 
 /// Publishes a backend's lowering process-wide (see the top of this file). Idempotent.
-TORCH_DELEGATE_DECL void publish_lowering(const backend_lowering& lowering);
+TORCH_DELEGATE_INTERNAL void publish_lowering(const backend_lowering& lowering);
 
 /// The lowering of the backend registered as `name` in this process (by whichever shared object
 /// registered it); nullptr when none is. An entry of another layout is an error saying to rebuild.

@@ -14,7 +14,7 @@ namespace torch_delegate::detail {
 /// The method's graph with every call inlined, non-tensor constants and constant lists folded,
 /// dead code removed, and in-place operators made out-of-place where nothing can observe the
 /// write and both forms compute the same values (docs/partial-lowering.md, "How regions are formed").
-TORCH_DELEGATE_DECL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module,
+TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module,
                                                                        const std::string& method);
 
 }  // namespace torch_delegate::detail

@@ -16,12 +16,12 @@ namespace torch_delegate::detail {
 TORCH_DELEGATE_DECL std::string default_literal(const c10::IValue& value, const error_context& where, const std::string& argument);
 
 /// "self, x: Tensor, h: Tensor, alpha: float = 1.0, *, beta: int = 2"
-TORCH_DELEGATE_DECL std::string parameter_list(const c10::FunctionSchema& schema, const error_context& where);
+TORCH_DELEGATE_INTERNAL std::string parameter_list(const c10::FunctionSchema& schema, const error_context& where);
 
 /// "x, h, alpha, beta=beta": forwards every parameter, keyword-only ones by keyword.
-TORCH_DELEGATE_DECL std::string forwarded_arguments(const c10::FunctionSchema& schema);
+TORCH_DELEGATE_INTERNAL std::string forwarded_arguments(const c10::FunctionSchema& schema);
 
-TORCH_DELEGATE_DECL std::string return_annotation(const c10::FunctionSchema& schema);
+TORCH_DELEGATE_INTERNAL std::string return_annotation(const c10::FunctionSchema& schema);
 
 /// The methods every lowered module has. LibTorch's own lowered modules also have
 /// __create_backend, __is_available and __create_backend_debug_info; they are inlined here because
@@ -31,12 +31,12 @@ TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& 
 
 /// With availability fallback: `td_is_available()` on the lowered module (the backend is
 /// available and compiled this module's handles) and on its wrapper (forwarding).
-TORCH_DELEGATE_DECL std::string availability_method_source(bool wrapper);
+TORCH_DELEGATE_INTERNAL std::string availability_method_source(bool wrapper);
 
 /// "torch_delegate.<operator>(<handle>, x, h)", the operator named from the backend and the
 /// execute signature (signature.hpp: operator_name; resolved by generated_code_resolver), a
 /// 1-tuple result re-wrapped.
-TORCH_DELEGATE_DECL std::string operator_call(const std::string& operator_name, const std::string& handle,
+TORCH_DELEGATE_INTERNAL std::string operator_call(const std::string& operator_name, const std::string& handle,
                                  const c10::FunctionSchema& schema);
 
 /// One lowered method. With a typed operator (`operator_name`, from a typed execute overload):

@@ -7,6 +7,7 @@
 
 #include <torch_delegate/backend.hpp>
 #include <torch_delegate/convert.hpp>
+#include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/dispatch.hpp>
 #include <torch_delegate/detail/runtime_objects.hpp>
 #include <torch_delegate/options.hpp>
@@ -144,7 +145,7 @@ options_t<B> decode_backend_options(const c10::IValue& spec, const error_context
 // Deprecated side channel kept for backends written before compile_context: what
 // payload_version_being_compiled() returns. Restored, not reset, so that nested compiles
 // (a backend compiling another lowered module) see their own version.
-inline thread_local std::int64_t compiling_payload_version = 0;
+TORCH_DELEGATE_SHARED inline thread_local std::int64_t compiling_payload_version = 0;
 
 struct payload_version_scope {
   explicit payload_version_scope(std::int64_t version) : previous_(compiling_payload_version) {

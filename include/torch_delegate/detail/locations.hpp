@@ -18,7 +18,7 @@ namespace torch_delegate::detail {
 
 /// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
 /// frame per submodule or function call, outermost first) and its own source lines.
-TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node);
+TORCH_DELEGATE_INTERNAL debug_location locate(const torch::jit::Node* node);
 
 /// One call that inlined a node: the called function's name, where it was called, and the
 /// submodule it entered (if any). Read from the node's InlinedCallStack without its Function*:
@@ -31,7 +31,7 @@ struct call_frame {
 };
 
 /// The calls that inlined `node`, outermost first (empty for a node of the method itself).
-TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node);
+TORCH_DELEGATE_INTERNAL std::vector<call_frame> call_frames(const torch::jit::Node* node);
 
 /// Where a node sits in the user's model: the submodule it was inlined from, by attribute path
 /// ("features.3.block.2"; "" for the method's own nodes), and the innermost source line that is
@@ -42,14 +42,22 @@ struct model_location {
   std::string submodule;
   std::string line;
 };
-TORCH_DELEGATE_DECL model_location locate_in_model(const torch::jit::Node* node);
+TORCH_DELEGATE_INTERNAL model_location locate_in_model(const torch::jit::Node* node);
 
 /// Whether `file` is part of PyTorch itself (its installed package, e.g.
 /// ".../dist-packages/torch/nn/modules/conv.py", or any ".../torch/nn/..." file).
 TORCH_DELEGATE_DECL bool is_pytorch_source(std::string_view file);
 
 /// Whether "file:line" is a line of the model's own source (a file, not PyTorch's).
-TORCH_DELEGATE_DECL bool is_model_line(const std::string& line);
+TORCH_DELEGATE_INTERNAL bool is_model_line(const std::string& line);
+
+/// "self.encoder.weight": the attribute path a prim::GetAttr chain reads, from the method's
+/// `self`; empty when the chain does not start at `self`.
+TORCH_DELEGATE_INTERNAL std::string attribute_path(const torch::jit::Node* node);
+
+/// Where a node is, for an error at preprocess: its file, line and highlighted source lines;
+/// for a node without a source range, what it is and which method it belongs to.
+TORCH_DELEGATE_INTERNAL std::string source_of(const torch::jit::Node* node, std::string_view method);
 
 }  // namespace torch_delegate::detail
 

@@ -86,10 +86,10 @@ inline compiled_method& compiled_method_of(const c10::IValue& handle, const back
 }
 
 /// A new `__backend` object: a TorchBind object holding a fresh backend instance.
-TORCH_DELEGATE_DECL c10::IValue new_backend_object(const backend_runtime& runtime);
+TORCH_DELEGATE_INTERNAL c10::IValue new_backend_object(const backend_runtime& runtime);
 
 /// The backend instance inside a `__backend` object of this backend; an error for anything else.
-TORCH_DELEGATE_DECL c10::intrusive_ptr<backend_instance> backend_instance_of(const c10::IValue& object,
+TORCH_DELEGATE_INTERNAL c10::intrusive_ptr<backend_instance> backend_instance_of(const c10::IValue& object,
                                                                              const backend_runtime& runtime);
 
 /// LibTorch's compile(processed, method_compile_spec) -> {unit: handle}: reads each unit's record

@@ -40,19 +40,19 @@ struct signature_record {
 inline constexpr std::string_view generic_signature_text = "(*) -> *";
 
 /// "forward(Tensor x, Tensor h) -> Tensor": a schema as errors show it.
-TORCH_DELEGATE_DECL std::string schema_without_self(const c10::FunctionSchema& schema);
+TORCH_DELEGATE_INTERNAL std::string schema_without_self(const c10::FunctionSchema& schema);
 
 /// Whether a typed signature's argument and result types equal a method's schema.
-TORCH_DELEGATE_DECL bool signature_matches(const signature_record& signature, const c10::FunctionSchema& schema);
+TORCH_DELEGATE_INTERNAL bool signature_matches(const signature_record& signature, const c10::FunctionSchema& schema);
 
 /// Picks the execute signature for a method: the first typed overload whose argument and
 /// result types equal the schema's, else the generic execute, else an error that lists the
 /// method's schema and every signature the backend has.
-TORCH_DELEGATE_DECL const signature_record& select_signature(std::span<const signature_record> signatures,
+TORCH_DELEGATE_INTERNAL const signature_record& select_signature(std::span<const signature_record> signatures,
                                                              const c10::FunctionSchema& schema, const error_context& where);
 
 /// Finds a compiled method's signature again by its text (it is stored in the payload).
-TORCH_DELEGATE_DECL const signature_record& find_signature(std::span<const signature_record> signatures,
+TORCH_DELEGATE_INTERNAL const signature_record& find_signature(std::span<const signature_record> signatures,
                                                            std::string_view text, const error_context& where);
 
 // -- operator names ------------------------------------------------------------------------------

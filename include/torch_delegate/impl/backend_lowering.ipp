@@ -12,7 +12,7 @@
 
 namespace torch_delegate::detail {
 
-TORCH_DELEGATE_DECL void publish_lowering(const backend_lowering& lowering) {
+TORCH_DELEGATE_INTERNAL void publish_lowering(const backend_lowering& lowering) {
   const std::string name(lowering.name());
   for (const auto& op : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(names::lowering_operator())))
     if (op->schema().overload_name() == name) return;

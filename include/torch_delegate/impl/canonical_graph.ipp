@@ -2,7 +2,7 @@
 #pragma once
 
 #include <torch_delegate/detail/canonical_graph.hpp>
-#include <torch_delegate/preprocess.hpp>
+#include <torch_delegate/detail/lowering_plan.hpp>
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
@@ -97,7 +97,7 @@ inline bool out_of_place_is_equivalent(torch::jit::Node* node) {
 /// (LibTorch's RemoveTensorMutation, with alias analysis: `hardtanh_` on a conv's fresh output
 /// becomes `hardtanh`; a write to an input or to a tensor with a view stays) and where the two
 /// forms compute the same (out_of_place_is_equivalent).
-TORCH_DELEGATE_DECL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method) {
+TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method) {
   std::shared_ptr<torch::jit::Graph> graph = inlined_graph(module, method);
   torch::jit::ConstantPropagationImmutableTypes(graph);
   fold_constant_lists(graph->block());

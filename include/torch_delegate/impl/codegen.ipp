@@ -51,7 +51,7 @@ TORCH_DELEGATE_DECL std::string default_literal(const c10::IValue& value, const 
   return out.str();
 }
 
-TORCH_DELEGATE_DECL std::string parameter_list(const c10::FunctionSchema& schema, const error_context& where) {
+TORCH_DELEGATE_INTERNAL std::string parameter_list(const c10::FunctionSchema& schema, const error_context& where) {
   std::string out = "self";
   bool keyword_only = false;
   const auto& arguments = schema.arguments();
@@ -67,7 +67,7 @@ TORCH_DELEGATE_DECL std::string parameter_list(const c10::FunctionSchema& schema
   return out;
 }
 
-TORCH_DELEGATE_DECL std::string forwarded_arguments(const c10::FunctionSchema& schema) {
+TORCH_DELEGATE_INTERNAL std::string forwarded_arguments(const c10::FunctionSchema& schema) {
   std::string out;
   const auto& arguments = schema.arguments();
   for (std::size_t i = 1; i < arguments.size(); ++i) {
@@ -77,7 +77,7 @@ TORCH_DELEGATE_DECL std::string forwarded_arguments(const c10::FunctionSchema& s
   return out;
 }
 
-TORCH_DELEGATE_DECL std::string return_annotation(const c10::FunctionSchema& schema) {
+TORCH_DELEGATE_INTERNAL std::string return_annotation(const c10::FunctionSchema& schema) {
   return schema.returns()[0].type()->annotation_str();
 }
 
@@ -108,7 +108,7 @@ TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& 
          unavailable;
 }
 
-TORCH_DELEGATE_DECL std::string availability_method_source(bool wrapper) {
+TORCH_DELEGATE_INTERNAL std::string availability_method_source(bool wrapper) {
   const std::string method = std::string(names::is_available_method);
   if (wrapper)
     return "def " + method + "(self) -> bool:\n"
@@ -117,7 +117,7 @@ TORCH_DELEGATE_DECL std::string availability_method_source(bool wrapper) {
          "    return len(" + self_dot(names::handles) + ") > 0 and " + self_dot(names::backend_object) + ".is_available()\n";
 }
 
-TORCH_DELEGATE_DECL std::string operator_call(const std::string& operator_name, const std::string& handle,
+TORCH_DELEGATE_INTERNAL std::string operator_call(const std::string& operator_name, const std::string& handle,
                                  const c10::FunctionSchema& schema) {
   std::string call = operator_name.substr(0, operator_name.find("::")) + "." +
                      operator_name.substr(operator_name.find("::") + 2) + "(" + handle;

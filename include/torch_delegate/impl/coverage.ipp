@@ -3,10 +3,11 @@
 
 #include <torch_delegate/coverage.hpp>
 #include <torch_delegate/detail/canonical_graph.hpp>
+#include <torch_delegate/detail/lowering_plan.hpp>
 
 namespace torch_delegate::detail {
 
-TORCH_DELEGATE_DECL void cover_block(const torch::jit::Block* block, int depth, supports_function supports, method_coverage& out) {
+TORCH_DELEGATE_INTERNAL void cover_block(const torch::jit::Block* block, int depth, supports_function supports, method_coverage& out) {
   for (const torch::jit::Node* node : block->nodes()) {
     const debug_location where = locate(node);
     node_coverage entry{where.node_kind, where.file_line, where.source, supports(node), depth};

@@ -97,7 +97,7 @@ inline const torch::jit::Node* same_call_neighbour(const torch::jit::Node* node)
 /// BatchNorm's forward around it; never a method's own `if` with the submodule call that made its
 /// condition); a node inside a block gets the frames of the node that holds the block in front
 /// of its own, unless its own already begin with them.
-TORCH_DELEGATE_DECL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
+TORCH_DELEGATE_INTERNAL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
   std::vector<call_frame> frames = frames_of(node->callstack());
   if (frames.empty() && node->outputs().empty() && node->sourceRange().source())
     if (const torch::jit::Node* neighbour = same_call_neighbour(node)) frames = frames_of(neighbour->callstack());
@@ -120,7 +120,7 @@ inline bool has_source_file(const std::string& location) {
   return !location.empty() && location.rfind("<string>:", 0) != 0;
 }
 
-TORCH_DELEGATE_DECL bool is_model_line(const std::string& line) { return has_source_file(line) && !is_pytorch_source(line); }
+TORCH_DELEGATE_INTERNAL bool is_model_line(const std::string& line) { return has_source_file(line) && !is_pytorch_source(line); }
 
 TORCH_DELEGATE_DECL bool is_pytorch_source(std::string_view file) {
   for (std::string_view package : {"/site-packages/torch/", "/dist-packages/torch/", "/torch/nn/", "/torch/jit/"})
@@ -130,7 +130,7 @@ TORCH_DELEGATE_DECL bool is_pytorch_source(std::string_view file) {
 
 /// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
 /// frame per submodule or function call, outermost first) and its own source lines.
-TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node) {
+TORCH_DELEGATE_INTERNAL debug_location locate(const torch::jit::Node* node) {
   debug_location where;
   where.node_kind = node->kind().toQualString();
   const std::vector<call_frame> frames = call_frames(node);
@@ -156,7 +156,7 @@ TORCH_DELEGATE_DECL debug_location locate(const torch::jit::Node* node) {
   return where;
 }
 
-TORCH_DELEGATE_DECL model_location locate_in_model(const torch::jit::Node* node) {
+TORCH_DELEGATE_INTERNAL model_location locate_in_model(const torch::jit::Node* node) {
   model_location where;
   const std::vector<call_frame> frames = call_frames(node);
   for (const call_frame& frame : frames) {
@@ -182,6 +182,32 @@ TORCH_DELEGATE_DECL model_location locate_in_model(const torch::jit::Node* node)
       if (std::string call_site = file_line_of(frame->call_site); has_source_file(call_site)) where.line = std::move(call_site);
   }
   return where;
+}
+
+TORCH_DELEGATE_INTERNAL std::string attribute_path(const torch::jit::Node* node) {
+  std::string path;
+  const torch::jit::Node* at = node;
+  while (at->kind() == c10::prim::GetAttr) {
+    path = "." + at->s(c10::attr::name) + path;
+    const torch::jit::Value* object = at->input(0);
+    if (object->node()->kind() == c10::prim::Param) return object->offset() == 0 ? "self" + path : std::string();
+    at = object->node();
+  }
+  return {};
+}
+
+TORCH_DELEGATE_INTERNAL std::string source_of(const torch::jit::Node* node, std::string_view method) {
+  const torch::jit::SourceRange& range = node->sourceRange();
+  if (range.source()) return range.str();
+  std::string text = "(none recorded for this node) ";
+  if (node->kind() == c10::prim::GetAttr) {
+    const std::string path = attribute_path(node);
+    text += "the prim::GetAttr that reads attribute '" + node->s(c10::attr::name) + "'";
+    if (!path.empty()) text += " (" + path + ")";
+  } else {
+    text += "a node of kind " + std::string(node->kind().toQualString());
+  }
+  return text + " in method '" + std::string(method) + "'";
 }
 
 }  // namespace torch_delegate::detail

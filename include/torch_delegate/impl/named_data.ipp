@@ -35,13 +35,13 @@ inline std::uint64_t fnv1a(std::uint64_t hash, const void* data, std::size_t siz
   return hash;
 }
 
-TORCH_DELEGATE_DECL std::string describe_named_data(const named_data_entry& entry) {
+TORCH_DELEGATE_INTERNAL std::string describe_named_data(const named_data_entry& entry) {
   std::ostringstream out;
   out << c10::toString(entry.data.scalar_type()) << " " << entry.data.sizes() << " (" << entry.data.nbytes() << " bytes)";
   return out.str();
 }
 
-TORCH_DELEGATE_DECL void merge_named_data(std::string_view backend, named_data_store& merged,
+TORCH_DELEGATE_INTERNAL void merge_named_data(std::string_view backend, named_data_store& merged,
                                           std::map<std::string, std::string>& owners, const named_data_store& unit_data,
                                           const std::string& unit) {
   for (const auto& [key, entry] : unit_data.entries()) {

@@ -5,7 +5,7 @@
 
 namespace torch_delegate::detail {
 
-TORCH_DELEGATE_DECL c10::IValue encode_debug_info(const method_debug_info& debug) {
+TORCH_DELEGATE_INTERNAL c10::IValue encode_debug_info(const method_debug_info& debug) {
   c10::impl::GenericDict locations(c10::IntType::get(), c10::AnyType::get());
   for (const auto& [handle, where] : debug.locations) {
     c10::List<std::string> frames;
@@ -48,7 +48,7 @@ TORCH_DELEGATE_DECL std::shared_ptr<method_debug_info> decode_debug_info(const c
   return debug;
 }
 
-TORCH_DELEGATE_DECL c10::IValue encode_method_record(const method_record& record) {
+TORCH_DELEGATE_INTERNAL c10::IValue encode_method_record(const method_record& record) {
   c10::List<std::string> argument_names;
   for (const std::string& name : record.argument_names) argument_names.push_back(name);
   std::vector<c10::IValue> fields{c10::IValue(record.signature), c10::IValue(argument_names),
@@ -67,7 +67,7 @@ TORCH_DELEGATE_DECL c10::IValue encode_method_record(const method_record& record
   return c10::ivalue::Tuple::create(std::move(fields));
 }
 
-TORCH_DELEGATE_DECL c10::IValue encode_processed(std::string_view backend, std::int64_t payload_version,
+TORCH_DELEGATE_INTERNAL c10::IValue encode_processed(std::string_view backend, std::int64_t payload_version,
                                     c10::impl::GenericDict methods, const named_data_store& named_data) {
   if (named_data.empty())
     return c10::ivalue::Tuple::create({c10::IValue(std::string(backend)), c10::IValue(std::int64_t{1}),
@@ -117,7 +117,7 @@ TORCH_DELEGATE_DECL std::shared_ptr<named_data_map> read_named_data(const c10::I
   return map;
 }
 
-TORCH_DELEGATE_DECL void release_named_data_in(const c10::IValue& processed, const std::string& key) {
+TORCH_DELEGATE_INTERNAL void release_named_data_in(const c10::IValue& processed, const std::string& key) {
   const c10::IValue table = named_data_table(processed, "");
   if (table.isNone()) return;
   c10::impl::GenericDict dict = table.toGenericDict();
@@ -138,7 +138,7 @@ TORCH_DELEGATE_DECL std::vector<std::string> released_named_data(const c10::IVal
   return released;
 }
 
-TORCH_DELEGATE_DECL decoded_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method,
+TORCH_DELEGATE_INTERNAL decoded_method read_processed(const c10::IValue& processed, std::string_view backend, const std::string& method,
                                      payload_versions versions) {
   if (!processed.isTuple() || processed.toTupleRef().elements().size() < 4)
     fail_processed(backend, method, "expected a 4-tuple stamped by torch-delegate, got " + processed.type()->annotation_str());

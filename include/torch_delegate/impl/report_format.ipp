@@ -69,7 +69,7 @@ TORCH_DELEGATE_DECL c10::TypePtr method_data_type(std::int64_t version) {
       {c10::StringType::get(), c10::ListType::create(region_data_type(version)), c10::ListType::create(kept_data_type(version))});
 }
 
-TORCH_DELEGATE_DECL c10::TypePtr report_data_type(std::int64_t version) {
+TORCH_DELEGATE_INTERNAL c10::TypePtr report_data_type(std::int64_t version) {
   return c10::TupleType::create(
       {c10::IntType::get(), c10::StringType::get(), c10::StringType::get(), c10::ListType::create(method_data_type(version))});
 }

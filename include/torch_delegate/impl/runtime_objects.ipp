@@ -36,11 +36,11 @@ inline c10::IValue object_holding(const c10::ClassTypePtr& type, c10::intrusive_
   return c10::IValue(std::move(object));
 }
 
-TORCH_DELEGATE_DECL c10::IValue new_backend_object(const backend_runtime& runtime) {
+TORCH_DELEGATE_INTERNAL c10::IValue new_backend_object(const backend_runtime& runtime) {
   return object_holding(runtime.classes->backend, c10::make_intrusive<backend_instance>(runtime));
 }
 
-TORCH_DELEGATE_DECL c10::intrusive_ptr<backend_instance> backend_instance_of(const c10::IValue& object,
+TORCH_DELEGATE_INTERNAL c10::intrusive_ptr<backend_instance> backend_instance_of(const c10::IValue& object,
                                                                              const backend_runtime& runtime) {
   if (!object.isObject() || object.toObjectRef().type() != runtime.classes->backend)
     fail({runtime.name, {}}, "expected this backend's object (" + runtime.classes->backend->repr_str() + "), got " +

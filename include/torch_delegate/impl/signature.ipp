@@ -11,7 +11,7 @@
 
 namespace torch_delegate::detail {
 
-TORCH_DELEGATE_DECL std::string schema_without_self(const c10::FunctionSchema& schema) {
+TORCH_DELEGATE_INTERNAL std::string schema_without_self(const c10::FunctionSchema& schema) {
   std::string text = schema.name() + "(";
   const auto& arguments = schema.arguments();
   for (std::size_t i = 1; i < arguments.size(); ++i) {
@@ -22,7 +22,7 @@ TORCH_DELEGATE_DECL std::string schema_without_self(const c10::FunctionSchema& s
   return text;
 }
 
-TORCH_DELEGATE_DECL bool signature_matches(const signature_record& signature, const c10::FunctionSchema& schema) {
+TORCH_DELEGATE_INTERNAL bool signature_matches(const signature_record& signature, const c10::FunctionSchema& schema) {
   const auto& arguments = schema.arguments();
   if (arguments.size() != signature.arguments.size() + 1 || schema.returns().size() != 1) return false;
   for (std::size_t i = 0; i < signature.arguments.size(); ++i)
@@ -30,7 +30,7 @@ TORCH_DELEGATE_DECL bool signature_matches(const signature_record& signature, co
   return schema.returns()[0].type()->annotation_str() == signature.result;
 }
 
-TORCH_DELEGATE_DECL const signature_record& select_signature(std::span<const signature_record> signatures,
+TORCH_DELEGATE_INTERNAL const signature_record& select_signature(std::span<const signature_record> signatures,
                                                              const c10::FunctionSchema& schema, const error_context& where) {
   for (const signature_record& signature : signatures)
     if (!signature.generic && signature_matches(signature, schema)) return signature;
@@ -45,7 +45,7 @@ TORCH_DELEGATE_DECL const signature_record& select_signature(std::span<const sig
   fail(where, text);
 }
 
-TORCH_DELEGATE_DECL const signature_record& find_signature(std::span<const signature_record> signatures,
+TORCH_DELEGATE_INTERNAL const signature_record& find_signature(std::span<const signature_record> signatures,
                                                            std::string_view text, const error_context& where) {
   for (const signature_record& signature : signatures)
     if (signature.text == text) return signature;
