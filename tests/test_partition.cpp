@@ -902,7 +902,7 @@ TEST_CASE("partial lowering: a registered backend's lowering is found by name, p
   torch_delegate::register_backend<DemoBackend>();
   const torch_delegate::detail::backend_lowering* found = torch_delegate::detail::find_lowering(DemoBackend::name);
   REQUIRE(found);
-  CHECK(found == &torch_delegate::detail::lowering_of<DemoBackend>::value);
+  CHECK(found == &torch_delegate::detail::record_of<DemoBackend>);
   CHECK(found->partitions());
   CHECK(!torch_delegate::detail::find_lowering("td_never_registered"));
   const auto published = torch_delegate::detail::published_lowerings();
@@ -1148,7 +1148,7 @@ TEST_CASE("report format: versions 1 to 3 read back; anything else is nullopt, n
 TEST_CASE("region pass: a graph alone, without a module, cloning or rewriting") {
   // The pass reads a graph (here parsed from IR) and a backend's partition record; it changes
   // nothing and needs no module.
-  const torch_delegate::detail::backend_lowering& backend = torch_delegate::detail::lowering_of<ConvLikeBackend>::value;
+  const torch_delegate::detail::backend_lowering& backend = torch_delegate::detail::record_of<ConvLikeBackend>;
   auto regions_of = [&](const std::string& ir, torch_delegate::method_delegation& report) {
     auto graph = std::make_shared<torch::jit::Graph>();
     torch::jit::parseIR(ir, graph.get());

@@ -35,7 +35,7 @@ template <class B>
 lowered_module<B> lower_with(const torch::jit::Module& module, const c10::impl::GenericDict& method_compile_spec,
                              bool fallback_when_unavailable, const input_specs* inputs = nullptr) {
   register_backend<B>();
-  return lowered_module<B>(lower_methods(lowering_of<B>::value, module, method_compile_spec, fallback_when_unavailable, inputs));
+  return lowered_module<B>(lower_methods(record_of<B>, module, method_compile_spec, fallback_when_unavailable, inputs));
 }
 
 }  // namespace detail

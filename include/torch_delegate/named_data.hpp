@@ -96,6 +96,12 @@ TORCH_DELEGATE_INTERNAL void merge_named_data(std::string_view backend, named_da
                                           std::map<std::string, std::string>& owners, const named_data_store& unit_data,
                                           const std::string& unit);
 
+/// The one rule for an alignment of named data, when it is stored and when a saved one is read:
+/// a power of two from 1 to 4096 bytes.
+constexpr bool valid_named_data_alignment(std::int64_t alignment) {
+  return alignment >= 1 && alignment <= 4096 && (alignment & (alignment - 1)) == 0;
+}
+
 /// "Float [1024, 1024] (4194304 bytes)".
 TORCH_DELEGATE_INTERNAL std::string describe_named_data(const named_data_entry& entry);
 

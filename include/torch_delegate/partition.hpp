@@ -72,7 +72,7 @@ const backend_lowering& partition_backend_checked() {
                   "torch-delegate: partial lowering needs 'static bool supports(const torch::jit::Node*)' in the "
                   "backend: the one place that says which nodes it accepts (docs/partial-lowering.md).");
   }
-  return lowering_of<B>::value;
+  return record_of<B>;
 }
 
 }  // namespace detail
@@ -95,7 +95,7 @@ torch::jit::Module lower_partially(const torch::jit::Module& module, const parti
   register_backend<B>();
   c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
   for (const auto& [method, method_options] : compile_options) spec.insert(method, encode_options(method_options));
-  return detail::lower_partially_with(detail::lowering_of<B>::value, module, options, spec);
+  return detail::lower_partially_with(detail::record_of<B>, module, options, spec);
 }
 
 }  // namespace torch_delegate

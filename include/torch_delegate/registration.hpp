@@ -35,7 +35,7 @@ void register_backend() {
   static_assert(detail::check_host_backend<B>());
   if constexpr (HostBackend<B>) {
     register_runtime<B>();
-    detail::register_preprocess(detail::lowering_of<B>::value, typeid(B), &detail::preprocess_for_libtorch<B>);
+    detail::register_preprocess(detail::record_of<B>, typeid(B), &detail::preprocess_for_libtorch<B>);
   }
 }
 

@@ -6,6 +6,8 @@
 - The names torch-delegate gives things in LibTorch (TorchBind classes, operators, the classes,
   attributes and methods of lowered modules) are spelled only in include/torch_delegate/detail/names.hpp:
   no string literal elsewhere in include/, src/ or python/src/ contains one.
+- A function declared in a header is documented there only: its definition in an .ipp carries
+  no `///` doc comment (two copies drift apart; an implementation note is a `//` comment).
 
 Usage: check_sources.py <source root>
 """
@@ -63,6 +65,20 @@ for path in sources:
                 if re.search(pattern, literal):
                     problems.append(f"{path.relative_to(root)}:{number}: \"{literal}\" spells a name that "
                                     f"detail/names.hpp owns ({pattern}): use names::")
+
+# Doc comments: the header's, not the .ipp's.
+DEFINED = re.compile(r"TORCH_DELEGATE_(?:DECL|INTERNAL)[^(;]*?([A-Za-z_~]\w*)\(")
+declared = set()
+for path in sorted((root / "include").rglob("*.hpp")):
+    for match in DEFINED.finditer(path.read_text()):
+        declared.add(match.group(1))
+for path in sorted((root / "include").rglob("*.ipp")):
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        match = DEFINED.search(line)
+        if match and match.group(1) in declared and number > 1 and lines[number - 2].lstrip().startswith("///"):
+            problems.append(f"{path.relative_to(root)}:{number}: {match.group(1)} is documented in its header: "
+                            "drop the /// comment here (or make it a // implementation note)")
 
 for problem in problems:
     print(problem)

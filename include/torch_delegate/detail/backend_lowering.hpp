@@ -153,6 +153,12 @@ struct lowering_of {
                                              partition_backend_of<B>()};
 };
 
+/// B's record: the one object through which every non-template part (lowering, partial
+/// lowering, the Python package, LibTorch's registry) knows B; its runtime part is
+/// runtime_of<B>::value, which a runtime-only program reads alone.
+template <class B>
+inline constexpr const backend_lowering& record_of = lowering_of<B>::value;
+
 /// The host funnel: every route that lowers plans here (lower<B> and the Python package through
 /// lower_methods, each region of lower_partially<B>, LibTorch's preprocess registry: its
 /// codegen_backend_module and Python's torch._C._jit_to_backend). The request is checked (str
@@ -168,7 +174,7 @@ TORCH_DELEGATE_DECL lowering_plan plan_request(const backend_lowering& lowering,
 template <class B>
 c10::IValue preprocess_for_libtorch(const torch::jit::Module& module, const c10::Dict<c10::IValue, c10::IValue>& spec,
                                     const torch::jit::BackendDebugHandleGenerator& generate_debug_handles) {
-  const backend_lowering& lowering = lowering_of<B>::value;
+  const backend_lowering& lowering = record_of<B>;
   return preprocess_units(plan_request(lowering, module, spec, /*fallback_when_unavailable=*/false, nullptr),
                           lowering.payload_version(), lowering.preprocess, module, generate_debug_handles);
 }

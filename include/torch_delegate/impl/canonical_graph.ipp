@@ -91,12 +91,12 @@ inline bool out_of_place_is_equivalent(torch::jit::Node* node) {
   return dtype_root(a) == dtype_root(b);
 }
 
-/// The method's graph as partitioning sees it: calls inlined, non-tensor constants and constant
-/// lists folded, dead code removed (F.relu's `if inplace:` branch disappears, so it does not
-/// block a region), and in-place operators made out-of-place where nothing can observe the write
-/// (LibTorch's RemoveTensorMutation, with alias analysis: `hardtanh_` on a conv's fresh output
-/// becomes `hardtanh`; a write to an input or to a tensor with a view stays) and where the two
-/// forms compute the same (out_of_place_is_equivalent).
+// The method's graph as partitioning sees it: calls inlined, non-tensor constants and constant
+// lists folded, dead code removed (F.relu's `if inplace:` branch disappears, so it does not
+// block a region), and in-place operators made out-of-place where nothing can observe the write
+// (LibTorch's RemoveTensorMutation, with alias analysis: `hardtanh_` on a conv's fresh output
+// becomes `hardtanh`; a write to an input or to a tensor with a view stays) and where the two
+// forms compute the same (out_of_place_is_equivalent).
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method) {
   std::shared_ptr<torch::jit::Graph> graph = inlined_graph(module, method);
   torch::jit::ConstantPropagationImmutableTypes(graph);

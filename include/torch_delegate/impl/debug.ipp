@@ -5,7 +5,6 @@
 
 namespace torch_delegate::detail {
 
-/// "\nThe failing instruction implements aten::add (debug handle 3) at <string>:3:\n<frames><source>"
 TORCH_DELEGATE_INTERNAL std::string describe_handle(const method_debug_info& debug, std::int64_t handle) {
   auto found = debug.locations.find(handle);
   if (found == debug.locations.end()) return "\n(no debug information for debug handle " + std::to_string(handle) + ")";
@@ -17,7 +16,6 @@ TORCH_DELEGATE_INTERNAL std::string describe_handle(const method_debug_info& deb
   return text + where.source;
 }
 
-/// The error text for an instruction_error: the backend's message, then where in the model.
 TORCH_DELEGATE_INTERNAL std::string describe_instruction(const method_debug_info* debug, std::int64_t instruction) {
   std::string text;
   const std::vector<std::int64_t> handles = debug ? debug->handles_of(instruction) : std::vector<std::int64_t>{};

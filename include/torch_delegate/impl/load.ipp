@@ -68,7 +68,6 @@ inline void check_operators(const std::string& path, const std::string& backend,
 
 }  // namespace detail
 
-/// The backends a saved module delegates to, read from its code without loading it.
 TORCH_DELEGATE_DECL std::vector<std::string> backends_needed(const std::string& path) {
   std::vector<std::string> names;
   for (const std::string& code : detail::saved_code(path))
@@ -76,10 +75,6 @@ TORCH_DELEGATE_DECL std::vector<std::string> backends_needed(const std::string& 
   return names;
 }
 
-/// Checks that every backend a saved module delegates to is registered in this process, and that
-/// each still has the execute signatures the module was lowered for: a missing one is an error
-/// that names it (and says how to register a backend), instead of LibTorch's "unknown type" or
-/// "unknown builtin op" error from deep inside the loader.
 TORCH_DELEGATE_DECL void check_loadable(const std::string& path) {
   const std::vector<std::string> code = detail::saved_code(path);
   std::vector<std::string> backends;

@@ -88,15 +88,15 @@ inline const torch::jit::Node* same_call_neighbour(const torch::jit::Node* node)
   return nullptr;
 }
 
-/// LibTorch's inliner gives a call stack only to the nodes that make a value, and when it inlines
-/// a node with blocks it does not extend the call stacks of the nodes inside them: an inlined
-/// `if` without results (BatchNorm's `if self.training:`) has none, and the nodes of its blocks
-/// keep only the frames of earlier inlinings (`_verify_batch_size` inlined into `batch_norm`).
-/// So: a node without a call stack and without results stands with a node near it that has one
-/// and comes from the same source text (BatchNorm's `if self.training:` with the nodes of
-/// BatchNorm's forward around it; never a method's own `if` with the submodule call that made its
-/// condition); a node inside a block gets the frames of the node that holds the block in front
-/// of its own, unless its own already begin with them.
+// LibTorch's inliner gives a call stack only to the nodes that make a value, and when it inlines
+// a node with blocks it does not extend the call stacks of the nodes inside them: an inlined
+// `if` without results (BatchNorm's `if self.training:`) has none, and the nodes of its blocks
+// keep only the frames of earlier inlinings (`_verify_batch_size` inlined into `batch_norm`).
+// So: a node without a call stack and without results stands with a node near it that has one
+// and comes from the same source text (BatchNorm's `if self.training:` with the nodes of
+// BatchNorm's forward around it; never a method's own `if` with the submodule call that made its
+// condition); a node inside a block gets the frames of the node that holds the block in front
+// of its own, unless its own already begin with them.
 TORCH_DELEGATE_INTERNAL std::vector<call_frame> call_frames(const torch::jit::Node* node) {
   std::vector<call_frame> frames = frames_of(node->callstack());
   if (frames.empty() && node->outputs().empty() && node->sourceRange().source())
@@ -128,8 +128,6 @@ TORCH_DELEGATE_DECL bool is_pytorch_source(std::string_view file) {
   return file.rfind("torch/nn/", 0) == 0 || file.rfind("torch/jit/", 0) == 0;
 }
 
-/// Where a node comes from in the model: its kind, file:line, the calls that inlined it (one
-/// frame per submodule or function call, outermost first) and its own source lines.
 TORCH_DELEGATE_INTERNAL debug_location locate(const torch::jit::Node* node) {
   debug_location where;
   where.node_kind = node->kind().toQualString();

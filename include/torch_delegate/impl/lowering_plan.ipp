@@ -18,7 +18,6 @@ inline std::string method_names(const torch::jit::Module& module) {
   return names.empty() ? std::string("(none)") : names;
 }
 
-/// Checks that `module` has `method` and returns its schema.
 TORCH_DELEGATE_INTERNAL const c10::FunctionSchema& schema_of(const torch::jit::Module& module, const std::string& method,
                                             const error_context& where) {
   auto found = module.find_method(method);
@@ -28,8 +27,6 @@ TORCH_DELEGATE_INTERNAL const c10::FunctionSchema& schema_of(const torch::jit::M
   return found->function().getSchema();
 }
 
-/// A copy of a method's graph with every call inlined and the dead code that inlining leaves
-/// (the submodules' prim::GetAttr) removed: what preprocess and coverage look at.
 TORCH_DELEGATE_DECL std::shared_ptr<torch::jit::Graph> inlined_graph(const torch::jit::Module& module, const std::string& method) {
   auto graph = torch::jit::toGraphFunction(module.get_method(method).function()).graph()->copy();
   torch::jit::Inline(*graph);

@@ -14,7 +14,7 @@ namespace torch_delegate {
 namespace detail {
 
 inline void check_alignment(std::string_view where, const std::string& key, std::int64_t alignment) {
-  if (alignment < 1 || alignment > 4096 || (alignment & (alignment - 1)) != 0)
+  if (!valid_named_data_alignment(alignment))
     throw c10::Error(std::string(where) + ": the alignment of named data '" + key +
                          "' must be a power of two from 1 to 4096, got " + std::to_string(alignment),
                      "");

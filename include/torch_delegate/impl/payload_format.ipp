@@ -109,8 +109,7 @@ TORCH_DELEGATE_DECL std::shared_ptr<named_data_map> read_named_data(const c10::I
       continue;
     }
     const at::Tensor& tensor = data.toTensor();
-    if (alignment.toInt() < 0 || alignment.toInt() > 4096 || (alignment.toInt() & (alignment.toInt() - 1)) != 0 ||
-        tensor.device().type() != c10::DeviceType::CPU || !tensor.is_contiguous())
+    if (!valid_named_data_alignment(alignment.toInt()) || tensor.device().type() != c10::DeviceType::CPU || !tensor.is_contiguous())
       fail_processed(backend, {}, "malformed named-data entry '" + key + "'");
     map->insert(key, named_data_entry{tensor, alignment.toInt()});
   }

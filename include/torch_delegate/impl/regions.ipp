@@ -247,8 +247,6 @@ inline model_location region_location(const std::vector<torch::jit::Node*>& node
   return region;
 }
 
-/// The method's regions, with the report filled in; regions the backend's execute signatures
-/// cannot call are dissolved into kept nodes.
 TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                         const std::shared_ptr<torch::jit::Graph>& graph, const std::string& method,
                                         method_delegation& report) {

@@ -92,9 +92,12 @@ inline c10::ClassTypePtr register_class(const std::string& namespace_name, const
   return type;
 }
 
+/// A method of a TorchBind class. `self_type`: the schema's type of `self`, the class itself
+/// unless LibTorch's interface declares it otherwise (Any, for its backend interface).
 inline void add_method(const c10::ClassTypePtr& type, const std::string& name, std::vector<c10::Argument> arguments,
-                       std::vector<c10::Argument> returns, std::function<void(torch::jit::Stack&)> body) {
-  arguments.insert(arguments.begin(), c10::Argument("self", type));
+                       std::vector<c10::Argument> returns, std::function<void(torch::jit::Stack&)> body,
+                       c10::TypePtr self_type = nullptr) {
+  arguments.insert(arguments.begin(), c10::Argument("self", self_type ? std::move(self_type) : c10::TypePtr(type)));
   auto method = std::make_unique<torch::jit::BuiltinOpFunction>(
       c10::QualifiedName(type->name()->qualifiedName() + "." + name),
       c10::FunctionSchema(name, "", std::move(arguments), std::move(returns)), std::move(body));
@@ -128,12 +131,7 @@ inline void register_torchbind_classes(const backend_runtime& runtime) {
   auto any_list = c10::ListType::create(c10::AnyType::get());
   auto add_libtorch_method = [&](const std::string& method, std::vector<c10::Argument> arguments,
                                  std::vector<c10::Argument> returns, std::function<void(torch::jit::Stack&)> body) {
-    arguments.insert(arguments.begin(), c10::Argument("self", c10::AnyType::get()));
-    auto function = std::make_unique<torch::jit::BuiltinOpFunction>(
-        c10::QualifiedName(type->name()->qualifiedName() + "." + method),
-        c10::FunctionSchema(method, "", std::move(arguments), std::move(returns)), std::move(body));
-    type->addMethod(function.get());
-    torch::registerCustomClassMethod(std::move(function));
+    add_method(type, method, std::move(arguments), std::move(returns), std::move(body), c10::AnyType::get());
   };
   add_libtorch_method("is_available", {}, {c10::Argument("available", c10::BoolType::get())},
                       [r](torch::jit::Stack& stack) {
