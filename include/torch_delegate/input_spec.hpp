@@ -21,22 +21,26 @@ namespace torch_delegate {
 struct tensor_spec {
   std::vector<std::int64_t> sizes;  // -1: any size in that dimension
   c10::ScalarType dtype = c10::ScalarType::Float;
+  /// The memory layout of a static spec: Contiguous (NCHW for a 4-d tensor), ChannelsLast (NCHW
+  /// sizes, NHWC memory), or nullopt for any strides (the backend takes what it is given).
+  std::optional<c10::MemoryFormat> memory_format = c10::MemoryFormat::Contiguous;
 
-  /// The spec of an example input: its sizes and dtype.
-  static tensor_spec like(const at::Tensor& example) { return {example.sizes().vec(), example.scalar_type()}; }
+  /// The spec of an example input: its sizes, dtype and layout (channels-last when it is laid out
+  /// so and not also contiguous; any strides when it is neither).
+  TORCH_DELEGATE_DECL static tensor_spec like(const at::Tensor& example);
   bool operator==(const tensor_spec&) const = default;
 
-  /// Every size known (no -1): preprocess sees a complete type, contiguous, and a call must pass
-  /// a contiguous tensor.
+  /// Every size known (no -1): preprocess sees a complete type in its memory format, and a call
+  /// must pass a tensor laid out so.
   bool is_static() const {
     for (std::int64_t size : sizes)
       if (size < 0) return false;
     return true;
   }
-  /// Whether `tensor` has this dtype, this many dimensions and these sizes (-1: any), and is
-  /// contiguous when the spec is static.
+  /// Whether `tensor` has this dtype, this many dimensions and these sizes (-1: any), and is laid
+  /// out in memory_format when the spec is static.
   TORCH_DELEGATE_DECL bool matches(const at::Tensor& tensor) const;
-  /// "Float [8, -1]", "Float [8, 4] contiguous".
+  /// "Float [8, -1]", "Float [8, 4] contiguous", "Float [1, 32, 112, 112] channels_last".
   TORCH_DELEGATE_DECL std::string to_string() const;
   /// "Float [8, 3]": a tensor's dtype and sizes, as errors show what was given.
   TORCH_DELEGATE_DECL static std::string describe(c10::ScalarType dtype, c10::IntArrayRef sizes);

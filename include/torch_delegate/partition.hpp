@@ -44,6 +44,13 @@ struct partition_options {
   /// it): an error naming the first node that would stay in TorchScript, instead of a partial
   /// lowering.
   bool require_full = false;
+  /// Example inputs, per method (Torch-TensorRT records shapes the same way): the method is run
+  /// once on them, in TorchScript, while lowering. Every tensor its graph makes then has a
+  /// complete type (dtype, sizes, strides) that supports(), accepts_region() and preprocess see,
+  /// and each region's tensor inputs get input specs (dtype, sizes, memory format) that are saved
+  /// with it: a call with another shape is an error that names the region, the argument, the
+  /// expected and the given shape (lowered_module.md, "Input specs").
+  std::map<std::string, std::vector<c10::IValue>> example_inputs;
   /// Availability fallback: where the backend is not available (at load or at call time), each
   /// region runs its original TorchScript instead of raising "Backend is not available.".
   /// Off by default (strict: LibTorch's behaviour and texts).

@@ -5,6 +5,7 @@
 // registration.hpp.
 #pragma once
 
+#include <torch_delegate/convert.hpp>
 #include <torch_delegate/debug.hpp>
 #include <torch_delegate/detail/locations.hpp>
 #include <torch_delegate/detail/config.hpp>
@@ -15,6 +16,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace torch_delegate {
 
@@ -53,6 +56,21 @@ class method_to_lower {
   /// makes `value` when it is not a tensor known at lowering time.
   at::Tensor tensor_of(const torch::jit::Value* value) const;
 
+  /// A node's argument, by its name in the node's schema, as a C++ value known at lowering time
+  /// (a constant, or an attribute the method reads, see value_of):
+  ///   auto stride = unit.argument<std::vector<std::int64_t>>(conv, "stride");
+  ///   auto eps = unit.argument<double>(batch_norm, "eps");
+  ///   auto bias = unit.argument<std::optional<at::Tensor>>(conv, "bias");
+  /// Any type with an ivalue_caster (convert.hpp); an int given for a double converts. An error
+  /// pointing at the node (reject) when the node has no such argument, when its value is
+  /// computed at run time, or when it has another type.
+  template <class T>
+  T argument(const torch::jit::Node* node, std::string_view name) const;
+
+  /// The sizes of a tensor value of graph(), when its type is complete (lowering with example
+  /// inputs records every tensor's); an error pointing at the node that makes it otherwise.
+  std::vector<std::int64_t> sizes(const torch::jit::Value* value) const;
+
   /// The debug handle of a node of graph(); it maps back to the node's source range.
   torch::jit::DebugHandleType debug_handle(const torch::jit::Node* node) const;
 
@@ -70,6 +88,26 @@ class method_to_lower {
   torch::jit::NodeToDebugHandle debug_handles_;
   const c10::FunctionSchema& schema_;
 };
+
+template <class T>
+T method_to_lower::argument(const torch::jit::Node* node, std::string_view name) const {
+  const std::string wanted(name);
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  const c10::optional<int> index = schema ? schema->argumentIndexWithName(wanted) : c10::nullopt;
+  if (!index) reject(node, std::string(node->kind().toQualString()) + " has no argument '" + wanted + "'.");
+  std::optional<c10::IValue> value = value_of(node->input(static_cast<std::size_t>(*index)));
+  if (!value)
+    reject(node, "argument '" + wanted + "' of " + node->kind().toQualString() +
+                     " is computed at run time; the backend needs it at lowering time (a constant or an attribute).");
+  if constexpr (std::is_same_v<T, double>) {
+    if (value->isInt()) return static_cast<double>(value->toInt());
+  }
+  if (!ivalue_caster<T>::check(*value))
+    reject(node, "argument '" + wanted + "' of " + node->kind().toQualString() + " is " +
+                     value->type()->annotation_str() + ", expected " + std::string(ivalue_caster<T>::name.view()) + ".");
+  return ivalue_caster<T>::load(*value);
+}
+
 
 
 }  // namespace torch_delegate

@@ -137,8 +137,14 @@ td::input_specs input_specs_of(const py::dict& given) {
 td::partition_options partition_options_of(const std::vector<std::string>& methods, std::size_t min_region_size,
                                             const std::vector<std::string>& keep_kinds,
                                             const std::vector<std::string>& keep_submodules,
-                                            const std::vector<std::string>& lower_submodules, bool require_full, bool fallback) {
+                                            const std::vector<std::string>& lower_submodules, bool require_full, bool fallback,
+                                            const py::dict& example_inputs) {
   td::partition_options options;
+  for (auto [method, inputs] : example_inputs) {
+    std::vector<c10::IValue> values;
+    for (py::handle input : inputs) values.push_back(torch::jit::toTypeInferredIValue(input));
+    options.example_inputs.emplace(method.cast<std::string>(), std::move(values));
+  }
   options.methods = methods;
   options.min_region_size = min_region_size;
   options.keep_kinds = {keep_kinds.begin(), keep_kinds.end()};
@@ -227,21 +233,23 @@ PYBIND11_MODULE(_C, m) {
         [](const torch::jit::Module& module, const std::string& backend, const py::dict& spec,
            const std::vector<std::string>& methods, std::size_t min_region_size, const std::vector<std::string>& keep_kinds,
            const std::vector<std::string>& keep_submodules, const std::vector<std::string>& lower_submodules,
-           bool require_full, bool fallback) {
+           bool require_full, bool fallback, const py::dict& example_inputs) {
           const td::detail::backend_lowering& lowering =
               guarded([&]() -> const td::detail::backend_lowering& { return td::detail::lowering_named(backend, "torch_delegate.lower"); });
           const c10::impl::GenericDict converted = compile_spec(lowering, spec, methods, false);
           const td::partition_options options =
-              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback);
+              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback,
+                                   example_inputs);
           return guarded([&] { return td::detail::lower_partially_with(lowering, module, options, converted); });
         });
 
   m.def("plan",
         [](const torch::jit::Module& module, const std::string& backend, const std::vector<std::string>& methods,
            std::size_t min_region_size, const std::vector<std::string>& keep_kinds, const std::vector<std::string>& keep_submodules,
-           const std::vector<std::string>& lower_submodules, bool require_full) {
+           const std::vector<std::string>& lower_submodules, bool require_full, const py::dict& example_inputs) {
           const td::partition_options options =
-              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false);
+              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false,
+                                   example_inputs);
           const td::delegation_report report = guarded([&] {
             return td::detail::partition_report(td::detail::lowering_named(backend, "torch_delegate.plan"), module, options);
           });

@@ -142,7 +142,27 @@ class TensorSpec:
         return TensorSpec(list(example.shape), example.dtype)
 
 
-_PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback")
+_PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
+                  "example_inputs")
+
+
+def _example_inputs(example_inputs, methods, who):
+    """{method: [args]} from example_inputs=(x,) (the first method's) or {method: (args...)}."""
+    if example_inputs is None:
+        return {}
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if isinstance(example_inputs, Mapping):
+        by_method = dict(example_inputs)
+    elif isinstance(example_inputs, (tuple, list)):
+        by_method = {methods[0]: example_inputs}
+    else:
+        raise TypeError(f"{who}: example_inputs must be a tuple of a call's arguments or {{method: tuple}}, "
+                        f"got {type(example_inputs).__name__}")
+    for method, inputs in by_method.items():
+        if not isinstance(method, str) or not isinstance(inputs, (tuple, list)):
+            raise TypeError(f"{who}: example_inputs: each entry must be method name (str) -> tuple of arguments")
+    return {method: list(inputs) for method, inputs in by_method.items()}
 
 
 def _script_module(module: Any, who: str) -> torch._C.ScriptModule:
@@ -215,7 +235,8 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
           lower_submodules: Iterable[str] = (),
           require_full: bool = False,
           fallback: bool = False,
-          input_specs: Optional[Mapping[str, Sequence[Any]]] = None) -> torch.jit.ScriptModule:
+          input_specs: Optional[Mapping[str, Sequence[Any]]] = None,
+          example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None) -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
 
     spec: compile options per method, {"forward": {"num_threads": 2, "approximate": True}}:
@@ -230,6 +251,10 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
         backend is unavailable, each region runs its original TorchScript instead of failing).
     input_specs: whole methods only: per method, one entry per argument: a TensorSpec, an
         example tensor, or None (unchecked).
+    example_inputs: partial=True only: the arguments of one call, (x,) for "forward", or
+        {method: (args...)}. The method runs once on them while lowering; every region's
+        tensors get their dtype, sizes and memory format, which preprocess sees and which a
+        call is checked against.
 
     Returns a torch.jit.ScriptModule that saves and loads like any other. Raises TypeError or
     ValueError for a bad argument, torch_delegate.Error for what the backend or lowering refuses.
@@ -245,16 +270,19 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
         method_names = _names(methods, "methods", who)
     if partial:
         if input_specs is not None:
-            raise ValueError(f"{who}: input_specs apply to whole methods; they cannot be given with partial=True")
+            raise ValueError(f"{who}: input_specs apply to whole methods; they cannot be given with partial=True "
+                             f"(give example_inputs instead)")
         if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
             raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
         result = _C.lower_partially(cpp_module, backend, spec, method_names, min_region_size,
                                     _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
-                                    _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback))
+                                    _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
+                                    _example_inputs(example_inputs, method_names, who))
     else:
         given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
                  "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
                  "require_full": bool(require_full), "fallback": bool(fallback)}
+        given["example_inputs"] = example_inputs is not None
         knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
         if knobs:
             raise ValueError(f"{who}: {', '.join(knobs)} {'is a' if len(knobs) == 1 else 'are'} partial-lowering "
@@ -271,7 +299,8 @@ def plan(module: torch.jit.ScriptModule, backend: str, *,
          keep_kinds: Iterable[str] = (),
          keep_submodules: Iterable[str] = (),
          lower_submodules: Iterable[str] = (),
-         require_full: bool = False) -> Report:
+         require_full: bool = False,
+         example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None) -> Report:
     """Dry run of lower(..., partial=True): what would be delegated and why the rest would stay
     in TorchScript. Nothing is lowered."""
     who = "torch_delegate.plan"
@@ -280,7 +309,8 @@ def plan(module: torch.jit.ScriptModule, backend: str, *,
         raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
     return _report_of(_C.plan(cpp_module, backend, _names(methods, "methods", who), min_region_size,
                               _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
-                              _names(lower_submodules, "lower_submodules", who), bool(require_full)))
+                              _names(lower_submodules, "lower_submodules", who), bool(require_full),
+                              _example_inputs(example_inputs, _names(methods, "methods", who), who)))
 
 
 def report(module: torch.jit.ScriptModule) -> Optional[Report]:

@@ -52,11 +52,12 @@ struct partition_backend {
   supports_function supports = nullptr;              // B::supports; nullptr: B cannot lower partially
   accepts_region_function accepts_region = nullptr;  // B::accepts_region, if declared
   std::size_t min_region_size = 1;                   // the backend's own minimum
+  bool owns_parameters = false;                      // B::owns_parameters: regions take their weights as constants
 };
 
 /// The layout version of backend_lowering. A reader built against another layout refuses the
 /// entry (with an error saying to rebuild) instead of reading garbage.
-inline constexpr std::uint32_t backend_lowering_abi = 2;
+inline constexpr std::uint32_t backend_lowering_abi = 3;
 
 /// Everything the non-template host half knows of a backend B, in one record: its runtime part
 /// (name, payload version, execute signatures, the runtime's functions: backend_runtime, which
@@ -114,6 +115,14 @@ constexpr std::size_t backend_min_region_size() {
 }
 
 template <class B>
+constexpr bool backend_owns_parameters() {
+  if constexpr (requires { B::owns_parameters; })
+    return static_cast<bool>(B::owns_parameters);
+  else
+    return false;
+}
+
+template <class B>
 constexpr partition_backend partition_backend_of() {
   if constexpr (backend_declares_support<B>) {
     accepts_region_function accepts = nullptr;
@@ -121,7 +130,7 @@ constexpr partition_backend partition_backend_of() {
                     { B::accepts_region(region) } -> std::same_as<bool>;
                   })
       accepts = &B::accepts_region;
-    return {&B::supports, accepts, backend_min_region_size<B>()};
+    return {&B::supports, accepts, backend_min_region_size<B>(), backend_owns_parameters<B>()};
   } else {
     return {};
   }

@@ -8,14 +8,24 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace torch_delegate::detail {
 
 /// The method's graph with every call inlined, non-tensor constants and constant lists folded,
 /// dead code removed, and in-place operators made out-of-place where nothing can observe the
 /// write and both forms compute the same values (docs/partial-lowering.md, "How regions are formed").
+/// With `example_inputs`, the method is first run once on them: every tensor it makes at its top
+/// level gets the complete type it had (dtype, sizes, strides), and the ranks that makes known are
+/// folded (`len(x.size())`, `x.dim()`: the checks F.adaptive_avg_pool2d makes of its argument).
+/// `fold_attributes` (a backend that owns its parameters): bool, int, float and None attributes
+/// read from `self` become constants first, as torch.jit.freeze makes them.
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module,
-                                                                       const std::string& method);
+                                                                       const std::string& method,
+                                                                       const std::vector<c10::IValue>* example_inputs = nullptr,
+                                                                       std::string_view backend = {},
+                                                                       bool fold_attributes = false);
 
 }  // namespace torch_delegate::detail
 

@@ -8,6 +8,9 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <functional>
@@ -91,18 +94,110 @@ inline bool out_of_place_is_equivalent(torch::jit::Node* node) {
   return dtype_root(a) == dtype_root(b);
 }
 
+/// Runs `method`'s canonical graph once on example inputs and gives every tensor it makes at its
+/// top level (and its tensor arguments) the complete type of what it was in that run.
+inline void record_example_types(std::string_view backend, const torch::jit::Module& module, const std::string& method,
+                                 const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs) {
+  const error_context where{backend, method};
+  const std::size_t arguments = graph->inputs().size() - 1;
+  if (inputs.size() != arguments)
+    fail(where, "example_inputs: " + std::to_string(inputs.size()) + " given, the method takes " + std::to_string(arguments));
+  // A copy whose outputs are every tensor the method makes: the same nodes in the same order.
+  std::shared_ptr<torch::jit::Graph> probe = graph->copy();
+  std::vector<torch::jit::Value*> recorded;
+  auto original = graph->nodes().begin();
+  for (auto copy = probe->nodes().begin(); copy != probe->nodes().end(); ++copy, ++original)
+    for (std::size_t k = 0; k < copy->outputs().size(); ++k)
+      if (original->outputs()[k]->type()->kind() == c10::TypeKind::TensorType) {
+        recorded.push_back(original->outputs()[k]);
+        probe->registerOutput(copy->outputs()[k]);
+      }
+  torch::jit::Stack stack{module._ivalue()};
+  stack.insert(stack.end(), inputs.begin(), inputs.end());
+  try {
+    c10::NoGradGuard no_grad;
+    torch::jit::Code code(probe, method);
+    torch::jit::InterpreterState(code).run(stack);
+  } catch (const std::exception& error) {
+    fail(where, std::string("example_inputs: running the method on them failed: ") + error.what());
+  }
+  const std::size_t first = stack.size() - recorded.size();
+  for (std::size_t i = 0; i < recorded.size(); ++i)
+    if (stack[first + i].isTensor()) recorded[i]->setType(c10::TensorType::create(stack[first + i].toTensor()));
+  for (std::size_t i = 0; i < arguments; ++i)
+    if (inputs[i].isTensor() && graph->inputs()[i + 1]->type()->kind() == c10::TypeKind::TensorType)
+      graph->inputs()[i + 1]->setType(c10::TensorType::create(inputs[i].toTensor()));
+}
+
+/// For a backend that owns its parameters (it lowers for inference, as torch.jit.freeze does): every
+/// attribute the method reads from `self` that is a bool, int, float or None (`self.training`, a
+/// Conv2d's absent bias, a stored hyper-parameter) becomes a constant of its value now, so that
+/// the branches on it fold away (BatchNorm's `if self.training:`, dropout's `training` argument).
+/// Tensors stay attribute reads: the regions take them as constants (partition.ipp), the nodes
+/// left to TorchScript keep reading them.
+inline void fold_scalar_attributes(const torch::jit::Module& module, const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::vector<torch::jit::Node*> reads;
+  for (torch::jit::Node* node : graph->nodes())
+    if (node->kind() == c10::prim::GetAttr) reads.push_back(node);
+  for (torch::jit::Node* read : reads) {
+    std::vector<std::string> names;
+    const torch::jit::Value* current = read->output();
+    while (current->node()->kind() == c10::prim::GetAttr) {
+      names.push_back(current->node()->s(c10::attr::name));
+      current = current->node()->input();
+    }
+    if (current != graph->inputs()[0]) continue;
+    c10::IValue value = module._ivalue();
+    bool found = true;
+    for (auto name = names.rbegin(); name != names.rend() && found; ++name) {
+      found = value.isObject() && value.toObjectRef().type()->hasAttribute(*name);
+      if (found) value = value.toObjectRef().getAttr(*name);
+    }
+    if (!found || !(value.isBool() || value.isInt() || value.isDouble() || value.isNone())) continue;
+    torch::jit::WithInsertPoint here(read);
+    read->output()->replaceAllUsesWith(graph->insertConstant(value));
+  }
+}
+
+/// `len(x.size())` and `x.dim()` of a tensor whose rank is known: constants.
+inline void fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
+  for (torch::jit::Node* node : nodes) {
+    const bool dim = node->kind() == c10::aten::dim;
+    const bool len_of_size = node->kind() == c10::aten::len && node->inputs().size() == 1 &&
+                             node->input(0)->node()->kind() == c10::aten::size && node->input(0)->node()->inputs().size() == 1;
+    if (!dim && !len_of_size) continue;
+    const torch::jit::Value* tensor = dim ? node->input(0) : node->input(0)->node()->input(0);
+    const auto type = tensor->type()->cast<c10::TensorType>();
+    if (!type || !type->dim()) continue;
+    torch::jit::WithInsertPoint here(node);
+    node->output()->replaceAllUsesWith(graph->insertConstant(static_cast<std::int64_t>(*type->dim())));
+  }
+}
+
 // The method's graph as partitioning sees it: calls inlined, non-tensor constants and constant
 // lists folded, dead code removed (F.relu's `if inplace:` branch disappears, so it does not
 // block a region), and in-place operators made out-of-place where nothing can observe the write
 // (LibTorch's RemoveTensorMutation, with alias analysis: `hardtanh_` on a conv's fresh output
 // becomes `hardtanh`; a write to an input or to a tensor with a view stays) and where the two
 // forms compute the same (out_of_place_is_equivalent).
-TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method) {
+TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method,
+                                                                       const std::vector<c10::IValue>* example_inputs,
+                                                                       std::string_view backend, bool fold_attributes) {
   std::shared_ptr<torch::jit::Graph> graph = inlined_graph(module, method);
+  if (fold_attributes) fold_scalar_attributes(module, graph);
   torch::jit::ConstantPropagationImmutableTypes(graph);
   fold_constant_lists(graph->block());
+  if (example_inputs) {
+    record_example_types(backend, module, method, graph, *example_inputs);
+    fold_known_ranks(graph);
+    torch::jit::ConstantPropagationImmutableTypes(graph);
+    torch::jit::EliminateDeadCode(graph);
+  }
   torch::jit::RemoveTensorMutation(graph, std::function<bool(torch::jit::Node*)>(out_of_place_is_equivalent));
   torch::jit::EliminateDeadCode(graph);
+  // Again: the out-of-place nodes that replaced in-place ones have no recorded type yet.
+  if (example_inputs) record_example_types(backend, module, method, graph, *example_inputs);
   return graph;
 }
 

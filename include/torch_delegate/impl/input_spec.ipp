@@ -10,7 +10,17 @@ TORCH_DELEGATE_DECL bool tensor_spec::matches(const at::Tensor& tensor) const {
     return false;
   for (std::size_t d = 0; d < sizes.size(); ++d)
     if (sizes[d] != -1 && sizes[d] != tensor.size(static_cast<std::int64_t>(d))) return false;
-  return !is_static() || tensor.is_contiguous();
+  return !is_static() || !memory_format || tensor.is_contiguous(*memory_format);
+}
+
+TORCH_DELEGATE_DECL tensor_spec tensor_spec::like(const at::Tensor& example) {
+  tensor_spec spec{example.sizes().vec(), example.scalar_type()};
+  if (example.is_contiguous()) return spec;
+  if (example.dim() == 4 && example.is_contiguous(c10::MemoryFormat::ChannelsLast))
+    spec.memory_format = c10::MemoryFormat::ChannelsLast;
+  else
+    spec.memory_format = std::nullopt;
+  return spec;
 }
 
 TORCH_DELEGATE_DECL std::string tensor_spec::describe(c10::ScalarType dtype, c10::IntArrayRef sizes) {
@@ -20,7 +30,8 @@ TORCH_DELEGATE_DECL std::string tensor_spec::describe(c10::ScalarType dtype, c10
 }
 
 TORCH_DELEGATE_DECL std::string tensor_spec::to_string() const {
-  return describe(dtype, sizes) + (is_static() ? " contiguous" : "");
+  if (!is_static() || !memory_format) return describe(dtype, sizes);
+  return describe(dtype, sizes) + (*memory_format == c10::MemoryFormat::ChannelsLast ? " channels_last" : " contiguous");
 }
 
 }  // namespace torch_delegate

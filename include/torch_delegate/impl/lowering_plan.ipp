@@ -3,6 +3,7 @@
 
 #include <torch_delegate/detail/lowering_plan.hpp>
 
+#include <c10/core/MemoryFormat.h>
 #include <c10/util/strides.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -94,7 +95,9 @@ inline void type_graph_inputs(const std::shared_ptr<torch::jit::Graph>& graph, c
     if (!specs[i]) continue;
     if (specs[i]->is_static()) {
       // Every size known: a complete type (contiguous, which the call is checked for).
-      const c10::DimVector strides = c10::contiguous_strides(specs[i]->sizes);
+      const bool channels_last = specs[i]->memory_format == c10::MemoryFormat::ChannelsLast && specs[i]->sizes.size() == 4;
+      const std::vector<std::int64_t> strides =
+          channels_last ? c10::get_channels_last_strides_2d(specs[i]->sizes) : c10::IntArrayRef(c10::contiguous_strides(specs[i]->sizes)).vec();
       graph->inputs()[i + 1]->setType(c10::TensorType::create(specs[i]->dtype, at::kCPU, at::IntArrayRef(specs[i]->sizes),
                                                              at::IntArrayRef(strides), false));
       continue;
@@ -106,7 +109,16 @@ inline void type_graph_inputs(const std::shared_ptr<torch::jit::Graph>& graph, c
                                                            c10::VaryingShape<c10::Stride>(sizes.size()),
                                                            /*requires_grad=*/false));
   }
-  if (complete) {
+  // A region whose types were recorded from example inputs (partition_options::example_inputs)
+  // has every value typed already: shape analysis, which does not know every op, would only
+  // lose some of them.
+  const bool typed = std::any_of(graph->nodes().begin(), graph->nodes().end(), [](const torch::jit::Node* node) {
+    return std::any_of(node->outputs().begin(), node->outputs().end(), [](const torch::jit::Value* value) {
+      const auto tensor = value->type()->cast<c10::TensorType>();
+      return tensor && tensor->isComplete();
+    });
+  });
+  if (complete && !typed) {
     try {
       torch::jit::PropagateInputShapes(graph);
     } catch (const std::exception&) {

@@ -9,6 +9,7 @@
 #include <torch_delegate/report_format.hpp>
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/shape_analysis.h>
 
 #include <algorithm>
 #include <cctype>
@@ -47,8 +48,48 @@ inline void check_submodule_paths(const backend_lowering& backend, const torch::
                                      (known.empty() ? "none" : comma_separated(known)) + ")");
 }
 
+/// What a region's input is while lowering, when the backend owns its parameters and the input
+/// is a parameter, buffer or attribute the method reads from `self` (a prim::GetAttr chain): its
+/// value, a tensor or None (a Conv2d's absent bias). nullopt for anything else.
+inline std::optional<c10::IValue> owned_value(const torch::jit::Module& module, const torch::jit::Value* value) {
+  std::vector<std::string> names;  // innermost first
+  const torch::jit::Value* current = value;
+  while (current->node()->kind() == c10::prim::GetAttr) {
+    names.push_back(current->node()->s(c10::attr::name));
+    current = current->node()->input();
+  }
+  const torch::jit::Graph& graph = *value->owningGraph();
+  if (names.empty() || graph.inputs().empty() || current != graph.inputs()[0]) return std::nullopt;
+  c10::IValue object = module._ivalue();
+  for (auto name = names.rbegin(); name != names.rend(); ++name) {
+    if (!object.isObject() || !object.toObjectRef().type()->hasAttribute(*name)) return std::nullopt;
+    object = object.toObjectRef().getAttr(*name);
+  }
+  if (object.isTensor()) return object.toTensor().detach();  // a constant: no autograd history
+  if (object.isNone()) return object;
+  return std::nullopt;
+}
+
+/// The inputs of a region that its backend owns (owned_value), taken out of `formed.inputs`: the
+/// region's graph holds them as constants and its call does not pass them.
+inline std::unordered_map<const torch::jit::Value*, c10::IValue> take_owned_inputs(const torch::jit::Module& module,
+                                                                                   region& formed) {
+  std::unordered_map<const torch::jit::Value*, c10::IValue> owned;
+  std::vector<torch::jit::Value*> passed;
+  for (torch::jit::Value* input : formed.inputs) {
+    if (auto value = owned_value(module, input))
+      owned.emplace(input, std::move(*value));
+    else
+      passed.push_back(input);
+  }
+  formed.inputs = std::move(passed);
+  return owned;
+}
+
 /// A region as a method of the delegate child: (self, input_0, ...) -> output or a tuple of them.
-inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, const c10::TypePtr& self_type) {
+/// `owned`: inputs the backend takes as constants (take_owned_inputs).
+inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, const c10::TypePtr& self_type,
+                                                       const std::unordered_map<const torch::jit::Value*, c10::IValue>& owned) {
   auto graph = std::make_shared<torch::jit::Graph>();
   graph->addInput("self")->setType(self_type);
   std::unordered_map<torch::jit::Value*, torch::jit::Value*> mapped;
@@ -61,6 +102,8 @@ inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, con
   auto map = [&](torch::jit::Value* value) -> torch::jit::Value* {
     auto found = mapped.find(value);
     if (found != mapped.end()) return found->second;
+    // An owned parameter: a constant of its value.
+    if (auto known = owned.find(value); known != owned.end()) return mapped[value] = graph->insertConstant(known->second);
     // A constant read by the region: cloned (constants have no inputs).
     torch::jit::Node* constant = graph->insertNode(graph->createClone(value->node(), [](torch::jit::Value* v) { return v; }));
     return mapped[value] = constant->output();
@@ -117,6 +160,18 @@ inline void check_option_methods(std::string_view backend, const std::vector<std
                                   comma_separated(options.methods) + ")");
 }
 
+/// The input spec of a value whose type is complete (recorded from example inputs), else none.
+/// Its dtype and sizes; any layout: at run time a value's strides depend on who made it (a
+/// region of a backend that works in NHWC returns channels-last tensors, and ATen's ops pass
+/// that layout on), which the example run in TorchScript does not show.
+inline std::optional<tensor_spec> recorded_spec(const torch::jit::Value* value) {
+  const auto tensor = value->type()->cast<c10::TensorType>();
+  if (!tensor || !tensor->isComplete()) return std::nullopt;
+  tensor_spec spec{*tensor->sizes().concrete_sizes(), *tensor->scalarType()};
+  spec.memory_format = std::nullopt;
+  return spec;
+}
+
 /// One partitioned method: its canonical graph, its regions and its report.
 struct partitioned_method {
   std::string method;
@@ -130,10 +185,17 @@ struct partitioned_method {
 /// the submodule paths first, on the user's module: errors name its class, not a copy's.)
 inline std::vector<partitioned_method> partition_methods(const backend_lowering& backend, const torch::jit::Module& module,
                                                          const partition_options& options) {
+  for (const auto& [method, inputs] : options.example_inputs)
+    if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end())
+      fail({backend.name(), method}, "example_inputs are given for a method that is not partitioned (partition_options::methods: " +
+                                         comma_separated(options.methods) + ")");
   std::vector<partitioned_method> partitioned;
   for (const std::string& method : options.methods) {
     schema_of(module, method, {backend.name(), method});
-    std::shared_ptr<torch::jit::Graph> graph = canonical_graph(module, method);
+    const auto examples = options.example_inputs.find(method);
+    std::shared_ptr<torch::jit::Graph> graph = canonical_graph(
+        module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, backend.name(),
+        backend.partition.owns_parameters);
     method_delegation entry{method, {}, {}};
     std::vector<region> regions = form_regions(backend, options, graph, method, entry);
     check_full(options, backend, entry);
@@ -156,13 +218,14 @@ TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& b
 /// `spec_by_method`, or the backend's defaults; one lowered module, so named data is shared by all.
 inline torch::jit::Module lower_regions(const backend_lowering& lowering, const torch::jit::Module& regions,
                                         const std::map<std::string, std::string>& method_of_region,
-                                        const c10::impl::GenericDict& spec_by_method, bool fallback_when_unavailable) {
+                                        const c10::impl::GenericDict& spec_by_method, bool fallback_when_unavailable,
+                                        const input_specs& recorded) {
   c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
   for (const auto& region : regions.get_methods()) {
     const auto given = spec_by_method.find(method_of_region.at(region.name()));
     spec.insert(region.name(), given == spec_by_method.end() ? lowering.default_spec() : given->value());
   }
-  return lower_methods(lowering, regions, spec, fallback_when_unavailable, nullptr);
+  return lower_methods(lowering, regions, spec, fallback_when_unavailable, recorded.empty() ? nullptr : &recorded);
 }
 
 /// Partially lowers `module` (not modified): a copy sharing its parameters, whose partitioned
@@ -181,16 +244,37 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
   const std::string attribute(names::delegate_attribute);
   torch::jit::Module child(names::regions_class(lowering.name()));
   std::map<std::string, std::string> method_of_region;
-  for (const partitioned_method& p : partitioned)
+  input_specs recorded;  // per region, from example inputs
+  for (partitioned_method& p : partitioned)
     for (std::size_t i = 0; i < p.regions.size(); ++i) {
+      std::unordered_map<const torch::jit::Value*, c10::IValue> owned;
+      if (lowering.partition.owns_parameters) owned = take_owned_inputs(result, p.regions[i]);
+      const std::string& name = p.entry.regions[i].name;
       auto function = child._ivalue()->compilation_unit()->create_function(
-          c10::QualifiedName(*child.type()->name(), p.entry.regions[i].name), region_graph(p.regions[i], child.type()));
+          c10::QualifiedName(*child.type()->name(), name), region_graph(p.regions[i], child.type(), owned));
+      // The method's schema says Tensor, not the shapes recorded from example inputs (those are
+      // the region's input specs, checked with their own error).
+      const c10::FunctionSchema& inferred = function->getSchema();
+      std::vector<c10::Argument> arguments, returns;
+      for (const c10::Argument& a : inferred.arguments()) arguments.push_back(a.cloneWithType(c10::unshapedType(a.type())));
+      for (const c10::Argument& r : inferred.returns()) returns.push_back(r.cloneWithType(c10::unshapedType(r.type())));
+      function->setSchema(inferred.cloneWithArguments(std::move(arguments)).cloneWithReturns(std::move(returns)));
       child.type()->addMethod(function);
-      method_of_region.emplace(p.entry.regions[i].name, p.method);
+      method_of_region.emplace(name, p.method);
+      // Input specs only from example inputs (a traced graph has complete types too: those of
+      // the trace, which its calls need not keep).
+      if (!options.example_inputs.count(p.method)) continue;
+      std::vector<std::optional<tensor_spec>> specs;
+      bool any = false;
+      for (const torch::jit::Value* input : p.regions[i].inputs) {
+        specs.push_back(recorded_spec(input));
+        any = any || specs.back().has_value();
+      }
+      if (any) recorded.emplace(name, std::move(specs));
     }
   if (!method_of_region.empty())
-    result.register_module(attribute,
-                           lower_regions(lowering, child, method_of_region, spec_by_method, options.fallback_when_unavailable));
+    result.register_module(attribute, lower_regions(lowering, child, method_of_region, spec_by_method,
+                                                    options.fallback_when_unavailable, recorded));
 
   for (partitioned_method& p : partitioned) {
     const std::string& method = p.method;
@@ -275,6 +359,8 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
         for (torch::jit::Value* output : formed.outputs) choice->blocks()[1]->registerOutput(output);
       }
       torch::jit::EliminateDeadCode(graph);
+      // Shapes recorded from example inputs were for the regions: the method is typed as written.
+      torch::jit::EraseShapeInformation(graph);
 
       // The rewritten graph replaces the method of the copy's class, with the method's own schema
       // (its argument names, defaults and keyword-only arguments; the graph's names are like x.1).

@@ -3,6 +3,8 @@
 
 #include <torch_delegate/payload_format.hpp>
 
+#include <algorithm>
+
 namespace torch_delegate::detail {
 
 TORCH_DELEGATE_INTERNAL c10::IValue encode_debug_info(const method_debug_info& debug) {
@@ -63,6 +65,17 @@ TORCH_DELEGATE_INTERNAL c10::IValue encode_method_record(const method_record& re
                                   c10::IValue(static_cast<std::int64_t>(spec->dtype))}))
                            : c10::IValue());
     fields.emplace_back(std::move(specs));
+    // Memory formats: a field of their own, appended only when one is not contiguous (readers
+    // before it ignore it; a payload without it has contiguous specs).
+    const bool laid_out = std::any_of(record.input_specs.begin(), record.input_specs.end(), [](const auto& spec) {
+      return spec && spec->memory_format != c10::MemoryFormat::Contiguous;
+    });
+    if (laid_out) {
+      c10::List<std::int64_t> formats;
+      for (const std::optional<tensor_spec>& spec : record.input_specs)
+        formats.push_back(spec && spec->memory_format ? static_cast<std::int64_t>(*spec->memory_format) : -1);
+      fields.emplace_back(std::move(formats));
+    }
   }
   return c10::ivalue::Tuple::create(std::move(fields));
 }
@@ -199,6 +212,18 @@ TORCH_DELEGATE_INTERNAL decoded_method read_processed(const c10::IValue& process
       out.record.input_specs.emplace_back(std::move(spec));
     }
     if (out.record.input_specs.size() != out.record.argument_names.size()) malformed();
+    if (fields.size() > 6) {
+      if (!fields[6].isIntList() || fields[6].toIntList().size() != out.record.input_specs.size()) malformed();
+      for (std::size_t i = 0; i < out.record.input_specs.size(); ++i) {
+        const std::int64_t format = fields[6].toIntList().get(i);
+        if (format != -1 && format != static_cast<std::int64_t>(c10::MemoryFormat::Contiguous) &&
+            format != static_cast<std::int64_t>(c10::MemoryFormat::ChannelsLast))
+          malformed();
+        if (out.record.input_specs[i])
+          out.record.input_specs[i]->memory_format =
+              format == -1 ? std::nullopt : std::optional<c10::MemoryFormat>(static_cast<c10::MemoryFormat>(format));
+      }
+    }
   }
   return out;
 }

@@ -40,6 +40,17 @@ TORCH_DELEGATE_DECL at::Tensor method_to_lower::tensor_of(const torch::jit::Valu
   return known->toTensor();
 }
 
+TORCH_DELEGATE_DECL std::vector<std::int64_t> method_to_lower::sizes(const torch::jit::Value* value) const {
+  const auto tensor = value->type()->cast<c10::TensorType>();
+  if (!tensor) reject(value->node(), "%" + value->debugName() + " is " + value->type()->annotation_str() + ", not a tensor.");
+  const auto concrete = tensor->sizes().concrete_sizes();
+  if (!concrete)
+    reject(value->node(), "the shape of %" + value->debugName() +
+                              " is not known at lowering time: lower with example inputs (partition_options::example_inputs; "
+                              "Python: example_inputs=(x,)).");
+  return *concrete;
+}
+
 TORCH_DELEGATE_DECL void method_to_lower::reject(const torch::jit::Node* node, std::string_view message) const {
   std::string text(message);
   text += " Source code: ";

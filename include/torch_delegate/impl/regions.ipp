@@ -42,10 +42,11 @@ inline bool crosses_as(const c10::TypePtr& type, bool generic) {
 /// Whether a region that reads `value` gets its own copy of it: a constant that is not a tensor
 /// (a number, a list of ints, None), or a zero-dimensional tensor (how tracing records a number).
 /// Any other tensor constant (a frozen model's weight, a PReLU's one-element weight) is passed
-/// in, as an attribute read is: the region's graph is the same whether the model was frozen or not.
-inline bool cloned_into_region(const torch::jit::Value* value) {
+/// in, as an attribute read is: the region's graph is the same whether the model was frozen or
+/// not. A backend that owns its parameters (B::owns_parameters) gets every constant.
+inline bool cloned_into_region(const torch::jit::Value* value, bool owns_parameters) {
   if (value->node()->kind() != c10::prim::Constant) return false;
-  if (!value->type()->isSubtypeOf(*c10::TensorType::get())) return true;
+  if (owns_parameters || !value->type()->isSubtypeOf(*c10::TensorType::get())) return true;
   const c10::optional<c10::IValue> constant = torch::jit::toIValue(value);
   return constant && constant->isTensor() && constant->toTensor().dim() == 0;
 }
@@ -112,7 +113,7 @@ struct partitioner {
     const std::unordered_set<const torch::jit::Node*> inside(nodes.begin(), nodes.end());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       for (const torch::jit::Value* input : nodes[i]->inputs())
-        if (!inside.count(input->node()) && !cloned_into_region(input) && !crosses_as(input->type(), generic))
+        if (!inside.count(input->node()) && !cloned_into_region(input, backend.partition.owns_parameters) && !crosses_as(input->type(), generic))
           return std::make_pair(i, input->type()->annotation_str() + " input");
       for (const torch::jit::Value* output : nodes[i]->outputs()) {
         const bool leaves = std::any_of(output->uses().begin(), output->uses().end(),
@@ -157,7 +158,7 @@ struct partitioner {
       std::unordered_set<const torch::jit::Value*> seen;
       for (torch::jit::Node* node : run) {
         for (torch::jit::Value* input : node->inputs())
-          if (!inside.count(input->node()) && !cloned_into_region(input) && seen.insert(input).second)
+          if (!inside.count(input->node()) && !cloned_into_region(input, backend.partition.owns_parameters) && seen.insert(input).second)
             formed.inputs.push_back(input);
         for (torch::jit::Value* output : node->outputs())
           if (std::any_of(output->uses().begin(), output->uses().end(),

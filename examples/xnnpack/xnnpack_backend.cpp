@@ -1,0 +1,680 @@
+// The xnnpack backend: preprocess (a region's graph -> an XNNPACK subgraph description and its
+// packed-layout weights as named data), compile (the description -> an XNNPACK runtime) and
+// execute (set up when pointers change, invoke).
+#include "xnnpack_backend.hpp"
+
+#include <torch_delegate/named_data.hpp>
+
+#include <ATen/Parallel.h>
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <pthreadpool.h>
+#include <xnnpack.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace xnnpack_delegate {
+
+namespace {
+
+enum op : std::int64_t {
+  conv2d = 0,
+  depthwise_conv2d = 1,
+  fully_connected = 2,
+  clamp = 3,
+  add2 = 4,
+  multiply2 = 5,
+  sigmoid = 6,
+  hardswish = 7,
+  max_pool2d = 8,
+  avg_pool2d = 9,
+  global_avg_pool2d = 10,
+  reshape = 11,
+  softmax = 12,
+};
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+bool is(const torch::jit::Node* node, const char* kind) { return node->kind() == c10::Symbol::fromQualString(kind); }
+
+/// Sizes of a value when its type is complete (recorded from example inputs).
+std::optional<std::vector<std::int64_t>> known_sizes(const torch::jit::Value* value) {
+  const auto tensor = value->type()->cast<c10::TensorType>();
+  if (!tensor) return std::nullopt;
+  auto sizes = tensor->sizes().concrete_sizes();
+  if (!sizes) return std::nullopt;
+  return *sizes;
+}
+
+std::optional<c10::IValue> constant_of(const torch::jit::Value* value) { return torch::jit::toIValue(value); }
+
+bool constant_is(const torch::jit::Value* value, const c10::IValue& expected) {
+  const auto known = constant_of(value);
+  return known && *known == expected;
+}
+
+/// A constant that is known (a constant node) or an attribute read (an owned parameter).
+bool known_at_lowering(const torch::jit::Value* value) {
+  return value->node()->kind() == c10::prim::Constant || value->node()->kind() == c10::prim::GetAttr;
+}
+
+/// Activations XNNPACK runs as a clamp: [min, max], or nullopt for another node.
+std::optional<std::pair<double, double>> clamp_range(const torch::jit::Node* node) {
+  auto number = [](const torch::jit::Value* value, double otherwise) -> std::optional<double> {
+    const auto known = constant_of(value);
+    if (!known) return std::nullopt;
+    if (known->isNone()) return otherwise;
+    if (known->isDouble()) return known->toDouble();
+    if (known->isInt()) return static_cast<double>(known->toInt());
+    return std::nullopt;
+  };
+  if (is(node, "aten::relu")) return std::make_pair(0.0, inf);
+  if (is(node, "aten::relu6")) return std::make_pair(0.0, 6.0);
+  if (is(node, "aten::hardtanh") && node->inputs().size() == 3) {
+    auto low = number(node->input(1), -inf), high = number(node->input(2), inf);
+    if (low && high) return std::make_pair(*low, *high);
+  }
+  if (is(node, "aten::clamp") && node->inputs().size() == 3 && node->input(1)->type()->kind() != c10::TypeKind::TensorType &&
+      node->input(2)->type()->kind() != c10::TypeKind::TensorType) {
+    auto low = number(node->input(1), -inf), high = number(node->input(2), inf);
+    if (low && high) return std::make_pair(*low, *high);
+  }
+  return std::nullopt;
+}
+
+bool is_float_or_unknown(const torch::jit::Value* value) {
+  const auto tensor = value->type()->cast<c10::TensorType>();
+  return tensor && (!tensor->scalarType() || *tensor->scalarType() == c10::ScalarType::Float);
+}
+
+}  // namespace
+
+bool XnnpackBackend::supports(const torch::jit::Node* node) {
+  if (clamp_range(node)) return is_float_or_unknown(node->input(0));
+  for (const char* kind : {"aten::hardswish", "aten::sigmoid", "aten::silu", "aten::hardsigmoid"})
+    if (is(node, kind)) return is_float_or_unknown(node->input(0));
+  if (is(node, "aten::conv2d")) {
+    // conv2d(input, weight, bias, stride, padding: int[], dilation, groups): the weight known at
+    // lowering, numeric padding (padding='same' is the str overload).
+    return node->inputs().size() == 7 && node->input(4)->type()->kind() == c10::TypeKind::ListType &&
+           known_at_lowering(node->input(1)) && known_at_lowering(node->input(2)) && is_float_or_unknown(node->input(0));
+  }
+  if (is(node, "aten::batch_norm"))  // eval-mode statistics, known at lowering
+    return node->inputs().size() == 9 && constant_is(node->input(5), false) && known_at_lowering(node->input(3)) &&
+           known_at_lowering(node->input(4));
+  if (is(node, "aten::linear")) {
+    auto sizes = known_sizes(node->input(0));
+    return known_at_lowering(node->input(1)) && known_at_lowering(node->input(2)) && (!sizes || sizes->size() == 2);
+  }
+  if (is(node, "aten::add") || is(node, "aten::mul")) {
+    // Two float tensors of one rank (numpy broadcasting, NHWC inside), add's alpha 1.
+    if (node->inputs().size() < 2 || node->input(0)->type()->kind() != c10::TypeKind::TensorType ||
+        node->input(1)->type()->kind() != c10::TypeKind::TensorType)
+      return false;
+    if (is(node, "aten::add") && (node->inputs().size() != 3 || !constant_is(node->input(2), c10::IValue(std::int64_t{1}))))
+      return false;
+    auto a = known_sizes(node->input(0)), b = known_sizes(node->input(1));
+    return (!a || !b || a->size() == b->size()) && is_float_or_unknown(node->input(0)) && is_float_or_unknown(node->input(1));
+  }
+  if (is(node, "aten::max_pool2d")) return node->inputs().size() == 6;
+  if (is(node, "aten::avg_pool2d"))  // no padding, floor mode, no divisor override
+    return node->inputs().size() == 7 && constant_is(node->input(4), false) && constant_is(node->input(6), c10::IValue()) &&
+           constant_of(node->input(3)) && constant_of(node->input(3))->isIntList() &&
+           std::all_of(constant_of(node->input(3))->toIntVector().begin(), constant_of(node->input(3))->toIntVector().end(),
+                       [](std::int64_t p) { return p == 0; });
+  if (is(node, "aten::adaptive_avg_pool2d")) {
+    const auto size = constant_of(node->input(1));
+    return size && size->isIntList() && size->toIntVector() == std::vector<std::int64_t>{1, 1};
+  }
+  if (is(node, "aten::flatten")) {
+    // NHWC inside: flattening [N, C, 1, 1] (or a 2-d tensor) keeps the memory order.
+    auto sizes = known_sizes(node->input(0));
+    return constant_is(node->input(1), c10::IValue(std::int64_t{1})) && constant_is(node->input(2), c10::IValue(std::int64_t{-1})) &&
+           (!sizes || sizes->size() == 2 || (sizes->size() == 4 && (*sizes)[2] == 1 && (*sizes)[3] == 1));
+  }
+  if (is(node, "aten::dropout")) return known_at_lowering(node->input(2));
+  if (is(node, "aten::softmax")) {
+    auto sizes = known_sizes(node->input(0));
+    return constant_is(node->input(2), c10::IValue()) && (!sizes || sizes->size() == 2);
+  }
+  return false;
+}
+
+bool XnnpackBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+  return std::any_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
+    return is(node, "aten::conv2d") || is(node, "aten::linear") || is(node, "aten::max_pool2d") ||
+           is(node, "aten::adaptive_avg_pool2d");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// preprocess
+
+namespace {
+
+/// NHWC dims of an NCHW-sized 4-d tensor; other ranks as they are.
+std::vector<std::int64_t> xnn_dims(std::vector<std::int64_t> sizes) {
+  if (sizes.size() == 4) return {sizes[0], sizes[2], sizes[3], sizes[1]};
+  return sizes;
+}
+
+struct subgraph_builder {
+  const torch_delegate::method_to_lower& region;
+  std::vector<value_record> values;
+  std::vector<node_record> nodes;
+  torch_delegate::named_data_store named_data;
+  std::unordered_map<const torch::jit::Value*, std::int64_t> ids;
+  std::unordered_map<const torch::jit::Value*, std::int64_t> output_ids;  // region outputs -> external id
+  std::unordered_set<const torch::jit::Node*> folded;                      // consumed by the node before them
+  std::size_t inputs = 0;
+
+  /// The id of a value made before (an input or a node's output).
+  std::int64_t id(const torch::jit::Value* value) {
+    auto found = ids.find(value);
+    if (found == ids.end())
+      region.reject(value->node(), "xnnpack: %" + value->debugName() + " (" + value->type()->annotation_str() +
+                                       ") is not a tensor this region makes or takes");
+    return found->second;
+  }
+
+  /// Defines the output `value` of a node: its region-output id, or a new internal one.
+  std::int64_t define(const torch::jit::Value* value) {
+    const std::vector<std::int64_t> dims = xnn_dims(region.sizes(value));
+    auto output = output_ids.find(value);
+    std::int64_t index;
+    if (output != output_ids.end() && std::get<0>(values[output->second]).empty()) {
+      index = output->second;
+      std::get<0>(values[index]) = dims;
+    } else {
+      index = static_cast<std::int64_t>(values.size());
+      values.emplace_back(dims, -1, "");
+    }
+    ids[value] = index;
+    return index;
+  }
+
+  /// A static value (weights): stored once by content as named data.
+  std::int64_t constant(const at::Tensor& tensor, std::vector<std::int64_t> dims) {
+    const at::Tensor data = tensor.to(at::kFloat).contiguous();
+    const std::string key = torch_delegate::content_key("xnnpack", data);
+    named_data.add_tensor(key, data, 64);
+    values.emplace_back(std::move(dims), -1, key);
+    return static_cast<std::int64_t>(values.size()) - 1;
+  }
+
+  /// The clamp that follows `output` and only it, folded into the node that makes it.
+  std::pair<double, double> fused_activation(const torch::jit::Value*& output) {
+    if (output->uses().size() != 1 || output_ids.count(output)) return {-inf, inf};
+    const torch::jit::Node* user = output->uses()[0].user;
+    const auto range = clamp_range(user);
+    if (!range || user->input(0) != output) return {-inf, inf};
+    folded.insert(user);
+    output = user->output();
+    return *range;
+  }
+
+  void convolution(const torch::jit::Node* node) {
+    at::Tensor weight = region.argument<at::Tensor>(node, "weight").to(at::kFloat);
+    auto bias = region.argument<std::optional<at::Tensor>>(node, "bias");
+    const auto stride = region.argument<std::vector<std::int64_t>>(node, "stride");
+    const auto padding = region.argument<std::vector<std::int64_t>>(node, "padding");
+    const auto dilation = region.argument<std::vector<std::int64_t>>(node, "dilation");
+    const std::int64_t groups = region.argument<std::int64_t>(node, "groups");
+    if (weight.dim() != 4 || stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
+      region.reject(node, "xnnpack: only 2-d convolutions with two strides, paddings and dilations");
+    const std::int64_t out_channels = weight.size(0);
+    at::Tensor b = bias ? bias->to(at::kFloat) : at::zeros({out_channels}, weight.options());
+    const torch::jit::Value* output = node->output();
+    // BatchNorm after it, and only after it: folded into the weights.
+    if (output->uses().size() == 1 && !output_ids.count(output) && is(output->uses()[0].user, "aten::batch_norm") &&
+        output->uses()[0].offset == 0) {
+      const torch::jit::Node* norm = output->uses()[0].user;
+      const auto [scale, shift] = batch_norm_affine(norm);
+      weight = weight * scale.reshape({-1, 1, 1, 1});
+      b = b * scale + shift;
+      folded.insert(norm);
+      output = norm->output();
+    }
+    const auto [low, high] = fused_activation(output);
+    const std::int64_t input = id(node->input(0));
+    const std::int64_t in_channels = region.sizes(node->input(0))[1];
+    const std::int64_t kh = weight.size(2), kw = weight.size(3);
+    const bool depthwise = groups > 1 && groups == in_channels && weight.size(1) == 1;
+    std::int64_t filter;
+    if (depthwise)  // [C_out, 1, kh, kw] -> [1, kh, kw, C_out]
+      filter = constant(weight.permute({1, 2, 3, 0}), {1, kh, kw, out_channels});
+    else  // [O, I/g, kh, kw] -> [O, kh, kw, I/g]
+      filter = constant(weight.permute({0, 2, 3, 1}), {out_channels, kh, kw, weight.size(1)});
+    const std::int64_t bias_id = constant(b, {out_channels});
+    const std::int64_t out = define(output);
+    std::vector<std::int64_t> ints{input, filter, bias_id, out, padding[0], padding[1], padding[0], padding[1], kh, kw,
+                                   stride[0], stride[1], dilation[0], dilation[1]};
+    if (depthwise) {
+      ints.insert(ints.end(), {out_channels / in_channels, in_channels});
+      nodes.emplace_back(depthwise_conv2d, std::move(ints), std::vector<double>{low, high});
+    } else {
+      ints.insert(ints.end(), {groups, in_channels / groups, out_channels / groups});
+      nodes.emplace_back(conv2d, std::move(ints), std::vector<double>{low, high});
+    }
+  }
+
+  /// A BatchNorm in eval mode as y = x * scale + shift, per channel.
+  std::pair<at::Tensor, at::Tensor> batch_norm_affine(const torch::jit::Node* norm) {
+    if (region.argument<bool>(norm, "training")) region.reject(norm, "xnnpack: batch_norm in training mode");
+    const at::Tensor mean = region.argument<at::Tensor>(norm, "running_mean").to(at::kFloat);
+    const at::Tensor var = region.argument<at::Tensor>(norm, "running_var").to(at::kFloat);
+    const auto gamma = region.argument<std::optional<at::Tensor>>(norm, "weight");
+    const auto beta = region.argument<std::optional<at::Tensor>>(norm, "bias");
+    const double eps = region.argument<double>(norm, "eps");
+    at::Tensor scale = (var + eps).rsqrt();
+    if (gamma) scale = scale * gamma->to(at::kFloat);
+    at::Tensor shift = -mean * scale;
+    if (beta) shift = shift + beta->to(at::kFloat);
+    return {scale, shift};
+  }
+
+  void binary(const torch::jit::Node* node, op code) {
+    const std::int64_t a = id(node->input(0)), b = id(node->input(1));
+    const torch::jit::Value* output = node->output();
+    const auto [low, high] = fused_activation(output);
+    nodes.emplace_back(code, std::vector<std::int64_t>{a, b, define(output)}, std::vector<double>{low, high});
+  }
+
+  /// y = x op c for a per-channel or scalar constant c (dims broadcast against NHWC).
+  std::int64_t with_constant(std::int64_t x, op code, const at::Tensor& c, const torch::jit::Value* output) {
+    const std::int64_t k = constant(c, {c.numel()});
+    const std::int64_t out = output ? define(output) : internal_like(x);
+    nodes.emplace_back(code, std::vector<std::int64_t>{x, k, out}, std::vector<double>{-inf, inf});
+    return out;
+  }
+
+  std::int64_t internal_like(std::int64_t like) {
+    values.emplace_back(std::get<0>(values[like]), -1, "");
+    return static_cast<std::int64_t>(values.size()) - 1;
+  }
+
+  void pooling(const torch::jit::Node* node) {
+    const std::vector<std::int64_t> in = region.sizes(node->input(0)), out_sizes = region.sizes(node->output());
+    auto kernel = region.argument<std::vector<std::int64_t>>(node, "kernel_size");
+    auto stride = region.argument<std::vector<std::int64_t>>(node, "stride");
+    auto padding = region.argument<std::vector<std::int64_t>>(node, "padding");
+    if (kernel.size() == 1) kernel.push_back(kernel[0]);
+    if (stride.empty()) stride = kernel;
+    if (stride.size() == 1) stride.push_back(stride[0]);
+    if (padding.size() == 1) padding.push_back(padding[0]);
+    std::vector<std::int64_t> dilation{1, 1};
+    const bool max = is(node, "aten::max_pool2d");
+    if (max) {
+      dilation = region.argument<std::vector<std::int64_t>>(node, "dilation");
+      if (dilation.size() == 1) dilation.push_back(dilation[0]);
+    }
+    // ceil_mode: the bottom and right padding that give the recorded output size (max pooling
+    // ignores padding, so this is exact).
+    std::int64_t bottom = padding[0], right = padding[1];
+    for (int d = 0; d < 2; ++d) {
+      const std::int64_t needed = (out_sizes[2 + d] - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1 - in[2 + d] - padding[d];
+      (d == 0 ? bottom : right) = std::max(needed, padding[d]);
+    }
+    const std::int64_t input = id(node->input(0));
+    const torch::jit::Value* output = node->output();
+    const auto [low, high] = fused_activation(output);
+    const std::int64_t out = define(output);
+    if (max) {
+      nodes.emplace_back(max_pool2d,
+                         std::vector<std::int64_t>{input, out, padding[0], right, bottom, padding[1], kernel[0], kernel[1],
+                                                   stride[0], stride[1], dilation[0], dilation[1]},
+                         std::vector<double>{low, high});
+    } else {
+      if (bottom != padding[0] || right != padding[1]) region.reject(node, "xnnpack: avg_pool2d in ceil mode");
+      nodes.emplace_back(avg_pool2d,
+                         std::vector<std::int64_t>{input, out, 0, 0, 0, 0, kernel[0], kernel[1], stride[0], stride[1]},
+                         std::vector<double>{low, high});
+    }
+  }
+
+  void alias(const torch::jit::Node* node) {
+    const std::int64_t input = id(node->input(0));
+    if (output_ids.count(node->output())) {
+      // A region output: a copy (a clamp over everything), XNNPACK has no identity.
+      nodes.emplace_back(clamp, std::vector<std::int64_t>{input, define(node->output())}, std::vector<double>{-inf, inf});
+      return;
+    }
+    ids[node->output()] = input;
+  }
+
+  void add(const torch::jit::Node* node) {
+    if (folded.count(node) || node->kind() == c10::prim::Constant) return;
+    if (node->kind() == c10::prim::TupleConstruct && node->output()->uses().size() == 1 &&
+        node->output()->uses()[0].user == node->owningGraph()->return_node())
+      return;  // the region's results
+    if (is(node, "aten::conv2d")) return convolution(node);
+    if (auto range = clamp_range(node)) {
+      const std::int64_t input = id(node->input(0));
+      nodes.emplace_back(clamp, std::vector<std::int64_t>{input, define(node->output())},
+                         std::vector<double>{range->first, range->second});
+      return;
+    }
+    if (is(node, "aten::batch_norm")) {
+      const auto [scale, shift] = batch_norm_affine(node);
+      const std::int64_t scaled = with_constant(id(node->input(0)), multiply2, scale, nullptr);
+      with_constant(scaled, add2, shift, node->output());
+      return;
+    }
+    if (is(node, "aten::add")) return binary(node, add2);
+    if (is(node, "aten::mul")) return binary(node, multiply2);
+    if (is(node, "aten::sigmoid") || is(node, "aten::hardswish")) {
+      const std::int64_t input = id(node->input(0));
+      nodes.emplace_back(is(node, "aten::sigmoid") ? sigmoid : hardswish, std::vector<std::int64_t>{input, define(node->output())},
+                         std::vector<double>{});
+      return;
+    }
+    if (is(node, "aten::silu")) {  // x * sigmoid(x)
+      const std::int64_t input = id(node->input(0));
+      const std::int64_t s = internal_like(input);
+      nodes.emplace_back(sigmoid, std::vector<std::int64_t>{input, s}, std::vector<double>{});
+      nodes.emplace_back(multiply2, std::vector<std::int64_t>{input, s, define(node->output())}, std::vector<double>{-inf, inf});
+      return;
+    }
+    if (is(node, "aten::hardsigmoid")) {  // clamp(x / 6 + 1/2, 0, 1)
+      const std::int64_t input = id(node->input(0));
+      const std::int64_t scaled = with_constant(input, multiply2, at::full({1}, 1.0 / 6.0), nullptr);
+      const std::int64_t shifted = with_constant(scaled, add2, at::full({1}, 0.5), nullptr);
+      nodes.emplace_back(clamp, std::vector<std::int64_t>{shifted, define(node->output())}, std::vector<double>{0.0, 1.0});
+      return;
+    }
+    if (is(node, "aten::max_pool2d") || is(node, "aten::avg_pool2d")) return pooling(node);
+    if (is(node, "aten::adaptive_avg_pool2d")) {
+      const std::int64_t input = id(node->input(0));
+      const torch::jit::Value* output = node->output();
+      const auto [low, high] = fused_activation(output);
+      nodes.emplace_back(global_avg_pool2d, std::vector<std::int64_t>{input, define(output)}, std::vector<double>{low, high});
+      return;
+    }
+    if (is(node, "aten::flatten")) {
+      const std::int64_t input = id(node->input(0));
+      std::vector<std::int64_t> ints{input, define(node->output())};
+      for (std::int64_t size : region.sizes(node->output())) ints.push_back(size);
+      nodes.emplace_back(reshape, std::move(ints), std::vector<double>{});
+      return;
+    }
+    if (is(node, "aten::dropout")) {
+      if (region.argument<bool>(node, "train")) region.reject(node, "xnnpack: dropout in training mode");
+      return alias(node);
+    }
+    if (is(node, "aten::linear")) {
+      const at::Tensor weight = region.argument<at::Tensor>(node, "weight").to(at::kFloat);
+      auto bias = region.argument<std::optional<at::Tensor>>(node, "bias");
+      const std::int64_t input = id(node->input(0));
+      const std::int64_t filter = constant(weight, {weight.size(0), weight.size(1)});
+      const std::int64_t b = constant(bias ? *bias : at::zeros({weight.size(0)}), {weight.size(0)});
+      const torch::jit::Value* output = node->output();
+      const auto [low, high] = fused_activation(output);
+      nodes.emplace_back(fully_connected, std::vector<std::int64_t>{input, filter, b, define(output)},
+                         std::vector<double>{low, high});
+      return;
+    }
+    if (is(node, "aten::softmax")) {
+      const std::int64_t input = id(node->input(0));
+      const std::int64_t dim = region.argument<std::int64_t>(node, "dim");
+      const auto rank = static_cast<std::int64_t>(region.sizes(node->input(0)).size());
+      if (dim != -1 && dim != rank - 1) region.reject(node, "xnnpack: softmax over the last dimension only");
+      nodes.emplace_back(softmax, std::vector<std::int64_t>{input, define(node->output())}, std::vector<double>{});
+      return;
+    }
+    region.reject(node, std::string("xnnpack: ") + node->kind().toQualString() + " is not supported here");
+  }
+};
+
+}  // namespace
+
+torch_delegate::preprocess_result<region_payload> XnnpackBackend::preprocess(const torch_delegate::method_to_lower& region) {
+  const torch::jit::Graph& graph = *region.graph();
+  subgraph_builder builder{region, {}, {}, {}, {}, {}, {}};
+  // Externals first: the inputs (ids 0..), then the outputs (their dims set where they are made).
+  for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
+    const torch::jit::Value* input = graph.inputs()[i];
+    builder.values.emplace_back(xnn_dims(region.sizes(input)), static_cast<std::int64_t>(i - 1), "");
+    builder.ids[input] = static_cast<std::int64_t>(i - 1);
+  }
+  builder.inputs = graph.inputs().size() - 1;
+  std::vector<const torch::jit::Value*> outputs;
+  const torch::jit::Value* returned = graph.outputs()[0];
+  if (returned->node()->kind() == c10::prim::TupleConstruct)
+    outputs.assign(returned->node()->inputs().begin(), returned->node()->inputs().end());
+  else
+    outputs.push_back(returned);
+  std::vector<std::vector<std::int64_t>> output_sizes;
+  for (const torch::jit::Value* output : outputs) {
+    if (builder.output_ids.count(output) || builder.ids.count(output))
+      region.reject(output->node(), "xnnpack: a region that returns one value twice, or an input, is not supported");
+    const auto index = static_cast<std::int64_t>(builder.values.size());
+    builder.values.emplace_back(std::vector<std::int64_t>{}, index, "");
+    builder.output_ids[output] = index;
+    output_sizes.push_back(region.sizes(output));
+  }
+  for (const torch::jit::Node* node : graph.nodes()) builder.add(node);
+  for (const torch::jit::Value* output : outputs)
+    if (std::get<0>(builder.values[builder.output_ids.at(output)]).empty())
+      region.reject(output->node(), "xnnpack: a region output is not made by an XNNPACK node");
+  region_payload payload{std::move(builder.values), std::move(builder.nodes), std::move(output_sizes),
+                         static_cast<std::int64_t>(builder.inputs)};
+  return {std::move(payload), {}, std::move(builder.named_data)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// runtime
+
+namespace {
+
+void check(xnn_status status, const char* what) {
+  TORCH_CHECK(status == xnn_status_success, "xnnpack: ", what, " failed (xnn_status ", static_cast<int>(status), ")");
+}
+
+/// The process's XNNPACK thread pool for `threads` threads (nullptr for one: the calling thread).
+pthreadpool_t thread_pool(std::size_t threads) {
+  static std::mutex mutex;
+  static std::map<std::size_t, std::unique_ptr<pthreadpool, decltype(&pthreadpool_destroy)>> pools;
+  if (threads <= 1) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = pools.find(threads);
+  if (found == pools.end())
+    found = pools.emplace(threads, std::unique_ptr<pthreadpool, decltype(&pthreadpool_destroy)>(pthreadpool_create(threads),
+                                                                                                 &pthreadpool_destroy))
+                .first;
+  return found->second.get();
+}
+
+}  // namespace
+
+struct runtime_state {
+  xnn_runtime_t runtime = nullptr;
+  std::string method;
+  std::vector<at::Tensor> statics;  // the static data the runtime reads at run time (binary ops' constants)
+  std::vector<std::uint32_t> external_ids;  // inputs, then outputs
+  std::vector<std::vector<std::int64_t>> output_sizes;
+  std::size_t inputs = 0;
+  std::vector<const void*> bound;  // the pointers of the last setup
+  std::mutex mutex;
+  ~runtime_state() {
+    if (runtime) xnn_delete_runtime(runtime);
+  }
+};
+
+namespace {
+
+/// `tensor` laid out NHWC. Converted here, on the calling thread, not with ATen's copy: ATen
+/// would run it on its OpenMP threads, which then spin for a while after it, on the cores
+/// XNNPACK's pool is about to use (two cores: the whole model twice as slow).
+at::Tensor channels_last(const at::Tensor& tensor) {
+  if (tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) return tensor;
+  const at::Tensor source = tensor.contiguous();  // NCHW (a no-op for the usual image batch)
+  at::Tensor out = at::empty(tensor.sizes(), at::TensorOptions(at::kFloat).memory_format(at::MemoryFormat::ChannelsLast));
+  const std::int64_t n = tensor.size(0), c = tensor.size(1), hw = tensor.size(2) * tensor.size(3);
+  const float* from = source.data_ptr<float>();
+  float* to = out.data_ptr<float>();
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t k = 0; k < c; ++k) {
+      const float* plane = from + (b * c + k) * hw;
+      float* column = to + b * c * hw + k;
+      for (std::int64_t p = 0; p < hw; ++p) column[p * c] = plane[p];
+    }
+  return out;
+}
+
+}  // namespace
+
+bool XnnpackBackend::is_available() {
+  // TD_XNNPACK_UNAVAILABLE: behave as on a CPU XNNPACK does not support (the fallback's tests).
+  static const bool initialized = std::getenv("TD_XNNPACK_UNAVAILABLE") == nullptr && xnn_initialize(nullptr) == xnn_status_success;
+  return initialized;
+}
+
+compiled_region XnnpackBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
+  TORCH_CHECK(is_available(), "xnnpack: XNNPACK does not initialize on this CPU");
+  const auto& [values, nodes, output_sizes, inputs] = payload;
+  auto state = std::make_shared<runtime_state>();
+  state->method = std::string(context.method());
+  state->output_sizes = output_sizes;
+  state->inputs = static_cast<std::size_t>(inputs);
+  const std::size_t externals = static_cast<std::size_t>(inputs) + output_sizes.size();
+  xnn_subgraph_t subgraph = nullptr;
+  check(xnn_create_subgraph(static_cast<std::uint32_t>(externals), 0, &subgraph), "xnn_create_subgraph");
+  std::unique_ptr<xnn_subgraph, decltype(&xnn_delete_subgraph)> owner(subgraph, &xnn_delete_subgraph);
+
+  // Which static values XNNPACK packs (convolution and fully-connected weights and biases): it
+  // copies them when the runtime is created, so the named data is dropped after. The others
+  // (binary ops' constants) are read at run time: the state keeps them.
+  std::unordered_set<std::int64_t> packed;
+  for (const auto& [code, ints, floats] : nodes)
+    if (code == conv2d || code == depthwise_conv2d || code == fully_connected) packed.insert({ints[1], ints[2]});
+
+  std::vector<std::uint32_t> ids(values.size());
+  std::vector<at::Tensor> keep_until_created;
+  for (std::size_t v = 0; v < values.size(); ++v) {
+    const auto& [dims, external, key] = values[v];
+    std::vector<std::size_t> shape(dims.begin(), dims.end());
+    const void* data = nullptr;
+    if (!key.empty()) {
+      at::Tensor tensor = context.named_data().tensor(key);
+      if (!packed.count(static_cast<std::int64_t>(v))) {
+        tensor = tensor.clone();
+        state->statics.push_back(tensor);
+      } else {
+        keep_until_created.push_back(tensor);
+      }
+      data = tensor.data_ptr();
+      context.release_named_data(key);
+    }
+    std::uint32_t flags = 0;
+    if (external >= 0) flags = external < inputs ? XNN_VALUE_FLAG_EXTERNAL_INPUT : XNN_VALUE_FLAG_EXTERNAL_OUTPUT;
+    check(xnn_define_tensor_value(subgraph, xnn_datatype_fp32, shape.size(), shape.data(), data,
+                                  external >= 0 ? static_cast<std::uint32_t>(external) : XNN_INVALID_VALUE_ID, flags, &ids[v]),
+          "xnn_define_tensor_value");
+  }
+  auto u = [&](std::int64_t value) { return ids.at(static_cast<std::size_t>(value)); };
+  auto f = [](double value) { return static_cast<float>(value); };
+  for (const auto& [code, i, x] : nodes) {
+    switch (code) {
+      case conv2d:
+        check(xnn_define_convolution_2d(subgraph, i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14], i[15],
+                                        i[16], f(x[0]), f(x[1]), u(i[0]), u(i[1]), u(i[2]), u(i[3]), 0),
+              "xnn_define_convolution_2d");
+        break;
+      case depthwise_conv2d:
+        check(xnn_define_depthwise_convolution_2d(subgraph, i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13],
+                                                  i[14], i[15], f(x[0]), f(x[1]), u(i[0]), u(i[1]), u(i[2]), u(i[3]), 0),
+              "xnn_define_depthwise_convolution_2d");
+        break;
+      case fully_connected:
+        check(xnn_define_fully_connected(subgraph, f(x[0]), f(x[1]), u(i[0]), u(i[1]), u(i[2]), u(i[3]), 0),
+              "xnn_define_fully_connected");
+        break;
+      case clamp:
+        check(xnn_define_clamp(subgraph, f(x[0]), f(x[1]), u(i[0]), u(i[1]), 0), "xnn_define_clamp");
+        break;
+      case add2:
+        check(xnn_define_add2(subgraph, f(x[0]), f(x[1]), u(i[0]), u(i[1]), u(i[2]), 0), "xnn_define_add2");
+        break;
+      case multiply2:
+        check(xnn_define_multiply2(subgraph, f(x[0]), f(x[1]), u(i[0]), u(i[1]), u(i[2]), 0), "xnn_define_multiply2");
+        break;
+      case sigmoid:
+        check(xnn_define_sigmoid(subgraph, u(i[0]), u(i[1]), 0), "xnn_define_sigmoid");
+        break;
+      case hardswish:
+        check(xnn_define_hardswish(subgraph, u(i[0]), u(i[1]), 0), "xnn_define_hardswish");
+        break;
+      case max_pool2d:
+        check(xnn_define_max_pooling_2d(subgraph, i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], f(x[0]),
+                                        f(x[1]), u(i[0]), u(i[1]), 0),
+              "xnn_define_max_pooling_2d");
+        break;
+      case avg_pool2d:
+        check(xnn_define_average_pooling_2d(subgraph, i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], f(x[0]), f(x[1]),
+                                            u(i[0]), u(i[1]), 0),
+              "xnn_define_average_pooling_2d");
+        break;
+      case global_avg_pool2d:
+        check(xnn_define_global_average_pooling_2d(subgraph, f(x[0]), f(x[1]), u(i[0]), u(i[1]), 0),
+              "xnn_define_global_average_pooling_2d");
+        break;
+      case reshape: {
+        std::vector<std::size_t> shape(i.begin() + 2, i.end());
+        check(xnn_define_static_reshape(subgraph, shape.size(), shape.data(), u(i[0]), u(i[1]), 0), "xnn_define_static_reshape");
+        break;
+      }
+      case softmax:
+        check(xnn_define_softmax(subgraph, u(i[0]), u(i[1]), 0), "xnn_define_softmax");
+        break;
+      default:
+        TORCH_CHECK(false, "xnnpack: unknown op ", code, " in the payload of ", state->method);
+    }
+  }
+  const auto threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
+  check(xnn_create_runtime_v2(subgraph, thread_pool(threads), XNN_FLAG_YIELD_WORKERS, &state->runtime), "xnn_create_runtime_v2");
+  for (std::size_t e = 0; e < externals; ++e) state->external_ids.push_back(static_cast<std::uint32_t>(e));
+  return {std::move(state)};
+}
+
+std::vector<c10::IValue> XnnpackBackend::execute(compiled_region& region, torch_delegate::inputs args) {
+  runtime_state& state = *region.state;
+  TORCH_CHECK(args.size() == state.inputs, "xnnpack: region ", state.method, " takes ", state.inputs, " inputs, got ",
+              args.size());
+  std::vector<at::Tensor> inputs;
+  std::vector<xnn_external_value> externals;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    TORCH_CHECK(args[i].isTensor(), "xnnpack: region ", state.method, ": input ", i + 1, " is not a tensor");
+    const at::Tensor& given = args[i].toTensor();
+    TORCH_CHECK(given.scalar_type() == at::kFloat && given.device().is_cpu(), "xnnpack: region ", state.method, ": input ",
+                i + 1, " must be a float CPU tensor, got ", given.scalar_type(), " on ", given.device());
+    inputs.push_back(given.dim() == 4 ? channels_last(given) : given.contiguous());
+    externals.push_back({static_cast<std::uint32_t>(i), inputs.back().data_ptr()});
+  }
+  std::vector<c10::IValue> outputs;
+  for (std::size_t o = 0; o < state.output_sizes.size(); ++o) {
+    const auto& sizes = state.output_sizes[o];
+    at::Tensor output = at::empty(sizes, at::TensorOptions(at::kFloat)
+                                             .memory_format(sizes.size() == 4 ? at::MemoryFormat::ChannelsLast
+                                                                              : at::MemoryFormat::Contiguous));
+    externals.push_back({static_cast<std::uint32_t>(state.inputs + o), output.data_ptr()});
+    outputs.emplace_back(std::move(output));
+  }
+  std::vector<const void*> pointers;
+  for (const xnn_external_value& e : externals) pointers.push_back(e.data);
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (pointers != state.bound) {
+    check(xnn_setup_runtime(state.runtime, externals.size(), externals.data()), "xnn_setup_runtime");
+    state.bound = std::move(pointers);
+  }
+  check(xnn_invoke_runtime(state.runtime), "xnn_invoke_runtime");
+  return outputs;
+}
+
+}  // namespace xnnpack_delegate

@@ -1,0 +1,62 @@
+// xnnpack: a CPU backend that runs whole CNN bodies as XNNPACK subgraphs (Debian's libxnnpack,
+// the 2022 snapshot LibTorch itself links). A region of a partially lowered model becomes one
+// XNNPACK runtime: NHWC inside, convolution and BatchNorm folded at preprocess, activations as
+// clamps (XNNPACK fuses them into the op before), weights packed once at compile. The regions own
+// their parameters (owns_parameters): preprocess reads the weights and stores them as named data.
+// Shapes come from example inputs (partition_options::example_inputs): the runtime is built at
+// compile, not at the first call. docs/xnnpack.md: ops, layouts, threads, figures, limits.
+#pragma once
+
+#include <torch_delegate/backend.hpp>
+#include <torch_delegate/preprocess.hpp>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace xnnpack_delegate {
+
+/// One value of a region's subgraph: its XNNPACK dims (NHWC for 4-d tensors), its external id
+/// (-1: internal) and, for a static value (weights), its named-data key.
+using value_record = std::tuple<std::vector<std::int64_t>, std::int64_t, std::string>;
+/// One node: its op code, its integer operands (value ids first, then parameters), its floats.
+using node_record = std::tuple<std::int64_t, std::vector<std::int64_t>, std::vector<double>>;
+/// The payload of a region: values, nodes, and per output its NCHW sizes (what execute allocates).
+using region_payload = std::tuple<std::vector<value_record>, std::vector<node_record>, std::vector<std::vector<std::int64_t>>,
+                                  std::int64_t /* inputs */>;
+
+struct runtime_state;  // xnnpack_backend.cpp: the XNNPACK runtime, the statics it reads, a mutex
+
+/// What compile makes of a region: a built XNNPACK runtime, set up again only when the
+/// external pointers change; one call at a time (XNNPACK runtimes are not re-entrant).
+struct compiled_region {
+  std::shared_ptr<runtime_state> state;
+};
+
+// [struct]
+struct XnnpackBackend {
+  static constexpr std::string_view name = "xnnpack";
+  /// Regions take the parameters and buffers they read as constants: preprocess folds and packs
+  /// them, and they are not passed per call.
+  static constexpr bool owns_parameters = true;
+
+  /// The CNN ops it runs (docs/xnnpack.md lists the forms XNNPACK 2022 takes).
+  static bool supports(const torch::jit::Node* node);
+  /// A region worth a call: one with a convolution, a linear or a pooling op (a lone add stays).
+  static bool accepts_region(std::span<const torch::jit::Node* const> region);
+
+  torch_delegate::preprocess_result<region_payload> preprocess(const torch_delegate::method_to_lower& region);
+
+  bool is_available();
+  compiled_region compile(const region_payload& payload, const torch_delegate::compile_context& context);
+  std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
+};
+// [struct]
+
+}  // namespace xnnpack_delegate

@@ -1,0 +1,262 @@
+"""The xnnpack backend (examples/xnnpack) through torch_delegate.lower(..., partial=True,
+example_inputs=...): every op it runs against eager over random parameters, torchvision's CNNs
+end to end (scripted and frozen), save/load in stock Python and the lite interpreter, fallback
+where the backend is unavailable, the input-spec error, and the forms XNNPACK 2022 cannot run
+kept in TorchScript with their reason.
+
+Environment: PYTHONPATH (the built package), TD_XNNPACK_LIBRARY (libxnnpack_backend.so),
+TD_WORKDIR (a scratch directory).
+"""
+import io
+import os
+import random
+import subprocess
+import sys
+import unittest
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_delegate
+
+LIBRARY = os.environ["TD_XNNPACK_LIBRARY"]
+WORKDIR = os.environ.get("TD_WORKDIR", ".")
+torch.ops.load_library(LIBRARY)
+torch.set_num_threads(2)
+
+
+def lowered(model, x, frozen=False, **knobs):
+    scripted = torch.jit.script(model.eval())
+    if frozen:
+        scripted = torch.jit.freeze(scripted)
+    return torch_delegate.lower(scripted, "xnnpack", partial=True, example_inputs=(x,), **knobs)
+
+
+def kept_kinds(module):
+    return {node.kind: node.reason for method in torch_delegate.report(module).methods for node in method.kept}
+
+
+def delegated_kinds(module):
+    return {kind for method in torch_delegate.report(module).methods for region in method.regions for kind in region.kinds}
+
+
+def relative_error(got, want):
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
+
+
+class Ops(unittest.TestCase):
+    """Each op against eager, scripted and frozen (frozen folds conv+BatchNorm itself)."""
+
+    def check(self, model, x, must_delegate, frozen_too=True):
+        model.eval()
+        with torch.no_grad():
+            want = model(x)
+        for frozen in ([False, True] if frozen_too else [False]):
+            with self.subTest(frozen=frozen):
+                low = lowered(model, x, frozen=frozen)
+                with torch.no_grad():
+                    got = low(x)
+                self.assertLess(relative_error(got, want), 1e-4)
+                kinds = delegated_kinds(low)
+                for kind in must_delegate:
+                    if frozen and kind == "aten::batch_norm":
+                        continue  # frozen: folded into the convolution by torch.jit.freeze
+                    self.assertIn(kind, kinds, f"{kind} not delegated; kept: {kept_kinds(low)}")
+
+    def test_convolutions_over_random_parameters(self):
+        rng = random.Random(7)
+        for trial in range(12):
+            groups = rng.choice([1, 1, 2, 3])
+            cin = groups * rng.randint(1, 5)
+            cout = groups * rng.randint(1, 6)
+            kernel = rng.choice([1, 2, 3, 5])
+            stride = rng.choice([1, 2])
+            padding = rng.randint(0, kernel // 2 + 1)
+            dilation = rng.choice([1, 1, 2])
+            bias = rng.choice([True, False])
+            size = rng.randint(kernel * dilation + 1, 17)
+            with self.subTest(trial=trial, groups=groups, cin=cin, cout=cout, kernel=kernel, stride=stride,
+                              padding=padding, dilation=dilation, bias=bias, size=size):
+                torch.manual_seed(trial)
+                model = nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups, bias),
+                                      nn.BatchNorm2d(cout), nn.ReLU())
+                model[1].running_mean.uniform_(-1, 1)
+                model[1].running_var.uniform_(0.5, 2)
+                self.check(model, torch.rand(1, cin, size, size + 1), ["aten::conv2d", "aten::batch_norm"])
+
+    def test_depthwise_with_multiplier_and_relu6(self):
+        torch.manual_seed(1)
+        for channels, multiplier in [(8, 1), (5, 2), (3, 3)]:
+            with self.subTest(channels=channels, multiplier=multiplier):
+                model = nn.Sequential(nn.Conv2d(channels, channels * multiplier, 3, 2, 1, groups=channels, bias=False),
+                                      nn.BatchNorm2d(channels * multiplier), nn.ReLU6(inplace=True))
+                self.check(model, torch.rand(2, channels, 15, 15), ["aten::conv2d"])
+
+    def test_activations(self):
+        torch.manual_seed(2)
+        for activation in [nn.Hardswish(), nn.Hardsigmoid(), nn.Sigmoid(), nn.SiLU(), nn.ReLU6(),
+                           nn.Hardtanh(-0.5, 0.7), nn.ReLU(inplace=True)]:
+            with self.subTest(activation=type(activation).__name__):
+                model = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), activation)
+                self.check(model, torch.randn(1, 4, 9, 9), ["aten::conv2d"])
+
+    def test_pooling(self):
+        torch.manual_seed(3)
+        for pool in [nn.MaxPool2d(3, 2, 1), nn.MaxPool2d(3, 2, ceil_mode=True), nn.MaxPool2d(2),
+                     nn.AvgPool2d(2), nn.AvgPool2d(3, 1), nn.AdaptiveAvgPool2d((1, 1))]:
+            with self.subTest(pool=repr(pool)):
+                model = nn.Sequential(nn.Conv2d(3, 5, 3), pool)
+                self.check(model, torch.randn(1, 3, 14, 13), ["aten::conv2d"])
+
+    def test_squeeze_excitation_broadcast_mul_and_residual_add(self):
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(8, 8, 3, padding=1)
+                self.fc1 = nn.Conv2d(8, 4, 1)
+                self.fc2 = nn.Conv2d(4, 8, 1)
+
+            def forward(self, x):
+                y = self.conv(x)
+                s = F.adaptive_avg_pool2d(y, 1)
+                s = torch.sigmoid(self.fc2(F.relu(self.fc1(s))))
+                return F.relu(y * s + x)
+
+        torch.manual_seed(4)
+        self.check(Block(), torch.randn(1, 8, 10, 10), ["aten::conv2d", "aten::mul", "aten::add"])
+
+    def test_classifier_head(self):
+        torch.manual_seed(5)
+        model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2),
+                              nn.Linear(16, 10), nn.Softmax(dim=1))
+        self.check(model, torch.randn(2, 3, 12, 12), ["aten::linear", "aten::softmax", "aten::flatten"])
+
+
+class Models(unittest.TestCase):
+    """torchvision's CNNs, random weights, end to end against eager."""
+
+    def test_models(self):
+        import torchvision
+        for name in ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf"]:
+            for frozen in [True, False]:
+                with self.subTest(model=name, frozen=frozen):
+                    torch.manual_seed(0)
+                    model = getattr(torchvision.models, name)(weights=None).eval()
+                    x = torch.rand(1, 3, 224, 224)
+                    with torch.no_grad():
+                        want = model(x)
+                        low = lowered(model, x, frozen=frozen)
+                        got = low(x)
+                    self.assertLess(relative_error(got, want), 1e-4)
+                    kept = kept_kinds(low)
+                    # Every convolution and linear delegated.
+                    self.assertNotIn("aten::conv2d", kept)
+                    self.assertNotIn("aten::linear", kept)
+                    if frozen:  # frozen: the whole network in one region
+                        self.assertEqual(len(torch_delegate.report(low).methods[0].regions), 1, kept)
+
+    def test_frozen_file_holds_each_weight_once(self):
+        import torchvision
+        model = torchvision.models.mobilenet_v2(weights=None).eval()
+        x = torch.rand(1, 3, 224, 224)
+        frozen = torch.jit.freeze(torch.jit.script(model))
+        low = torch_delegate.lower(frozen, "xnnpack", partial=True, example_inputs=(x,))
+        sizes = []
+        for module in (frozen, low):
+            buffer = io.BytesIO()
+            torch.jit.save(module, buffer)
+            sizes.append(len(buffer.getvalue()))
+        self.assertLessEqual(sizes[1], 1.05 * sizes[0], sizes)
+
+
+class SavedAndElsewhere(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(6)
+        self.model = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.Hardswish(),
+                                   nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval()
+        self.x = torch.rand(1, 3, 16, 16)
+        with torch.no_grad():
+            self.want = self.model(self.x)
+
+    def test_save_load_stock_and_package(self):
+        low = lowered(self.model, self.x)
+        path = os.path.join(WORKDIR, "xnnpack_small.pt")
+        low.save(path)
+        for load in (torch.jit.load, torch_delegate.load):
+            with self.subTest(load=load.__module__):
+                with torch.no_grad():
+                    self.assertLess(relative_error(load(path)(self.x), self.want), 1e-4)
+
+    def test_lite_interpreter(self):
+        from torch.jit.mobile import _load_for_lite_interpreter
+        low = lowered(self.model, self.x)
+        path = os.path.join(WORKDIR, "xnnpack_small.ptl")
+        low._save_for_lite_interpreter(path)
+        with torch.no_grad():
+            self.assertLess(relative_error(_load_for_lite_interpreter(path)(self.x), self.want), 1e-4)
+
+    def test_fallback_where_the_backend_is_unavailable(self):
+        low = lowered(self.model, self.x, fallback=True)
+        path = os.path.join(WORKDIR, "xnnpack_fallback.pt")
+        low.save(path)
+        script = ("import sys, torch; torch.ops.load_library(sys.argv[1]); m = torch.jit.load(sys.argv[2]); "
+                  "x = torch.load(sys.argv[3]); print(m.__delegate.td_is_available(), float((m(x) - torch.load(sys.argv[4])).abs().max()))")
+        torch.save(self.x, os.path.join(WORKDIR, "xnnpack_x.pt"))
+        torch.save(self.want, os.path.join(WORKDIR, "xnnpack_want.pt"))
+        env = dict(os.environ, TD_XNNPACK_UNAVAILABLE="1")
+        out = subprocess.run([sys.executable, "-c", script, LIBRARY, path, os.path.join(WORKDIR, "xnnpack_x.pt"),
+                              os.path.join(WORKDIR, "xnnpack_want.pt")], env=env, capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        available, error = out.stdout.split()
+        self.assertEqual(available, "False")
+        self.assertLess(float(error), 1e-4)
+
+    def test_another_shape_is_the_input_spec_error(self):
+        low = lowered(self.model, self.x)
+        with self.assertRaises(RuntimeError) as raised:
+            low(torch.rand(1, 3, 20, 20))
+        message = str(raised.exception)
+        self.assertIn("backend 'xnnpack', method 'forward_region_0': argument 1 ('input_0') must be Float [1, 3, 16, 16]", message)
+        self.assertIn("got Float [1, 3, 20, 20]", message)
+
+    def test_wrong_dtype(self):
+        low = lowered(self.model, self.x)
+        with self.assertRaises(RuntimeError) as raised:
+            low(self.x.double())
+        self.assertIn("must be Float [1, 3, 16, 16]", str(raised.exception))
+        self.assertIn("got Double [1, 3, 16, 16]", str(raised.exception))
+
+    def test_without_example_inputs_preprocess_asks_for_them(self):
+        with self.assertRaises(torch_delegate.Error) as raised:
+            torch_delegate.lower(torch.jit.script(self.model), "xnnpack", partial=True)
+        self.assertIn("is not known at lowering time: lower with example inputs", str(raised.exception))
+
+
+class KeptWithTheirReason(unittest.TestCase):
+    def test_reflect_padding_cat_and_training_stay_in_torchscript(self):
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.reflect = nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")
+                self.conv = nn.Conv2d(8, 4, 3)
+
+            def forward(self, x):
+                y = self.reflect(x)
+                return self.conv(torch.cat([y, y], 1))
+
+        torch.manual_seed(8)
+        model = Model().eval()
+        x = torch.rand(1, 3, 12, 12)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+        kept = kept_kinds(low)
+        self.assertEqual(str(kept["aten::pad"] if "aten::pad" in kept else kept.get("aten::reflection_pad2d")),
+                         "unsupported kind")
+        self.assertEqual(str(kept["aten::cat"]), "unsupported kind")
+        self.assertIn("aten::conv2d", delegated_kinds(low))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
