@@ -189,12 +189,12 @@ struct subgraph_builder {
     const std::vector<std::int64_t> dims = xnn_dims(region.sizes(value));
     auto output = output_ids.find(value);
     std::int64_t index;
-    if (output != output_ids.end() && std::get<0>(values[output->second]).empty()) {
+    if (output != output_ids.end() && values[output->second].dims.empty()) {
       index = output->second;
-      std::get<0>(values[index]) = dims;
+      values[index].dims = dims;
     } else {
       index = static_cast<std::int64_t>(values.size());
-      values.emplace_back(dims, -1, "");
+      values.push_back({dims, -1, ""});
     }
     ids[value] = index;
     return index;
@@ -205,7 +205,7 @@ struct subgraph_builder {
     const at::Tensor data = tensor.to(at::kFloat).contiguous();
     const std::string key = torch_delegate::content_key("xnnpack", data);
     named_data.add_tensor(key, data, 64);
-    values.emplace_back(std::move(dims), -1, key);
+    values.push_back({std::move(dims), -1, key});
     return static_cast<std::int64_t>(values.size()) - 1;
   }
 
@@ -258,10 +258,10 @@ struct subgraph_builder {
                                    stride[0], stride[1], dilation[0], dilation[1]};
     if (depthwise) {
       ints.insert(ints.end(), {out_channels / in_channels, in_channels});
-      nodes.emplace_back(depthwise_conv2d, std::move(ints), std::vector<double>{low, high});
+      nodes.push_back(node_record{depthwise_conv2d, std::move(ints), std::vector<double>{low, high}});
     } else {
       ints.insert(ints.end(), {groups, in_channels / groups, out_channels / groups});
-      nodes.emplace_back(conv2d, std::move(ints), std::vector<double>{low, high});
+      nodes.push_back(node_record{conv2d, std::move(ints), std::vector<double>{low, high}});
     }
   }
 
@@ -284,19 +284,19 @@ struct subgraph_builder {
     const std::int64_t a = id(node->input(0)), b = id(node->input(1));
     const torch::jit::Value* output = node->output();
     const auto [low, high] = fused_activation(output);
-    nodes.emplace_back(code, std::vector<std::int64_t>{a, b, define(output)}, std::vector<double>{low, high});
+    nodes.push_back(node_record{code, std::vector<std::int64_t>{a, b, define(output)}, std::vector<double>{low, high}});
   }
 
   /// y = x op c for a per-channel or scalar constant c (dims broadcast against NHWC).
   std::int64_t with_constant(std::int64_t x, op code, const at::Tensor& c, const torch::jit::Value* output) {
     const std::int64_t k = constant(c, {c.numel()});
     const std::int64_t out = output ? define(output) : internal_like(x);
-    nodes.emplace_back(code, std::vector<std::int64_t>{x, k, out}, std::vector<double>{-inf, inf});
+    nodes.push_back(node_record{code, std::vector<std::int64_t>{x, k, out}, std::vector<double>{-inf, inf}});
     return out;
   }
 
   std::int64_t internal_like(std::int64_t like) {
-    values.emplace_back(std::get<0>(values[like]), -1, "");
+    values.push_back({values[like].dims, -1, ""});
     return static_cast<std::int64_t>(values.size()) - 1;
   }
 
@@ -327,15 +327,15 @@ struct subgraph_builder {
     const auto [low, high] = fused_activation(output);
     const std::int64_t out = define(output);
     if (max) {
-      nodes.emplace_back(max_pool2d,
+      nodes.push_back(node_record{max_pool2d,
                          std::vector<std::int64_t>{input, out, padding[0], right, bottom, padding[1], kernel[0], kernel[1],
                                                    stride[0], stride[1], dilation[0], dilation[1]},
-                         std::vector<double>{low, high});
+                         std::vector<double>{low, high}});
     } else {
       if (bottom != padding[0] || right != padding[1]) region.reject(node, "xnnpack: avg_pool2d in ceil mode");
-      nodes.emplace_back(avg_pool2d,
+      nodes.push_back(node_record{avg_pool2d,
                          std::vector<std::int64_t>{input, out, 0, 0, 0, 0, kernel[0], kernel[1], stride[0], stride[1]},
-                         std::vector<double>{low, high});
+                         std::vector<double>{low, high}});
     }
   }
 
@@ -343,7 +343,7 @@ struct subgraph_builder {
     const std::int64_t input = id(node->input(0));
     if (output_ids.count(node->output())) {
       // A region output: a copy (a clamp over everything), XNNPACK has no identity.
-      nodes.emplace_back(clamp, std::vector<std::int64_t>{input, define(node->output())}, std::vector<double>{-inf, inf});
+      nodes.push_back(node_record{clamp, std::vector<std::int64_t>{input, define(node->output())}, std::vector<double>{-inf, inf}});
       return;
     }
     ids[node->output()] = input;
@@ -357,8 +357,8 @@ struct subgraph_builder {
     if (is(node, "aten::conv2d")) return convolution(node);
     if (auto range = clamp_range(node)) {
       const std::int64_t input = id(node->input(0));
-      nodes.emplace_back(clamp, std::vector<std::int64_t>{input, define(node->output())},
-                         std::vector<double>{range->first, range->second});
+      nodes.push_back(node_record{clamp, std::vector<std::int64_t>{input, define(node->output())},
+                         std::vector<double>{range->first, range->second}});
       return;
     }
     if (is(node, "aten::batch_norm")) {
@@ -371,22 +371,22 @@ struct subgraph_builder {
     if (is(node, "aten::mul")) return binary(node, multiply2);
     if (is(node, "aten::sigmoid") || is(node, "aten::hardswish")) {
       const std::int64_t input = id(node->input(0));
-      nodes.emplace_back(is(node, "aten::sigmoid") ? sigmoid : hardswish, std::vector<std::int64_t>{input, define(node->output())},
-                         std::vector<double>{});
+      nodes.push_back(node_record{is(node, "aten::sigmoid") ? sigmoid : hardswish, std::vector<std::int64_t>{input, define(node->output())},
+                         std::vector<double>{}});
       return;
     }
     if (is(node, "aten::silu")) {  // x * sigmoid(x)
       const std::int64_t input = id(node->input(0));
       const std::int64_t s = internal_like(input);
-      nodes.emplace_back(sigmoid, std::vector<std::int64_t>{input, s}, std::vector<double>{});
-      nodes.emplace_back(multiply2, std::vector<std::int64_t>{input, s, define(node->output())}, std::vector<double>{-inf, inf});
+      nodes.push_back(node_record{sigmoid, std::vector<std::int64_t>{input, s}, std::vector<double>{}});
+      nodes.push_back(node_record{multiply2, std::vector<std::int64_t>{input, s, define(node->output())}, std::vector<double>{-inf, inf}});
       return;
     }
     if (is(node, "aten::hardsigmoid")) {  // clamp(x / 6 + 1/2, 0, 1)
       const std::int64_t input = id(node->input(0));
       const std::int64_t scaled = with_constant(input, multiply2, at::full({1}, 1.0 / 6.0), nullptr);
       const std::int64_t shifted = with_constant(scaled, add2, at::full({1}, 0.5), nullptr);
-      nodes.emplace_back(clamp, std::vector<std::int64_t>{shifted, define(node->output())}, std::vector<double>{0.0, 1.0});
+      nodes.push_back(node_record{clamp, std::vector<std::int64_t>{shifted, define(node->output())}, std::vector<double>{0.0, 1.0}});
       return;
     }
     if (is(node, "aten::max_pool2d") || is(node, "aten::avg_pool2d")) return pooling(node);
@@ -394,14 +394,14 @@ struct subgraph_builder {
       const std::int64_t input = id(node->input(0));
       const torch::jit::Value* output = node->output();
       const auto [low, high] = fused_activation(output);
-      nodes.emplace_back(global_avg_pool2d, std::vector<std::int64_t>{input, define(output)}, std::vector<double>{low, high});
+      nodes.push_back(node_record{global_avg_pool2d, std::vector<std::int64_t>{input, define(output)}, std::vector<double>{low, high}});
       return;
     }
     if (is(node, "aten::flatten")) {
       const std::int64_t input = id(node->input(0));
       std::vector<std::int64_t> ints{input, define(node->output())};
       for (std::int64_t size : region.sizes(node->output())) ints.push_back(size);
-      nodes.emplace_back(reshape, std::move(ints), std::vector<double>{});
+      nodes.push_back(node_record{reshape, std::move(ints), std::vector<double>{}});
       return;
     }
     if (is(node, "aten::dropout")) {
@@ -416,8 +416,8 @@ struct subgraph_builder {
       const std::int64_t b = constant(bias ? *bias : at::zeros({weight.size(0)}), {weight.size(0)});
       const torch::jit::Value* output = node->output();
       const auto [low, high] = fused_activation(output);
-      nodes.emplace_back(fully_connected, std::vector<std::int64_t>{input, filter, b, define(output)},
-                         std::vector<double>{low, high});
+      nodes.push_back(node_record{fully_connected, std::vector<std::int64_t>{input, filter, b, define(output)},
+                         std::vector<double>{low, high}});
       return;
     }
     if (is(node, "aten::softmax")) {
@@ -425,7 +425,7 @@ struct subgraph_builder {
       const std::int64_t dim = region.argument<std::int64_t>(node, "dim");
       const auto rank = static_cast<std::int64_t>(region.sizes(node->input(0)).size());
       if (dim != -1 && dim != rank - 1) region.reject(node, "xnnpack: softmax over the last dimension only");
-      nodes.emplace_back(softmax, std::vector<std::int64_t>{input, define(node->output())}, std::vector<double>{});
+      nodes.push_back(node_record{softmax, std::vector<std::int64_t>{input, define(node->output())}, std::vector<double>{}});
       return;
     }
     region.reject(node, std::string("xnnpack: ") + node->kind().toQualString() + " is not supported here");
@@ -440,7 +440,7 @@ torch_delegate::preprocess_result<region_payload> XnnpackBackend::preprocess(con
   // Externals first: the inputs (ids 0..), then the outputs (their dims set where they are made).
   for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
     const torch::jit::Value* input = graph.inputs()[i];
-    builder.values.emplace_back(xnn_dims(region.sizes(input)), static_cast<std::int64_t>(i - 1), "");
+    builder.values.push_back({xnn_dims(region.sizes(input)), static_cast<std::int64_t>(i - 1), ""});
     builder.ids[input] = static_cast<std::int64_t>(i - 1);
   }
   builder.inputs = graph.inputs().size() - 1;
@@ -455,13 +455,13 @@ torch_delegate::preprocess_result<region_payload> XnnpackBackend::preprocess(con
     if (builder.output_ids.count(output) || builder.ids.count(output))
       region.reject(output->node(), "xnnpack: a region that returns one value twice, or an input, is not supported");
     const auto index = static_cast<std::int64_t>(builder.values.size());
-    builder.values.emplace_back(std::vector<std::int64_t>{}, index, "");
+    builder.values.push_back({{}, index, ""});
     builder.output_ids[output] = index;
     output_sizes.push_back(region.sizes(output));
   }
   for (const torch::jit::Node* node : graph.nodes()) builder.add(node);
   for (const torch::jit::Value* output : outputs)
-    if (std::get<0>(builder.values[builder.output_ids.at(output)]).empty())
+    if (builder.values[builder.output_ids.at(output)].dims.empty())
       region.reject(output->node(), "xnnpack: a region output is not made by an XNNPACK node");
   region_payload payload{std::move(builder.values), std::move(builder.nodes), std::move(output_sizes),
                          static_cast<std::int64_t>(builder.inputs)};
@@ -501,6 +501,12 @@ struct runtime_state {
   std::vector<std::vector<std::int64_t>> output_sizes;
   std::size_t inputs = 0;
   std::vector<const void*> bound;  // the pointers of the last setup
+  // Buffers kept from call to call, so that the pointers stay the same and the runtime is not
+  // set up again (xnn_setup_runtime re-runs every operator's setup): per input, the NHWC copy of
+  // an input given in another layout; per output, the last output, reused once its caller has
+  // dropped it (this state holds the only reference).
+  std::vector<at::Tensor> staged;
+  std::vector<at::Tensor> outputs;
   std::mutex mutex;
   ~runtime_state() {
     if (runtime) xnn_delete_runtime(runtime);
@@ -512,10 +518,12 @@ namespace {
 /// `tensor` laid out NHWC. Converted here, on the calling thread, not with ATen's copy: ATen
 /// would run it on its OpenMP threads, which then spin for a while after it, on the cores
 /// XNNPACK's pool is about to use (two cores: the whole model twice as slow).
-at::Tensor channels_last(const at::Tensor& tensor) {
-  if (tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) return tensor;
+/// `buffer`: the copy made by the last call, reused when nothing else holds it.
+at::Tensor channels_last(const at::Tensor& tensor, at::Tensor& buffer) {
   const at::Tensor source = tensor.contiguous();  // NCHW (a no-op for the usual image batch)
-  at::Tensor out = at::empty(tensor.sizes(), at::TensorOptions(at::kFloat).memory_format(at::MemoryFormat::ChannelsLast));
+  if (!buffer.defined() || buffer.use_count() != 1 || buffer.sizes() != tensor.sizes())
+    buffer = at::empty(tensor.sizes(), at::TensorOptions(at::kFloat).memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor out = buffer;
   const std::int64_t n = tensor.size(0), c = tensor.size(1), hw = tensor.size(2) * tensor.size(3);
   const float* from = source.data_ptr<float>();
   float* to = out.data_ptr<float>();
@@ -647,28 +655,36 @@ std::vector<c10::IValue> XnnpackBackend::execute(compiled_region& region, torch_
   runtime_state& state = *region.state;
   TORCH_CHECK(args.size() == state.inputs, "xnnpack: region ", state.method, " takes ", state.inputs, " inputs, got ",
               args.size());
-  std::vector<at::Tensor> inputs;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.staged.resize(state.inputs);
+  state.outputs.resize(state.output_sizes.size());
+  std::vector<at::Tensor> inputs;  // keeps what the runtime reads alive until it has run
   std::vector<xnn_external_value> externals;
   for (std::size_t i = 0; i < args.size(); ++i) {
     TORCH_CHECK(args[i].isTensor(), "xnnpack: region ", state.method, ": input ", i + 1, " is not a tensor");
     const at::Tensor& given = args[i].toTensor();
     TORCH_CHECK(given.scalar_type() == at::kFloat && given.device().is_cpu(), "xnnpack: region ", state.method, ": input ",
                 i + 1, " must be a float CPU tensor, got ", given.scalar_type(), " on ", given.device());
-    inputs.push_back(given.dim() == 4 ? channels_last(given) : given.contiguous());
+    if (given.dim() == 4 && !given.is_contiguous(at::MemoryFormat::ChannelsLast))
+      inputs.push_back(channels_last(given, state.staged[i]));
+    else
+      inputs.push_back(given.dim() == 4 ? given : given.contiguous());
     externals.push_back({static_cast<std::uint32_t>(i), inputs.back().data_ptr()});
   }
   std::vector<c10::IValue> outputs;
   for (std::size_t o = 0; o < state.output_sizes.size(); ++o) {
-    const auto& sizes = state.output_sizes[o];
-    at::Tensor output = at::empty(sizes, at::TensorOptions(at::kFloat)
-                                             .memory_format(sizes.size() == 4 ? at::MemoryFormat::ChannelsLast
-                                                                              : at::MemoryFormat::Contiguous));
-    externals.push_back({static_cast<std::uint32_t>(state.inputs + o), output.data_ptr()});
-    outputs.emplace_back(std::move(output));
+    at::Tensor& kept = state.outputs[o];
+    // Reused only when nothing else holds it, the tensor nor (through a view) its storage.
+    if (!kept.defined() || kept.use_count() != 1 || kept.storage().use_count() != 1) {
+      const auto& sizes = state.output_sizes[o];
+      kept = at::empty(sizes, at::TensorOptions(at::kFloat)
+                                  .memory_format(sizes.size() == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous));
+    }
+    externals.push_back({static_cast<std::uint32_t>(state.inputs + o), kept.data_ptr()});
+    outputs.emplace_back(kept);
   }
   std::vector<const void*> pointers;
   for (const xnn_external_value& e : externals) pointers.push_back(e.data);
-  std::lock_guard<std::mutex> lock(state.mutex);
   if (pointers != state.bound) {
     check(xnn_setup_runtime(state.runtime, externals.size(), externals.data()), "xnn_setup_runtime");
     state.bound = std::move(pointers);

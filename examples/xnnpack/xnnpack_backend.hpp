@@ -12,24 +12,38 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <boost/hana/adapt_struct.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 namespace xnnpack_delegate {
 
 /// One value of a region's subgraph: its XNNPACK dims (NHWC for 4-d tensors), its external id
 /// (-1: internal) and, for a static value (weights), its named-data key.
-using value_record = std::tuple<std::vector<std::int64_t>, std::int64_t, std::string>;
+struct value_record {
+  std::vector<std::int64_t> dims;
+  std::int64_t external = -1;
+  std::string key;
+};
 /// One node: its op code, its integer operands (value ids first, then parameters), its floats.
-using node_record = std::tuple<std::int64_t, std::vector<std::int64_t>, std::vector<double>>;
-/// The payload of a region: values, nodes, and per output its NCHW sizes (what execute allocates).
-using region_payload = std::tuple<std::vector<value_record>, std::vector<node_record>, std::vector<std::vector<std::int64_t>>,
-                                  std::int64_t /* inputs */>;
+struct node_record {
+  std::int64_t op = 0;
+  std::vector<std::int64_t> ints;
+  std::vector<double> floats;
+};
+/// The payload of a region (a Boost.Hana struct: saved as a tuple of its fields): values, nodes,
+/// per output its NCHW sizes (what execute allocates), and how many inputs it takes.
+struct region_payload {
+  std::vector<value_record> values;
+  std::vector<node_record> nodes;
+  std::vector<std::vector<std::int64_t>> output_sizes;
+  std::int64_t inputs = 0;
+};
 
 struct runtime_state;  // xnnpack_backend.cpp: the XNNPACK runtime, the statics it reads, a mutex
 
@@ -60,3 +74,7 @@ struct XnnpackBackend {
 // [struct]
 
 }  // namespace xnnpack_delegate
+
+BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::value_record, dims, external, key);
+BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::node_record, op, ints, floats);
+BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::region_payload, values, nodes, output_sizes, inputs);

@@ -5,7 +5,14 @@
 
 #include <torch_delegate/detail/fixed_string.hpp>
 
+#include <boost/hana/accessors.hpp>
+#include <boost/hana/concept/struct.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/second.hpp>
+#include <boost/hana/tuple.hpp>
+
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -55,7 +62,7 @@ struct ivalue_caster {
       static_assert(detail::dependent_false<T>,
                     "torch-delegate: no conversion between c10::IValue and this type. Use at::Tensor, "
                     "double, std::int64_t, bool, std::string, std::vector<T>, std::tuple<T...>, "
-                    "std::optional<T> or c10::IValue, or specialise torch_delegate::ivalue_caster<T> "
+                    "std::optional<T>, a Boost.Hana struct of those, or c10::IValue, or specialise torch_delegate::ivalue_caster<T> "
                     "(docs/backend-concept.md#argument-types).");
     }
     return false;
@@ -202,6 +209,53 @@ struct ivalue_caster<std::tuple<Ts...>, std::enable_if_t<(convertible_to_ivalue<
   template <class Elements, std::size_t... I>
   static std::tuple<Ts...> load_elements(const Elements& e, std::index_sequence<I...>) {
     return std::tuple<Ts...>(Ts(ivalue_caster<Ts>::load(e[I]))...);
+  }
+};
+
+namespace detail {
+/// The fields of a Boost.Hana struct as a std::tuple of their types.
+template <class T, class Accessors>
+struct hana_fields_of;
+template <class T, class... Pairs>
+struct hana_fields_of<T, boost::hana::tuple<Pairs...>> {
+  using type = std::tuple<
+      std::remove_cvref_t<std::invoke_result_t<decltype(boost::hana::second(std::declval<Pairs>())), T&>>...>;
+};
+template <class T>
+using hana_fields_t = typename hana_fields_of<T, decltype(boost::hana::accessors<T>())>::type;
+
+template <class T>
+concept hana_struct_converts = boost::hana::Struct<T>::value && convertible_to_ivalue<hana_fields_t<T>>;
+}  // namespace detail
+
+/// A Boost.Hana struct (BOOST_HANA_DEFINE_STRUCT / BOOST_HANA_ADAPT_STRUCT) whose fields convert:
+/// a tuple of its fields in declaration order, as std::tuple of the same types would be. A
+/// payload can be such a struct, with named fields instead of positions.
+template <class T>
+  requires detail::hana_struct_converts<T>
+struct ivalue_caster<T, void> {
+  using fields = detail::hana_fields_t<T>;
+  static constexpr auto name = ivalue_caster<fields>::name;
+  static bool check(const c10::IValue& v) { return ivalue_caster<fields>::check(v); }
+  static T load(const c10::IValue& v) {
+    const auto& elements = v.toTupleRef().elements();
+    T out{};
+    std::size_t i = 0;
+    boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
+      auto& field = boost::hana::second(pair)(out);
+      using field_type = std::remove_cvref_t<decltype(field)>;
+      field = field_type(ivalue_caster<field_type>::load(elements[i++]));
+    });
+    return out;
+  }
+  static c10::IValue cast(T value) {
+    std::vector<c10::IValue> elements;
+    boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
+      auto& field = boost::hana::second(pair)(value);
+      using field_type = std::remove_cvref_t<decltype(field)>;
+      elements.push_back(ivalue_caster<field_type>::cast(std::move(field)));
+    });
+    return c10::ivalue::Tuple::create(std::move(elements));
   }
 };
 

@@ -22,6 +22,13 @@
 
 namespace torch_delegate {
 
+/// What a call of a region does when its tensors do not have the dtypes and sizes recorded from
+/// the example inputs (partition_options::example_inputs).
+enum class other_shapes {
+  error,       // the input-spec error, naming the region, the argument, the expected and the given
+  torchscript  // the region's own TorchScript runs instead (a check of sizes and dtypes per call)
+};
+
 /// The knobs of one partial lowering.
 struct partition_options {
   /// The methods to partition.
@@ -51,6 +58,8 @@ struct partition_options {
   /// with it: a call with another shape is an error that names the region, the argument, the
   /// expected and the given shape (lowered_module.md, "Input specs").
   std::map<std::string, std::vector<c10::IValue>> example_inputs;
+  /// With example inputs: what a call with other dtypes or sizes does (other_shapes).
+  other_shapes on_other_shapes = other_shapes::error;
   /// Availability fallback: where the backend is not available (at load or at call time), each
   /// region runs its original TorchScript instead of raising "Backend is not available.".
   /// Off by default (strict: LibTorch's behaviour and texts).

@@ -143,7 +143,7 @@ class TensorSpec:
 
 
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs")
+                  "example_inputs", "on_other_shapes")
 
 
 def _example_inputs(example_inputs, methods, who):
@@ -236,7 +236,8 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
           require_full: bool = False,
           fallback: bool = False,
           input_specs: Optional[Mapping[str, Sequence[Any]]] = None,
-          example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None) -> torch.jit.ScriptModule:
+          example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
+          on_other_shapes: str = "error") -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
 
     spec: compile options per method, {"forward": {"num_threads": 2, "approximate": True}}:
@@ -255,6 +256,9 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
         {method: (args...)}. The method runs once on them while lowering; every region's
         tensors get their dtype, sizes and memory format, which preprocess sees and which a
         call is checked against.
+    on_other_shapes: with example_inputs, what a call whose tensors have other dtypes or sizes
+        does: "error" (the input-spec error, naming the region and the argument) or
+        "torchscript" (the region's own TorchScript runs instead).
 
     Returns a torch.jit.ScriptModule that saves and loads like any other. Raises TypeError or
     ValueError for a bad argument, torch_delegate.Error for what the backend or lowering refuses.
@@ -274,15 +278,18 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
                              f"(give example_inputs instead)")
         if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
             raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
+        if on_other_shapes not in ("error", "torchscript"):
+            raise ValueError(f"{who}: on_other_shapes must be 'error' or 'torchscript', got {on_other_shapes!r}")
         result = _C.lower_partially(cpp_module, backend, spec, method_names, min_region_size,
                                     _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                                     _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
-                                    _example_inputs(example_inputs, method_names, who))
+                                    _example_inputs(example_inputs, method_names, who), on_other_shapes)
     else:
         given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
                  "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
                  "require_full": bool(require_full), "fallback": bool(fallback)}
         given["example_inputs"] = example_inputs is not None
+        given["on_other_shapes"] = on_other_shapes != "error"
         knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
         if knobs:
             raise ValueError(f"{who}: {', '.join(knobs)} {'is a' if len(knobs) == 1 else 'are'} partial-lowering "

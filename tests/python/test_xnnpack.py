@@ -188,6 +188,26 @@ class SavedAndElsewhere(unittest.TestCase):
                 with torch.no_grad():
                     self.assertLess(relative_error(load(path)(self.x), self.want), 1e-4)
 
+    def test_outputs_kept_by_the_caller_are_not_overwritten(self):
+        low = lowered(self.model, self.x)
+        other = torch.rand(1, 3, 16, 16)
+        with torch.no_grad():
+            first = low(self.x)
+            view = low(other).view(-1)  # a view of the second output: its storage is still held
+            third = low(self.x)
+            self.assertLess(relative_error(first, self.want), 1e-4)
+            self.assertLess(relative_error(view, self.model(other).view(-1)), 1e-4)
+            self.assertLess(relative_error(third, self.want), 1e-4)
+
+    def test_a_loaded_module_released_its_unpacked_weights(self):
+        low = lowered(self.model, self.x)
+        path = os.path.join(WORKDIR, "xnnpack_released.pt")
+        low.save(path)
+        loaded = torch_delegate.load(path)
+        with self.assertRaises(RuntimeError) as raised:
+            loaded.save(os.path.join(WORKDIR, "xnnpack_released_again.pt"))
+        self.assertIn("cannot save this lowered module: its backend released the named data", str(raised.exception))
+
     def test_lite_interpreter(self):
         from torch.jit.mobile import _load_for_lite_interpreter
         low = lowered(self.model, self.x)
@@ -226,6 +246,45 @@ class SavedAndElsewhere(unittest.TestCase):
             low(self.x.double())
         self.assertIn("must be Float [1, 3, 16, 16]", str(raised.exception))
         self.assertIn("got Double [1, 3, 16, 16]", str(raised.exception))
+
+    def test_other_shapes_can_run_the_regions_torchscript(self):
+        for frozen in (False, True):
+            with self.subTest(frozen=frozen):
+                low = lowered(self.model, self.x, frozen=frozen, on_other_shapes="torchscript")
+                other = torch.rand(2, 3, 20, 18)
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(other), self.model(other)), 1e-4)
+                    self.assertLess(relative_error(low(self.x), self.want), 1e-4)
+
+    def test_on_other_shapes_needs_example_inputs(self):
+        with self.assertRaises(torch_delegate.Error) as raised:
+            torch_delegate.lower(torch.jit.script(self.model), "xnnpack", partial=True, on_other_shapes="torchscript")
+        self.assertIn("on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given",
+                      str(raised.exception))
+        with self.assertRaises(ValueError):
+            lowered(self.model, self.x, on_other_shapes="replan")
+
+    def test_concurrent_calls_on_one_module(self):
+        import threading
+        low = lowered(self.model, self.x)
+        inputs = [torch.rand(1, 3, 16, 16) for _ in range(8)]
+        with torch.no_grad():
+            wanted = [self.model(x) for x in inputs]
+        failures = []
+
+        def worker(offset):
+            with torch.no_grad():
+                for call in range(40):
+                    k = (offset + call) % len(inputs)
+                    if relative_error(low(inputs[k]), wanted[k]) > 1e-4:
+                        failures.append((offset, call))
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(failures, [])
 
     def test_without_example_inputs_preprocess_asks_for_them(self):
         with self.assertRaises(torch_delegate.Error) as raised:

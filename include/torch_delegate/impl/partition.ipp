@@ -160,6 +160,24 @@ inline void check_option_methods(std::string_view backend, const std::vector<std
                                   comma_separated(options.methods) + ")");
 }
 
+/// A bool that says whether `inputs` have the dtypes and sizes of `specs` (one per input; none:
+/// not checked), computed in TorchScript where the insert point is; nullptr when nothing is checked.
+inline torch::jit::Value* inputs_match(torch::jit::Graph& graph, const std::vector<torch::jit::Value*>& inputs,
+                                       const std::vector<std::optional<tensor_spec>>& specs) {
+  torch::jit::Value* all = nullptr;
+  for (std::size_t i = 0; i < inputs.size() && i < specs.size(); ++i) {
+    if (!specs[i]) continue;
+    torch::jit::Value* sizes = graph.insert(c10::aten::size, {inputs[i]});
+    torch::jit::Value* same_sizes = graph.insert(c10::aten::eq, {sizes, graph.insertConstant(specs[i]->sizes)});
+    torch::jit::Value* dtype = graph.insert(c10::prim::dtype, {inputs[i]});
+    torch::jit::Value* same_dtype =
+        graph.insert(c10::aten::eq, {dtype, graph.insertConstant(static_cast<std::int64_t>(specs[i]->dtype))});
+    torch::jit::Value* both = graph.insert(c10::aten::__and__, {same_sizes, same_dtype});
+    all = all ? graph.insert(c10::aten::__and__, {all, both}) : both;
+  }
+  return all;
+}
+
 /// The input spec of a value whose type is complete (recorded from example inputs), else none.
 /// Its dtype and sizes; any layout: at run time a value's strides depend on who made it (a
 /// region of a backend that works in NHWC returns channels-last tensors, and ATen's ops pass
@@ -185,6 +203,8 @@ struct partitioned_method {
 /// the submodule paths first, on the user's module: errors name its class, not a copy's.)
 inline std::vector<partitioned_method> partition_methods(const backend_lowering& backend, const torch::jit::Module& module,
                                                          const partition_options& options) {
+  if (options.on_other_shapes != other_shapes::error && options.example_inputs.empty())
+    fail({backend.name(), {}}, "on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given");
   for (const auto& [method, inputs] : options.example_inputs)
     if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end())
       fail({backend.name(), method}, "example_inputs are given for a method that is not partitioned (partition_options::methods: " +
@@ -310,10 +330,26 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
           for (torch::jit::Value* input : node->inputs())
             if (input->node()->kind() == c10::prim::Constant && formed.nodes.front()->isBefore(input->node()))
               input->node()->moveBefore(formed.nodes.front());
-        // With fallback: if available: <call the region> else: <the region's own nodes>.
+        // With fallback: if available: <call the region> else: <the region's own nodes>. With
+        // on_other_shapes = torchscript, the condition also asks whether the inputs have the
+        // recorded dtypes and sizes.
+        torch::jit::Value* condition = available;
+        if (options.on_other_shapes == other_shapes::torchscript) {
+          const auto specs = recorded.find(entry.regions[i].name);
+          if (specs != recorded.end()) {
+            torch::jit::WithInsertPoint before(formed.nodes.front());
+            std::vector<torch::jit::Value*> inputs;
+            for (torch::jit::Value* input : formed.inputs) {
+              auto found = replaced.find(input);
+              inputs.push_back(found == replaced.end() ? input : found->second);
+            }
+            if (torch::jit::Value* matches = inputs_match(*graph, inputs, specs->second))
+              condition = condition ? graph->insert(c10::aten::__and__, {condition, matches}) : matches;
+          }
+        }
         torch::jit::Node* choice = nullptr;
-        if (available) {
-          choice = graph->create(c10::prim::If, {available}, 0);
+        if (condition) {
+          choice = graph->create(c10::prim::If, {condition}, 0);
           choice->insertBefore(formed.nodes.front());
           choice->addBlock();
           choice->addBlock();
