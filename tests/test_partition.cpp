@@ -1082,13 +1082,14 @@ def forward(self, x, h):
   std::remove(path.c_str());
 }
 
-TEST_CASE("report format: versions 1 to 3 read back; anything else is nullopt, never a crash") {
+TEST_CASE("report format: versions 1 to 4 read back; anything else is nullopt, never a crash") {
   using namespace torch_delegate::detail;
   using torch_delegate::kept_reason;
   const torch_delegate::delegation_report report{
       "b", "__torch__.M",
       {{"forward",
-        {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder"}},
+        {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder",
+          {"input 0 (method argument x): to channels_last on entry", "output 0: to contiguous before aten::conv2d"}}},
         {{"aten::relu", kept_reason::unsupported_kind, "", "model.py:4", 1, "encoder.block"},
          {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, ""}}}}};
   const c10::IValue saved = encode_report(report);
@@ -1104,7 +1105,7 @@ TEST_CASE("report format: versions 1 to 3 read back; anything else is nullopt, n
     std::vector<c10::IValue> region{std::string("forward_region_0"), nodes, c10::List<std::string>({"aten::add"}),
                                     std::string("m.py:2"), std::int64_t{0}};
     std::vector<c10::IValue> kept{std::string("aten::sub"), reason, detail, std::string("m.py:3"), std::int64_t{0}};
-    if (version == 2) {
+    if (version >= 2) {
       region.emplace_back(std::string("block"));
       kept.emplace_back(std::string("block"));
     }
@@ -1126,6 +1127,13 @@ TEST_CASE("report format: versions 1 to 3 read back; anything else is nullopt, n
     REQUIRE(selective);
     CHECK(selective->methods[0].kept[0].reason == kept_reason::outside_selection);
     CHECK(selective->methods[0].kept[0].detail.empty());
+  }
+  SUBCASE("version 3: tokens, no conversions") {
+    const auto read = decode_report(old_format(3, "mutation_or_aliasing", "writes to its input"));
+    REQUIRE(read);
+    CHECK(read->methods[0].kept[0].reason == kept_reason::mutation_or_aliasing);
+    CHECK(read->methods[0].regions[0].submodule == "block");
+    CHECK(read->methods[0].regions[0].conversions.empty());
   }
   SUBCASE("version 2: labels and submodules") {
     const auto read = decode_report(old_format(2, "boundary type", "List[int] output"));

@@ -519,7 +519,7 @@ namespace {
 /// would run it on its OpenMP threads, which then spin for a while after it, on the cores
 /// XNNPACK's pool is about to use (two cores: the whole model twice as slow).
 /// `buffer`: the copy made by the last call, reused when nothing else holds it.
-at::Tensor channels_last(const at::Tensor& tensor, at::Tensor& buffer) {
+at::Tensor to_channels_last(const at::Tensor& tensor, at::Tensor& buffer) {
   const at::Tensor source = tensor.contiguous();  // NCHW (a no-op for the usual image batch)
   if (!buffer.defined() || buffer.use_count() != 1 || buffer.sizes() != tensor.sizes())
     buffer = at::empty(tensor.sizes(), at::TensorOptions(at::kFloat).memory_format(at::MemoryFormat::ChannelsLast));
@@ -666,7 +666,7 @@ std::vector<c10::IValue> XnnpackBackend::execute(compiled_region& region, torch_
     TORCH_CHECK(given.scalar_type() == at::kFloat && given.device().is_cpu(), "xnnpack: region ", state.method, ": input ",
                 i + 1, " must be a float CPU tensor, got ", given.scalar_type(), " on ", given.device());
     if (given.dim() == 4 && !given.is_contiguous(at::MemoryFormat::ChannelsLast))
-      inputs.push_back(channels_last(given, state.staged[i]));
+      inputs.push_back(to_channels_last(given, state.staged[i]));
     else
       inputs.push_back(given.dim() == 4 ? given : given.contiguous());
     externals.push_back({static_cast<std::uint32_t>(i), inputs.back().data_ptr()});

@@ -59,6 +59,9 @@ struct XnnpackBackend {
   /// Regions take the parameters and buffers they read as constants: preprocess folds and packs
   /// them, and they are not passed per call.
   static constexpr bool owns_parameters = true;
+  /// Regions take and return 4-d tensors channels-last (NHWC memory): none is converted between
+  /// two regions; the report says where conversions are placed.
+  static constexpr bool channels_last = true;
 
   /// The CNN ops it runs (docs/xnnpack.md lists the forms XNNPACK 2022 takes).
   static bool supports(const torch::jit::Node* node);

@@ -41,6 +41,10 @@ struct region_report {
   std::string location;            // "model.py:12": the model's own line of its first node (see kept_node), or ""
   int depth = 0;                   // 0: the method's body; 1: inside an if/loop body; ...
   std::string submodule;           // the submodule all its nodes come from, by attribute path ("features.3.block"); "" for the top
+  /// The layout conversions placed at its boundary, for a backend whose regions work in
+  /// channels-last (B::channels_last): "input 0 (method argument x): to channels_last on entry",
+  /// "output 0: to contiguous before aten::conv2d at model.py:12". None between two regions.
+  std::vector<std::string> conversions;
 
   bool operator==(const region_report&) const = default;
 };

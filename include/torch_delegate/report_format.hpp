@@ -2,7 +2,10 @@
 // `_torch_delegate_report_data`): this header owns that format, as payload_format.hpp owns the
 // processed payload. Nothing else encodes or decodes it.
 //
-//   version 3: (3, backend, module, [(method, [region], [kept])])
+//   version 4: (4, backend, module, [(method, [region], [kept])])
+//       region: (name, node_count, [kind], location, depth, submodule, [conversion])
+//       kept:   (kind, reason token, detail, location, depth, submodule)
+//   version 3: as 4 without the regions' conversions:
 //       region: (name, node_count, [kind], location, depth, submodule)
 //       kept:   (kind, reason token, detail, location, depth, submodule)
 //     reason tokens are stable identifiers ("unsupported_kind", "outside_selection", ...), never
@@ -25,7 +28,7 @@
 
 namespace torch_delegate::detail {
 
-inline constexpr std::int64_t report_format_version = 3;
+inline constexpr std::int64_t report_format_version = 4;
 
 /// The stable token a reason is saved as: "unsupported_kind", ...
 TORCH_DELEGATE_DECL std::string_view token_of(kept_reason reason);

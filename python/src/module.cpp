@@ -165,7 +165,8 @@ py::dict report_data(const td::delegation_report& report) {
     for (const td::region_report& region : method.regions)
       regions.append(py::dict(py::arg("name") = region.name, py::arg("node_count") = region.node_count,
                               py::arg("kinds") = region.kinds, py::arg("location") = region.location,
-                              py::arg("depth") = region.depth, py::arg("submodule") = region.submodule));
+                              py::arg("depth") = region.depth, py::arg("submodule") = region.submodule,
+                              py::arg("conversions") = region.conversions));
     for (const td::kept_node& node : method.kept)
       kept.append(py::dict(py::arg("kind") = node.kind, py::arg("reason") = std::string(td::to_string(node.reason)),
                            py::arg("detail") = node.detail, py::arg("location") = node.location, py::arg("depth") = node.depth,

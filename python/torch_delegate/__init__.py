@@ -79,6 +79,8 @@ class Region:
     location: str  #: "model.py:12": the model's own line (not PyTorch's torch/nn/...) of its first node, or ""
     depth: int  #: 0: the method's body; 1: inside an if/loop body; ...
     submodule: str = ""  #: the submodule all its nodes come from, e.g. "features.3.block"; "" for the top
+    #: layout conversions placed at its boundary (a channels-last backend), e.g. "input 0 (...): to channels_last on entry"
+    conversions: List[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -292,6 +292,44 @@ class SavedAndElsewhere(unittest.TestCase):
         self.assertIn("is not known at lowering time: lower with example inputs", str(raised.exception))
 
 
+class Conversions(unittest.TestCase):
+    def test_conversions_are_placed_and_reported(self):
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Conv2d(3, 8, 3)
+                self.same = nn.Conv2d(8, 8, 3, padding="same")  # the str overload: left to ATen
+                self.b = nn.Conv2d(8, 4, 3)
+
+            def forward(self, x):
+                return self.b(F.relu(self.same(F.relu(self.a(x)))))
+
+        torch.manual_seed(9)
+        model = Model().eval()
+        x = torch.rand(1, 3, 16, 16)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+        regions = torch_delegate.report(low).methods[0].regions
+        self.assertEqual(len(regions), 2, torch_delegate.report(low))
+        self.assertRegex(regions[0].conversions[0], r"^input 0 \(method argument x(\.\d+)?\): to channels_last on entry$")
+        self.assertTrue(regions[0].conversions[1].startswith("output 0: to contiguous before aten::conv2d at "),
+                        regions[0].conversions)
+        self.assertEqual(regions[1].conversions, ["input 0 (aten::conv2d): to channels_last on entry"])
+        self.assertIn("aten::contiguous", str(low.forward.graph))
+        self.assertIn("conversion: output 0: to contiguous before aten::conv2d", str(torch_delegate.report(low)))
+
+    def test_none_between_two_regions(self):
+        torch.manual_seed(10)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+        x = torch.rand(1, 3, 8, 8)
+        low = lowered(model, x, frozen=True)
+        regions = torch_delegate.report(low).methods[0].regions
+        self.assertEqual(len(regions), 1)
+        self.assertEqual(len(regions[0].conversions), 1, regions[0].conversions)
+        self.assertRegex(regions[0].conversions[0], r"^input 0 \(method argument input(\.\d+)?\): to channels_last on entry$")
+
+
 class KeptWithTheirReason(unittest.TestCase):
     def test_reflect_padding_cat_and_training_stay_in_torchscript(self):
         class Model(nn.Module):

@@ -53,11 +53,12 @@ struct partition_backend {
   accepts_region_function accepts_region = nullptr;  // B::accepts_region, if declared
   std::size_t min_region_size = 1;                   // the backend's own minimum
   bool owns_parameters = false;                      // B::owns_parameters: regions take their weights as constants
+  bool channels_last = false;                        // B::channels_last: regions take and return 4-d tensors NHWC
 };
 
 /// The layout version of backend_lowering. A reader built against another layout refuses the
 /// entry (with an error saying to rebuild) instead of reading garbage.
-inline constexpr std::uint32_t backend_lowering_abi = 3;
+inline constexpr std::uint32_t backend_lowering_abi = 4;
 
 /// Everything the non-template host half knows of a backend B, in one record: its runtime part
 /// (name, payload version, execute signatures, the runtime's functions: backend_runtime, which
@@ -123,6 +124,14 @@ constexpr bool backend_owns_parameters() {
 }
 
 template <class B>
+constexpr bool backend_channels_last() {
+  if constexpr (requires { B::channels_last; })
+    return static_cast<bool>(B::channels_last);
+  else
+    return false;
+}
+
+template <class B>
 constexpr partition_backend partition_backend_of() {
   if constexpr (backend_declares_support<B>) {
     accepts_region_function accepts = nullptr;
@@ -130,7 +139,7 @@ constexpr partition_backend partition_backend_of() {
                     { B::accepts_region(region) } -> std::same_as<bool>;
                   })
       accepts = &B::accepts_region;
-    return {&B::supports, accepts, backend_min_region_size<B>(), backend_owns_parameters<B>()};
+    return {&B::supports, accepts, backend_min_region_size<B>(), backend_owns_parameters<B>(), backend_channels_last<B>()};
   } else {
     return {};
   }

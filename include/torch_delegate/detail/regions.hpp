@@ -30,6 +30,9 @@ struct region {
   std::vector<torch::jit::Value*> inputs;   // made outside, constants excepted, in order of first use
   std::vector<torch::jit::Value*> outputs;  // made inside, used outside
   int depth = 0;
+  /// Channels-last backends: the uses of its outputs, by TorchScript nodes that run faster on
+  /// NCHW (a convolution left to ATen), that get a conversion to contiguous (place_conversions).
+  std::vector<torch::jit::Use> to_contiguous;
 };
 
 /// The regions of `graph` (a method's canonical graph) that `backend` takes under `options`, in

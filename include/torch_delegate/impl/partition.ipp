@@ -190,6 +190,51 @@ inline std::optional<tensor_spec> recorded_spec(const torch::jit::Value* value) 
   return spec;
 }
 
+/// For a backend whose regions work in channels-last (B::channels_last): which conversions the
+/// boundaries of each region need, in its report, and which uses of its outputs get one. A 4-d
+/// input made by another region of the method needs none (it is channels-last already); one made
+/// in TorchScript or passed to the method is converted on entry by the backend; an output read by
+/// a TorchScript convolution (ATen's convolutions are slower on channels-last input here) gets a
+/// conversion to contiguous before it. Other TorchScript nodes take channels-last tensors as they
+/// are. Needs the ranks that example inputs give.
+inline void place_conversions(const backend_lowering& backend, std::vector<region>& regions, method_delegation& entry) {
+  static const std::set<std::string> prefers_nchw{"aten::conv2d", "aten::_convolution", "aten::convolution",
+                                                  "aten::conv_transpose2d"};
+  std::unordered_set<const torch::jit::Value*> made_by_region;
+  std::unordered_set<const torch::jit::Node*> in_region;
+  for (const region& formed : regions) {
+    made_by_region.insert(formed.outputs.begin(), formed.outputs.end());
+    in_region.insert(formed.nodes.begin(), formed.nodes.end());
+  }
+  auto four_d = [](const torch::jit::Value* value) {
+    const auto tensor = value->type()->cast<c10::TensorType>();
+    return tensor && tensor->dim() && *tensor->dim() == 4;
+  };
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    std::vector<std::string>& conversions = entry.regions[i].conversions;
+    for (std::size_t k = 0; k < regions[i].inputs.size(); ++k) {
+      const torch::jit::Value* input = regions[i].inputs[k];
+      if (!four_d(input) || made_by_region.count(input)) continue;
+      // A weight the backend owns is a constant of the region, not an input (take_owned_inputs).
+      if (backend.partition.owns_parameters && input->node()->kind() == c10::prim::GetAttr) continue;
+      const std::string from = input->node()->kind() == c10::prim::Param ? "method argument " + input->debugName()
+                                                                           : input->node()->kind().toQualString();
+      conversions.push_back("input " + std::to_string(k) + " (" + from + "): to channels_last on entry");
+    }
+    for (std::size_t k = 0; k < regions[i].outputs.size(); ++k) {
+      const torch::jit::Value* output = regions[i].outputs[k];
+      if (!four_d(output)) continue;
+      for (const torch::jit::Use& use : output->uses()) {
+        if (in_region.count(use.user) || !prefers_nchw.count(use.user->kind().toQualString())) continue;
+        regions[i].to_contiguous.push_back(use);
+        const std::string line = locate_in_model(use.user).line;
+        conversions.push_back("output " + std::to_string(k) + ": to contiguous before " + use.user->kind().toQualString() +
+                              (line.empty() ? "" : " at " + line));
+      }
+    }
+  }
+}
+
 /// One partitioned method: its canonical graph, its regions and its report.
 struct partitioned_method {
   std::string method;
@@ -218,6 +263,7 @@ inline std::vector<partitioned_method> partition_methods(const backend_lowering&
         backend.partition.owns_parameters);
     method_delegation entry{method, {}, {}};
     std::vector<region> regions = form_regions(backend, options, graph, method, entry);
+    if (backend.partition.channels_last) place_conversions(backend, regions, entry);
     check_full(options, backend, entry);
     partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
   }
@@ -394,6 +440,13 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
         for (torch::jit::Node* node : formed.nodes) node->moveBefore(choice->blocks()[1]->return_node());
         for (torch::jit::Value* output : formed.outputs) choice->blocks()[1]->registerOutput(output);
       }
+      // The conversions to contiguous place_conversions decided, before the TorchScript nodes
+      // that read a region's channels-last output.
+      for (const region& formed : regions)
+        for (const torch::jit::Use& use : formed.to_contiguous) {
+          torch::jit::WithInsertPoint before(use.user);
+          use.user->replaceInput(use.offset, graph->insert(c10::aten::contiguous, {use.user->input(use.offset)}));
+        }
       torch::jit::EliminateDeadCode(graph);
       // Shapes recorded from example inputs were for the regions: the method is typed as written.
       torch::jit::EraseShapeInformation(graph);

@@ -36,6 +36,7 @@ TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
       out << detail::comma_separated(region.kinds);
       out << ")" << (region.submodule.empty() ? "" : " in " + region.submodule)
           << (region.location.empty() ? "" : " at " + region.location) << "\n";
+      for (const std::string& conversion : region.conversions) out << "      conversion: " << conversion << "\n";
     }
     for (const kept_node& node : method.kept) {
       out << "    kept " << node.kind << ": " << torch_delegate::to_string(node.reason);

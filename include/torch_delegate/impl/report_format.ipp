@@ -1,4 +1,4 @@
-// Definitions for report_format.hpp: the saved delegation report, versions 1 to 3.
+// Definitions for report_format.hpp: the saved delegation report, versions 1 to 4.
 #pragma once
 
 #include <torch_delegate/report_format.hpp>
@@ -54,6 +54,7 @@ TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version) {
   std::vector<c10::TypePtr> fields{c10::StringType::get(), c10::IntType::get(), c10::ListType::ofStrings(),
                                    c10::StringType::get(), c10::IntType::get()};
   if (version >= 2) fields.push_back(c10::StringType::get());  // submodule
+  if (version >= 4) fields.push_back(c10::ListType::ofStrings());  // conversions
   return c10::TupleType::create(std::move(fields));
 }
 
@@ -82,7 +83,8 @@ TORCH_DELEGATE_DECL c10::IValue encode_report(const delegation_report& report) {
     for (const region_report& region : method.regions)
       regions.push_back(c10::ivalue::Tuple::create({region.name, static_cast<std::int64_t>(region.node_count),
                                                     c10::List<std::string>(region.kinds), region.location,
-                                                    static_cast<std::int64_t>(region.depth), region.submodule}));
+                                                    static_cast<std::int64_t>(region.depth), region.submodule,
+                                                    c10::List<std::string>(region.conversions)}));
     c10::impl::GenericList kept(kept_data_type(version));
     for (const kept_node& node : method.kept)
       kept.push_back(c10::ivalue::Tuple::create({node.kind, std::string(token_of(node.reason)), node.detail, node.location,
@@ -127,6 +129,11 @@ inline std::optional<delegation_report> decode_report_checked(const c10::IValue&
         if (!kind.isString()) return std::nullopt;
         read.kinds.push_back(kind.toStringRef());
       }
+      if (version >= 4)
+        for (const c10::IValue& conversion : region[6].toListRef()) {
+          if (!conversion.isString()) return std::nullopt;
+          read.conversions.push_back(conversion.toStringRef());
+        }
       entry.regions.push_back(std::move(read));
     }
     for (const c10::IValue& kept_value : method[2].toListRef()) {
