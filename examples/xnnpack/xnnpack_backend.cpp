@@ -124,11 +124,14 @@ bool XnnpackBackend::supports(const torch::jit::Node* node) {
     return (!a || !b || a->size() == b->size()) && is_float_or_unknown(node->input(0)) && is_float_or_unknown(node->input(1));
   }
   if (is(node, "aten::max_pool2d")) return node->inputs().size() == 6;
-  if (is(node, "aten::avg_pool2d"))  // no padding, floor mode, no divisor override
-    return node->inputs().size() == 7 && constant_is(node->input(4), false) && constant_is(node->input(6), c10::IValue()) &&
-           constant_of(node->input(3)) && constant_of(node->input(3))->isIntList() &&
-           std::all_of(constant_of(node->input(3))->toIntVector().begin(), constant_of(node->input(3))->toIntVector().end(),
-                       [](std::int64_t p) { return p == 0; });
+  if (is(node, "aten::avg_pool2d")) {  // no padding, floor mode, no divisor override
+    if (node->inputs().size() != 7 || !constant_is(node->input(4), false) || !constant_is(node->input(6), c10::IValue()))
+      return false;
+    const auto padding = constant_of(node->input(3));
+    if (!padding || !padding->isIntList()) return false;
+    const std::vector<std::int64_t> pads = padding->toIntVector();
+    return std::all_of(pads.begin(), pads.end(), [](std::int64_t p) { return p == 0; });
+  }
   if (is(node, "aten::adaptive_avg_pool2d")) {
     const auto size = constant_of(node->input(1));
     return size && size->isIntList() && size->toIntVector() == std::vector<std::int64_t>{1, 1};
