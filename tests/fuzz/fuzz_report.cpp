@@ -15,7 +15,8 @@ torch_delegate::delegation_report sample() {
   return {"fuzz",
           "__torch__.M",
           {{"forward",
-            {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder"},
+            {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder",
+              {"input 0 (method argument x): to channels_last on entry"}},
              {"forward_region_1", 1, {"aten::relu"}, "", 1, ""}},
             {{"aten::conv2d", kept_reason::unsupported_kind, "", "model.py:2", 0, "encoder.conv"},
              {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, ""},
@@ -23,7 +24,8 @@ torch_delegate::delegation_report sample() {
            {"encode", {}, {{"aten::add_", kept_reason::mutation_or_aliasing, "writes to its input", "m.py:9", 0, ""}}}}};
 }
 
-/// `current` written in an older version: labels instead of tokens, without submodules (1).
+/// `current` written in an older version: without conversions (3), labels instead of tokens (2),
+/// without submodules (1).
 c10::IValue older(const c10::IValue& current, std::int64_t version) {
   static const std::pair<std::string_view, std::string_view> labels[] = {
       {"unsupported_kind", "unsupported kind"}, {"outside_selection", "excluded by the user"},
@@ -34,13 +36,14 @@ c10::IValue older(const c10::IValue& current, std::int64_t version) {
     c10::impl::GenericList regions(region_data_type(version)), kept(kept_data_type(version));
     for (const c10::IValue& region : fields[1].toListRef()) {
       std::vector<c10::IValue> r = region.toTupleRef().elements().vec();
-      if (version == 1) r.pop_back();
+      if (version < 4) r.pop_back();  // conversions
+      if (version == 1) r.pop_back();  // submodule
       regions.push_back(c10::ivalue::Tuple::create(std::move(r)));
     }
     for (const c10::IValue& node : fields[2].toListRef()) {
       std::vector<c10::IValue> k = node.toTupleRef().elements().vec();
       for (const auto& [token, label] : labels)
-        if (k[1].toStringRef() == token) {
+        if (version <= 2 && k[1].toStringRef() == token) {
           if (token == "outside_selection") k[2] = std::string("outside the submodules to lower");
           k[1] = std::string(label);
         }
@@ -56,22 +59,26 @@ c10::IValue older(const c10::IValue& current, std::int64_t version) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const torch_delegate::delegation_report report = sample();
-  static const c10::IValue saved[] = {encode_report(report), older(encode_report(report), 2), older(encode_report(report), 1)};
+  static const c10::IValue saved[] = {encode_report(report), older(encode_report(report), 3), older(encode_report(report), 2),
+                                      older(encode_report(report), 1)};
   static const bool checked = [] {  // the unmutated reports of every version read back as written
-    torch_delegate::delegation_report without_submodules = report;  // version 1 has none
+    torch_delegate::delegation_report without_conversions = report;  // versions 1 to 3 have none
+    for (auto& method : without_conversions.methods)
+      for (auto& region : method.regions) region.conversions.clear();
+    torch_delegate::delegation_report without_submodules = without_conversions;  // version 1 has none
     for (auto& method : without_submodules.methods) {
       for (auto& region : method.regions) region.submodule.clear();
       for (auto& node : method.kept) node.submodule.clear();
     }
-    if (decode_report(saved[0]) != report || decode_report(saved[1]) != report ||
-        decode_report(saved[2]) != without_submodules)
+    if (decode_report(saved[0]) != report || decode_report(saved[1]) != without_conversions ||
+        decode_report(saved[2]) != without_conversions || decode_report(saved[3]) != without_submodules)
       __builtin_trap();
     return true;
   }();
   (void)checked;
   FuzzedDataProvider in(data, size);
-  const std::size_t which = in.ConsumeIntegralInRange<std::size_t>(0, 3);
-  const c10::IValue value = which < 3 ? fuzz_values::mutate(saved[which], in, 0) : fuzz_values::any_value(in, 0);
+  const std::size_t which = in.ConsumeIntegralInRange<std::size_t>(0, 4);
+  const c10::IValue value = which < 4 ? fuzz_values::mutate(saved[which], in, 0) : fuzz_values::any_value(in, 0);
   const std::optional<torch_delegate::delegation_report> read = decode_report(value);  // noexcept: a throw aborts
   if (read) {
     (void)read->to_string();

@@ -19,7 +19,7 @@ namespace torch_delegate::detail {
 /// With `example_inputs`, the method is first run once on them: every tensor it makes at its top
 /// level gets the complete type it had (dtype, sizes, strides), and the ranks that makes known are
 /// folded (`len(x.size())`, `x.dim()`: the checks F.adaptive_avg_pool2d makes of its argument).
-/// `fold_attributes` (a backend that owns its parameters): bool, int, float and None attributes
+/// `fold_attributes` (a backend that owns its parameters): bool, int, float, str and None attributes
 /// read from `self` become constants first, as torch.jit.freeze makes them.
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module,
                                                                        const std::string& method,

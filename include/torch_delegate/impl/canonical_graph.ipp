@@ -5,6 +5,7 @@
 #include <torch_delegate/detail/lowering_plan.hpp>
 
 #include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
@@ -19,7 +20,7 @@
 
 namespace torch_delegate::detail {
 
-/// Replaces each `prim::ListConstruct` of constant ints, floats or bools that only aten operators
+/// Replaces each `prim::ListConstruct` of constant ints, floats, bools or strs that only aten operators
 /// read (an argument without alias annotation: read, never written, never kept) by a constant
 /// list, as TorchScript's constant propagation does not (lists are mutable). Conv's stride,
 /// padding and dilation, a view's sizes or a mean's dims then are constants, like a frozen
@@ -31,7 +32,9 @@ inline void fold_constant_lists(torch::jit::Block* block) {
     if (node->kind() != c10::prim::ListConstruct) continue;
     const c10::TypePtr element = node->output()->type()->expectRef<c10::ListType>().getElementType();
     const c10::TypeKind kind = element->kind();
-    if (kind != c10::TypeKind::IntType && kind != c10::TypeKind::FloatType && kind != c10::TypeKind::BoolType) continue;
+    if (kind != c10::TypeKind::IntType && kind != c10::TypeKind::FloatType && kind != c10::TypeKind::BoolType &&
+        kind != c10::TypeKind::StringType)
+      continue;
     const bool constant_elements = std::all_of(node->inputs().begin(), node->inputs().end(), [](const torch::jit::Value* v) {
       return v->node()->kind() == c10::prim::Constant;
     });
@@ -81,7 +84,8 @@ inline const torch::jit::Value* dtype_root(const torch::jit::Value* value) {
 inline bool out_of_place_is_equivalent(torch::jit::Node* node) {
   static const std::set<std::string> activations{
       "aten::relu_", "aten::relu6_", "aten::hardtanh_", "aten::hardswish_", "aten::hardsigmoid_", "aten::sigmoid_",
-      "aten::tanh_", "aten::silu_", "aten::elu_", "aten::leaky_relu_", "aten::gelu_", "aten::mish_", "aten::clamp_"};
+      "aten::tanh_", "aten::silu_", "aten::elu_", "aten::leaky_relu_", "aten::gelu_", "aten::mish_", "aten::clamp_",
+      "aten::dropout_"};
   const std::string kind = node->kind().toQualString();
   if (activations.count(kind)) return true;
   static const std::set<std::string> binary{"aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
@@ -129,15 +133,49 @@ inline void record_example_types(std::string_view backend, const torch::jit::Mod
       graph->inputs()[i + 1]->setType(c10::TensorType::create(inputs[i].toTensor()));
 }
 
+/// Dropout with a constant `train` of false is the identity: `dropout(x, p, False)` and its
+/// in-place form (nn.Dropout(inplace=True) in eval) are replaced by x. (An in-place one on a view,
+/// EfficientNet's classifier, would otherwise stay and end a region.)
+inline void remove_eval_dropout(torch::jit::Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* node = *it++;
+    for (torch::jit::Block* nested : node->blocks()) remove_eval_dropout(nested);
+    const bool dropout = node->kind() == c10::aten::dropout || node->kind() == c10::aten::dropout_ ||
+                         node->kind() == c10::aten::feature_dropout || node->kind() == c10::aten::feature_dropout_;
+    if (!dropout || node->inputs().size() != 3) continue;
+    const c10::optional<c10::IValue> train = torch::jit::toIValue(node->input(2));
+    if (!train || !train->isBool() || train->toBool()) continue;
+    node->output()->replaceAllUsesWith(node->input(0));
+    node->destroy();
+  }
+}
+
+/// `x in [constants]` of a constant x (aten::__contains__ of two constants): a constant bool.
+inline void fold_constant_membership(torch::jit::Block* block) {
+  for (torch::jit::Node* node : block->nodes()) {
+    for (torch::jit::Block* nested : node->blocks()) fold_constant_membership(nested);
+    if (node->kind() != c10::aten::__contains__ || node->inputs().size() != 2) continue;
+    const c10::optional<c10::IValue> list = torch::jit::toIValue(node->input(0));
+    const c10::optional<c10::IValue> item = torch::jit::toIValue(node->input(1));
+    if (!list || !item || !list->isList()) continue;
+    const auto& elements = list->toListRef();
+    const bool found = std::any_of(elements.begin(), elements.end(), [&](const c10::IValue& e) { return e == *item; });
+    torch::jit::WithInsertPoint at(node);
+    node->output()->replaceAllUsesWith(node->owningGraph()->insertConstant(found));
+  }
+}
+
 /// For a backend that owns its parameters (it lowers for inference, as torch.jit.freeze does): every
-/// attribute the method reads from `self` that is a bool, int, float or None (`self.training`, a
+/// attribute the method reads from `self` that is a bool, int, float, str or None (`self.training`, a
 /// Conv2d's absent bias, a stored hyper-parameter) becomes a constant of its value now, so that
 /// the branches on it fold away (BatchNorm's `if self.training:`, dropout's `training` argument).
 /// Tensors stay attribute reads: the regions take them as constants (partition.ipp), the nodes
 /// left to TorchScript keep reading them.
 inline void fold_scalar_attributes(const torch::jit::Module& module, const std::shared_ptr<torch::jit::Graph>& graph) {
-  std::vector<torch::jit::Node*> reads;
-  for (torch::jit::Node* node : graph->nodes())
+  std::vector<torch::jit::Node*> reads;  // in nested blocks too (MBConv's `if self.use_res_connect:` holds its reads)
+  std::shared_ptr<torch::jit::Graph> walked = graph;
+  torch::jit::DepthFirstGraphNodeIterator walk(walked);
+  for (torch::jit::Node* node = walk.next(); node; node = walk.next())
     if (node->kind() == c10::prim::GetAttr) reads.push_back(node);
   for (torch::jit::Node* read : reads) {
     std::vector<std::string> names;
@@ -153,7 +191,7 @@ inline void fold_scalar_attributes(const torch::jit::Module& module, const std::
       found = value.isObject() && value.toObjectRef().type()->hasAttribute(*name);
       if (found) value = value.toObjectRef().getAttr(*name);
     }
-    if (!found || !(value.isBool() || value.isInt() || value.isDouble() || value.isNone())) continue;
+    if (!found || !(value.isBool() || value.isInt() || value.isDouble() || value.isString() || value.isNone())) continue;
     torch::jit::WithInsertPoint here(read);
     read->output()->replaceAllUsesWith(graph->insertConstant(value));
   }
@@ -188,6 +226,11 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const
   if (fold_attributes) fold_scalar_attributes(module, graph);
   torch::jit::ConstantPropagationImmutableTypes(graph);
   fold_constant_lists(graph->block());
+  // Again: what reads the folded lists (`mode not in ["batch", "row"]` of a folded `mode`:
+  // constant propagation leaves nodes that take a list, so `in` is folded here).
+  fold_constant_membership(graph->block());
+  torch::jit::ConstantPropagationImmutableTypes(graph);
+  remove_eval_dropout(graph->block());
   if (example_inputs) {
     record_example_types(backend, module, method, graph, *example_inputs);
     fold_known_ranks(graph);
