@@ -318,6 +318,9 @@ class Conversions(unittest.TestCase):
                         regions[0].conversions)
         self.assertEqual(regions[1].conversions, ["input 0 (aten::conv2d): to channels_last on entry"])
         self.assertIn("aten::contiguous", str(low.forward.graph))
+        # The weights the regions own left the method: only the reads TorchScript still makes are kept.
+        kept_reads = sorted(k.detail for k in torch_delegate.report(low).methods[0].kept if k.kind == "prim::GetAttr")
+        self.assertEqual(kept_reads, ["self.same", "self.same.bias", "self.same.weight"])
         self.assertIn("conversion: output 0: to contiguous before aten::conv2d", str(torch_delegate.report(low)))
 
     def test_none_between_two_regions(self):

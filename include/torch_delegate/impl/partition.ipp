@@ -10,6 +10,7 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
+// DepthFirstGraphNodeIterator: from impl/canonical_graph.ipp (graph_iterator.h has no include guard).
 
 #include <algorithm>
 #include <cctype>
@@ -235,6 +236,47 @@ inline void place_conversions(const backend_lowering& backend, std::vector<regio
   }
 }
 
+/// A backend that owns its parameters takes the attribute reads its regions use as constants
+/// (take_owned_inputs): those reads leave the method, so they are not "kept in TorchScript". Drops
+/// from the report each attribute read whose value only regions read (a submodule read counts when
+/// only such reads read it).
+inline void drop_owned_reads(const std::vector<region>& regions, const std::shared_ptr<torch::jit::Graph>& graph,
+                             method_delegation& entry) {
+  std::unordered_set<const torch::jit::Node*> in_region;
+  for (const region& formed : regions) in_region.insert(formed.nodes.begin(), formed.nodes.end());
+  std::vector<const torch::jit::Node*> reads;
+  std::shared_ptr<torch::jit::Graph> walked = graph;
+  torch::jit::DepthFirstGraphNodeIterator walk(walked);
+  for (const torch::jit::Node* node = walk.next(); node; node = walk.next())
+    if (node->kind() == c10::prim::GetAttr) reads.push_back(node);
+  // Users come after what they read: decide from the last read to the first.
+  std::unordered_set<const torch::jit::Node*> owned;
+  for (auto read = reads.rbegin(); read != reads.rend(); ++read) {
+    const auto& uses = (*read)->output()->uses();
+    if (!uses.empty() && std::all_of(uses.begin(), uses.end(), [&](const torch::jit::Use& use) {
+          return in_region.count(use.user) || owned.count(use.user);
+        }))
+      owned.insert(*read);
+  }
+  std::map<std::string, std::size_t> owned_paths;
+  for (const torch::jit::Node* read : owned) {
+    const std::string path = attribute_path(read);
+    ++owned_paths[path.empty() ? std::string("an attribute") : path];
+  }
+  std::vector<kept_node> kept;
+  for (kept_node& node : entry.kept) {
+    if (node.reason == kept_reason::attribute_read) {
+      auto found = owned_paths.find(node.detail);
+      if (found != owned_paths.end() && found->second > 0) {
+        --found->second;
+        continue;
+      }
+    }
+    kept.push_back(std::move(node));
+  }
+  entry.kept = std::move(kept);
+}
+
 /// One partitioned method: its canonical graph, its regions and its report.
 struct partitioned_method {
   std::string method;
@@ -264,6 +306,7 @@ inline std::vector<partitioned_method> partition_methods(const backend_lowering&
     method_delegation entry{method, {}, {}};
     std::vector<region> regions = form_regions(backend, options, graph, method, entry);
     if (backend.partition.channels_last) place_conversions(backend, regions, entry);
+    if (backend.partition.owns_parameters) drop_owned_reads(regions, graph, entry);
     check_full(options, backend, entry);
     partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
   }
