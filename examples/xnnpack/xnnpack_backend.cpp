@@ -686,11 +686,12 @@ std::vector<c10::IValue> XnnpackBackend::execute(compiled_region& region, torch_
     externals.push_back({static_cast<std::uint32_t>(state.inputs + o), kept.data_ptr()});
     outputs.emplace_back(kept);
   }
-  std::vector<const void*> pointers;
-  for (const xnn_external_value& e : externals) pointers.push_back(e.data);
-  if (pointers != state.bound) {
+  const bool same = std::equal(externals.begin(), externals.end(), state.bound.begin(), state.bound.end(),
+                               [](const xnn_external_value& e, const void* bound) { return e.data == bound; });
+  if (!same) {
     check(xnn_setup_runtime(state.runtime, externals.size(), externals.data()), "xnn_setup_runtime");
-    state.bound = std::move(pointers);
+    state.bound.clear();
+    for (const xnn_external_value& e : externals) state.bound.push_back(e.data);
   }
   check(xnn_invoke_runtime(state.runtime), "xnn_invoke_runtime");
   return outputs;

@@ -6,6 +6,7 @@
 #include <torch_delegate/debug.hpp>
 #include <torch_delegate/detail/config.hpp>
 
+#include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/ir/scope.h>
 
@@ -54,6 +55,12 @@ TORCH_DELEGATE_INTERNAL bool is_model_line(const std::string& line);
 /// "self.encoder.weight": the attribute path a prim::GetAttr chain reads, from the method's
 /// `self`; empty when the chain does not start at `self`.
 TORCH_DELEGATE_INTERNAL std::string attribute_path(const torch::jit::Node* node);
+
+/// What a prim::GetAttr chain from the method's `self` (its graph's first input) reads in
+/// `module`: a parameter, buffer, submodule or attribute value. nullopt when `value` is not made by
+/// such a chain, or an attribute it names is missing.
+TORCH_DELEGATE_INTERNAL std::optional<c10::IValue> attribute_value(const torch::jit::Module& module,
+                                                                   const torch::jit::Value* value);
 
 /// Where a node is, for an error at preprocess: its file, line and highlighted source lines;
 /// for a node without a source range, what it is and which method it belongs to.

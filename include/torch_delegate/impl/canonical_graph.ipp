@@ -178,22 +178,10 @@ inline void fold_scalar_attributes(const torch::jit::Module& module, const std::
   for (torch::jit::Node* node = walk.next(); node; node = walk.next())
     if (node->kind() == c10::prim::GetAttr) reads.push_back(node);
   for (torch::jit::Node* read : reads) {
-    std::vector<std::string> names;
-    const torch::jit::Value* current = read->output();
-    while (current->node()->kind() == c10::prim::GetAttr) {
-      names.push_back(current->node()->s(c10::attr::name));
-      current = current->node()->input();
-    }
-    if (current != graph->inputs()[0]) continue;
-    c10::IValue value = module._ivalue();
-    bool found = true;
-    for (auto name = names.rbegin(); name != names.rend() && found; ++name) {
-      found = value.isObject() && value.toObjectRef().type()->hasAttribute(*name);
-      if (found) value = value.toObjectRef().getAttr(*name);
-    }
-    if (!found || !(value.isBool() || value.isInt() || value.isDouble() || value.isString() || value.isNone())) continue;
+    const std::optional<c10::IValue> value = attribute_value(module, read->output());
+    if (!value || !(value->isBool() || value->isInt() || value->isDouble() || value->isString() || value->isNone())) continue;
     torch::jit::WithInsertPoint here(read);
-    read->output()->replaceAllUsesWith(graph->insertConstant(value));
+    read->output()->replaceAllUsesWith(graph->insertConstant(*value));
   }
 }
 

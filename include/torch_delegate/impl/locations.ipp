@@ -208,4 +208,22 @@ TORCH_DELEGATE_INTERNAL std::string source_of(const torch::jit::Node* node, std:
   return text + " in method '" + std::string(method) + "'";
 }
 
+TORCH_DELEGATE_INTERNAL std::optional<c10::IValue> attribute_value(const torch::jit::Module& module,
+                                                                   const torch::jit::Value* value) {
+  std::vector<std::string> names;  // innermost first
+  const torch::jit::Value* current = value;
+  while (current->node()->kind() == c10::prim::GetAttr) {
+    names.push_back(current->node()->s(c10::attr::name));
+    current = current->node()->input();
+  }
+  const torch::jit::Graph& graph = *value->owningGraph();
+  if (names.empty() || graph.inputs().empty() || current != graph.inputs()[0]) return std::nullopt;
+  c10::IValue object = module._ivalue();
+  for (auto name = names.rbegin(); name != names.rend(); ++name) {
+    if (!object.isObject() || !object.toObjectRef().type()->hasAttribute(*name)) return std::nullopt;
+    object = object.toObjectRef().getAttr(*name);
+  }
+  return object;
+}
+
 }  // namespace torch_delegate::detail

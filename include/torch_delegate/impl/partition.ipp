@@ -53,19 +53,9 @@ inline void check_submodule_paths(const backend_lowering& backend, const torch::
 /// is a parameter, buffer or attribute the method reads from `self` (a prim::GetAttr chain): its
 /// value, a tensor or None (a Conv2d's absent bias). nullopt for anything else.
 inline std::optional<c10::IValue> owned_value(const torch::jit::Module& module, const torch::jit::Value* value) {
-  std::vector<std::string> names;  // innermost first
-  const torch::jit::Value* current = value;
-  while (current->node()->kind() == c10::prim::GetAttr) {
-    names.push_back(current->node()->s(c10::attr::name));
-    current = current->node()->input();
-  }
-  const torch::jit::Graph& graph = *value->owningGraph();
-  if (names.empty() || graph.inputs().empty() || current != graph.inputs()[0]) return std::nullopt;
-  c10::IValue object = module._ivalue();
-  for (auto name = names.rbegin(); name != names.rend(); ++name) {
-    if (!object.isObject() || !object.toObjectRef().type()->hasAttribute(*name)) return std::nullopt;
-    object = object.toObjectRef().getAttr(*name);
-  }
+  const std::optional<c10::IValue> read = attribute_value(module, value);
+  if (!read) return std::nullopt;
+  const c10::IValue& object = *read;
   if (object.isTensor()) return object.toTensor().detach();  // a constant: no autograd history
   if (object.isNone()) return object;
   return std::nullopt;

@@ -17,19 +17,8 @@ TORCH_DELEGATE_DECL torch::jit::DebugHandleType method_to_lower::debug_handle(co
 
 TORCH_DELEGATE_DECL std::optional<c10::IValue> method_to_lower::value_of(const torch::jit::Value* value) const {
   if (auto constant = torch::jit::toIValue(value)) return constant;
-  std::vector<std::string> names;  // innermost first
-  const torch::jit::Value* current = value;
-  while (current->node()->kind() == c10::prim::GetAttr) {
-    names.push_back(current->node()->s(c10::attr::name));
-    current = current->node()->input(0);
-  }
-  if (names.empty() || graph_->inputs().empty() || current != graph_->inputs()[0]) return std::nullopt;
-  c10::IValue object = module_._ivalue();
-  for (auto name = names.rbegin(); name != names.rend(); ++name) {
-    if (!object.isObject() || !object.toObjectRef().type()->hasAttribute(*name)) return std::nullopt;
-    object = object.toObjectRef().getAttr(*name);
-  }
-  return object;
+  if (value->owningGraph() != graph_.get()) return std::nullopt;
+  return detail::attribute_value(module_, value);
 }
 
 TORCH_DELEGATE_DECL at::Tensor method_to_lower::tensor_of(const torch::jit::Value* value) const {
