@@ -29,6 +29,19 @@ struct ReferenceBackend : test_backends::GenericBackend {
   }
 };
 
+/// ReferenceBackend that re-plans (other_shapes::replan): each replan counted, with the shapes asked for.
+struct ReplanningBackend : ReferenceBackend {
+  static constexpr std::string_view name = "td_partition_replanning";
+  static inline std::atomic<int> replans{0};
+  static inline std::vector<std::int64_t> last_sizes;
+  test_backends::graph_handle replan(test_backends::graph_handle& compiled, const torch_delegate::given_inputs& given) {
+    ++replans;
+    if (given.at(0)->sizes.at(0) == 13) throw std::runtime_error("no plan for 13 rows");
+    last_sizes = given.at(0)->sizes;
+    return compiled;
+  }
+};
+
 /// Refuses any region that multiplies (its own check on a whole candidate region).
 struct NoMulRegions : ReferenceBackend {
   static constexpr std::string_view name = "td_partition_no_mul_regions";
@@ -1224,5 +1237,61 @@ graph(%self : Tensor, %x : Tensor, %flag : bool):
     CHECK(kinds == std::vector<std::vector<std::string>>{{"aten::relu"}, {"aten::add", "aten::mul"}, {"aten::relu"}});
     REQUIRE(report.kept.size() == 1);
     CHECK(report.kept[0].reason == torch_delegate::kept_reason::control_flow);
+  }
+}
+
+TEST_CASE("partial lowering: other shapes re-planned by the backend, a bounded cache per region") {
+  const auto module = script("def forward(self, x, h):\n    return (x + h) * x\n");
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {torch::rand({2, 3}), torch::rand({2, 3})};
+  options.on_other_shapes = torch_delegate::other_shapes::replan;
+  options.max_replans = 2;
+  auto lowered = torch_delegate::lower_partially<ReplanningBackend>(module, options);
+  auto call = [&](std::int64_t rows) {
+    const at::Tensor x = torch::rand({rows, 3}), h = torch::rand({rows, 3});
+    CHECK(lowered.forward({x, h}).toTensor().allclose((x + h) * x));
+  };
+  ReplanningBackend::replans = 0;
+  call(2);  // the recorded shape: no replan
+  CHECK(ReplanningBackend::replans == 0);
+  call(4);
+  CHECK(ReplanningBackend::replans == 1);
+  CHECK(ReplanningBackend::last_sizes == std::vector<std::int64_t>{4, 3});
+  call(5);
+  call(4);  // kept
+  call(5);  // kept
+  CHECK(ReplanningBackend::replans == 2);
+  call(6);  // a third shape: the least recently used (4) is dropped
+  call(5);
+  CHECK(ReplanningBackend::replans == 3);
+  call(4);  // planned again
+  CHECK(ReplanningBackend::replans == 4);
+
+  SUBCASE("saved and loaded: the bound and the re-planning come back") {
+    std::stringstream file;
+    lowered.save(file);
+    auto loaded = torch::jit::load(file);
+    ReplanningBackend::replans = 0;
+    const at::Tensor x = torch::rand({7, 3});
+    CHECK(loaded.forward({x, x}).toTensor().allclose((x + x) * x));
+    CHECK(ReplanningBackend::replans == 1);
+  }
+  SUBCASE("a replan that fails names the backend, the region and the stage") {
+    const at::Tensor x = torch::rand({13, 3});
+    CHECK_THROWS_WITH(lowered.forward({x, x}), doctest::Contains("backend 'td_partition_replanning', method 'forward_region_0'"));
+    CHECK_THROWS_WITH(lowered.forward({x, x}), doctest::Contains("replan threw: no plan for 13 rows"));
+  }
+  SUBCASE("without on_other_shapes = replan, another shape is the input-spec error") {
+    options.on_other_shapes = torch_delegate::other_shapes::error;
+    auto strict = torch_delegate::lower_partially<ReplanningBackend>(module, options);
+    const at::Tensor x = torch::rand({4, 3});
+    CHECK_THROWS_WITH(strict.forward({x, x}), doctest::Contains("must be Float [2, 3]"));
+  }
+  SUBCASE("a backend without replan is told so at lowering, with the alternatives") {
+    CHECK_THROWS_WITH(torch_delegate::lower_partially<ReferenceBackend>(module, options),
+                      doctest::Contains("on_other_shapes = replan: the backend does not re-plan regions"));
+    options.max_replans = 0;
+    CHECK_THROWS_WITH(torch_delegate::lower_partially<ReplanningBackend>(module, options),
+                      doctest::Contains("max_replans = 0"));
   }
 }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -332,7 +333,8 @@ struct subgraph_builder {
     if (max) {
       nodes.push_back(node_record{max_pool2d,
                          std::vector<std::int64_t>{input, out, padding[0], right, bottom, padding[1], kernel[0], kernel[1],
-                                                   stride[0], stride[1], dilation[0], dilation[1]},
+                                                   stride[0], stride[1], dilation[0], dilation[1],
+                                                   region.argument<bool>(node, "ceil_mode") ? 1 : 0},
                          std::vector<double>{low, high}});
     } else {
       if (bottom != padding[0] || right != padding[1]) region.reject(node, "xnnpack: avg_pool2d in ceil mode");
@@ -503,6 +505,7 @@ struct runtime_state {
   std::vector<std::uint32_t> external_ids;  // inputs, then outputs
   std::vector<std::vector<std::int64_t>> output_sizes;
   std::size_t inputs = 0;
+  std::size_t threads = 1;  // the pool's size (at::get_num_threads() when it was built)
   std::vector<const void*> bound;  // the pointers of the last setup
   // Buffers kept from call to call, so that the pointers stay the same and the runtime is not
   // set up again (xnn_setup_runtime re-runs every operator's setup): per input, the NHWC copy of
@@ -547,11 +550,17 @@ bool XnnpackBackend::is_available() {
   return initialized;
 }
 
-compiled_region XnnpackBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
-  TORCH_CHECK(is_available(), "xnnpack: XNNPACK does not initialize on this CPU");
+namespace {
+
+/// A runtime for `payload` (its dims as they are); `data` gives the tensor of a static value's key.
+/// XNNPACK packs convolution and fully-connected weights when the runtime is created: `packed` is
+/// told each key it no longer needs.
+std::shared_ptr<runtime_state> build_runtime(const region_payload& payload, const std::string& method,
+                                             const std::function<at::Tensor(const std::string&)>& data,
+                                             const std::function<void(const std::string&)>& packed_key) {
   const auto& [values, nodes, output_sizes, inputs] = payload;
   auto state = std::make_shared<runtime_state>();
-  state->method = std::string(context.method());
+  state->method = method;
   state->output_sizes = output_sizes;
   state->inputs = static_cast<std::size_t>(inputs);
   const std::size_t externals = static_cast<std::size_t>(inputs) + output_sizes.size();
@@ -560,7 +569,7 @@ compiled_region XnnpackBackend::compile(const region_payload& payload, const tor
   std::unique_ptr<xnn_subgraph, decltype(&xnn_delete_subgraph)> owner(subgraph, &xnn_delete_subgraph);
 
   // Which static values XNNPACK packs (convolution and fully-connected weights and biases): it
-  // copies them when the runtime is created, so the named data is dropped after. The others
+  // copies them when the runtime is created, so the named data can be dropped after. The others
   // (binary ops' constants) are read at run time: the state keeps them.
   std::unordered_set<std::int64_t> packed;
   for (const auto& [code, ints, floats] : nodes)
@@ -568,24 +577,25 @@ compiled_region XnnpackBackend::compile(const region_payload& payload, const tor
 
   std::vector<std::uint32_t> ids(values.size());
   std::vector<at::Tensor> keep_until_created;
+  std::vector<std::string> packed_keys;
   for (std::size_t v = 0; v < values.size(); ++v) {
     const auto& [dims, external, key] = values[v];
     std::vector<std::size_t> shape(dims.begin(), dims.end());
-    const void* data = nullptr;
+    const void* pointer = nullptr;
     if (!key.empty()) {
-      at::Tensor tensor = context.named_data().tensor(key);
+      at::Tensor tensor = data(key);
       if (!packed.count(static_cast<std::int64_t>(v))) {
         tensor = tensor.clone();
         state->statics.push_back(tensor);
       } else {
         keep_until_created.push_back(tensor);
       }
-      data = tensor.data_ptr();
-      context.release_named_data(key);
+      pointer = tensor.data_ptr();
+      packed_keys.push_back(key);
     }
     std::uint32_t flags = 0;
     if (external >= 0) flags = external < inputs ? XNN_VALUE_FLAG_EXTERNAL_INPUT : XNN_VALUE_FLAG_EXTERNAL_OUTPUT;
-    check(xnn_define_tensor_value(subgraph, xnn_datatype_fp32, shape.size(), shape.data(), data,
+    check(xnn_define_tensor_value(subgraph, xnn_datatype_fp32, shape.size(), shape.data(), pointer,
                                   external >= 0 ? static_cast<std::uint32_t>(external) : XNN_INVALID_VALUE_ID, flags, &ids[v]),
           "xnn_define_tensor_value");
   }
@@ -649,9 +659,159 @@ compiled_region XnnpackBackend::compile(const region_payload& payload, const tor
     }
   }
   const auto threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
+  state->threads = threads;
   check(xnn_create_runtime_v2(subgraph, thread_pool(threads), XNN_FLAG_YIELD_WORKERS, &state->runtime), "xnn_create_runtime_v2");
   for (std::size_t e = 0; e < externals; ++e) state->external_ids.push_back(static_cast<std::uint32_t>(e));
-  return {std::move(state)};
+  for (const std::string& key : packed_keys) packed_key(key);
+  return state;
+}
+
+/// `recorded` with the dims its values get for inputs of `given` sizes (NCHW): each node's output
+/// dims computed from its inputs' as XNNPACK does, the output sizes (NCHW) from those.
+region_payload for_inputs(const region_payload& recorded, const torch_delegate::given_inputs& given, const std::string& method) {
+  region_payload payload = recorded;
+  auto& [values, nodes, output_sizes, inputs] = payload;
+  auto cannot = [&](const std::string& why) {
+    TORCH_CHECK(false, "xnnpack: region ", method, " cannot be re-planned for these inputs: ", why);
+  };
+  if (given.size() != static_cast<std::size_t>(inputs))
+    cannot("it takes " + std::to_string(inputs) + " inputs, got " + std::to_string(given.size()));
+  for (auto& value : values)
+    if (value.key.empty() && !(value.external >= 0 && value.external < inputs)) value.dims.clear();  // to be computed
+  for (std::int64_t i = 0; i < inputs; ++i) {
+    const auto& spec = given[static_cast<std::size_t>(i)];
+    if (!spec || spec->dtype != at::kFloat) cannot("input " + std::to_string(i + 1) + " is not a float tensor");
+    auto& value = values[static_cast<std::size_t>(i)];
+    if (spec->sizes.size() != value.dims.size())
+      cannot("input " + std::to_string(i + 1) + " has " + std::to_string(spec->sizes.size()) + " dimensions, the region was planned for " +
+             std::to_string(value.dims.size()));
+    value.dims = xnn_dims(spec->sizes);
+  }
+  auto dims = [&](std::int64_t id) -> std::vector<std::int64_t>& { return values.at(static_cast<std::size_t>(id)).dims; };
+  auto window = [&](std::int64_t size, std::int64_t before, std::int64_t after, std::int64_t kernel, std::int64_t stride,
+                    std::int64_t dilation) {
+    const std::int64_t out = (size + before + after - dilation * (kernel - 1) - 1) / stride + 1;
+    if (out < 1) cannot("an input of " + std::to_string(size) + " is too small for a window of " + std::to_string(kernel));
+    return out;
+  };
+  for (auto& [code, i, x] : nodes) {
+    switch (code) {
+      case conv2d:
+      case depthwise_conv2d: {
+        const auto in = dims(i[0]);
+        const std::int64_t channels = code == conv2d ? dims(i[1])[0] : dims(i[1])[3];
+        dims(i[3]) = {in[0], window(in[1], i[4], i[6], i[8], i[10], i[12]), window(in[2], i[7], i[5], i[9], i[11], i[13]), channels};
+        break;
+      }
+      case fully_connected: {
+        auto out = dims(i[0]);
+        out.back() = dims(i[1])[0];
+        dims(i[3]) = out;
+        break;
+      }
+      case clamp:
+      case sigmoid:
+      case hardswish:
+      case softmax:
+        dims(i[1]) = dims(i[0]);
+        break;
+      case add2:
+      case multiply2: {  // numpy broadcasting
+        const auto a = dims(i[0]), b = dims(i[1]);
+        std::vector<std::int64_t> out(std::max(a.size(), b.size()), 1);
+        for (std::size_t k = 0; k < out.size(); ++k) {
+          const std::int64_t p = k < out.size() - a.size() ? 1 : a[k - (out.size() - a.size())];
+          const std::int64_t q = k < out.size() - b.size() ? 1 : b[k - (out.size() - b.size())];
+          if (p != q && p != 1 && q != 1) cannot("operands of sizes that do not broadcast");
+          out[k] = std::max(p, q);
+        }
+        dims(i[2]) = out;
+        break;
+      }
+      case max_pool2d: {
+        const auto in = dims(i[0]);
+        std::int64_t bottom = i[4], right = i[3];
+        const bool ceil_mode = i.size() > 12 ? i[12] != 0 : (bottom != i[2] || right != i[5]);
+        if (ceil_mode) {  // PyTorch's ceil mode: the bottom and right padding that give its output size
+          for (int d = 0; d < 2; ++d) {
+            const std::int64_t size = in[1 + d], pad = d == 0 ? i[2] : i[5], kernel = i[6 + d], stride = i[8 + d],
+                               dilation = i[10 + d];
+            std::int64_t out = (size + 2 * pad - dilation * (kernel - 1) - 1 + stride - 1) / stride + 1;
+            if ((out - 1) * stride >= size + pad) --out;
+            const std::int64_t needed = (out - 1) * stride + (kernel - 1) * dilation + 1 - size - pad;
+            (d == 0 ? bottom : right) = std::max(needed, pad);
+          }
+          i[4] = bottom;
+          i[3] = right;
+        }
+        dims(i[1]) = {in[0], window(in[1], i[2], i[4], i[6], i[8], i[10]), window(in[2], i[5], i[3], i[7], i[9], i[11]), in[3]};
+        break;
+      }
+      case avg_pool2d: {
+        const auto in = dims(i[0]);
+        dims(i[1]) = {in[0], window(in[1], i[2], i[4], i[6], i[8], 1), window(in[2], i[5], i[3], i[7], i[9], 1), in[3]};
+        break;
+      }
+      case global_avg_pool2d: {
+        const auto in = dims(i[0]);
+        dims(i[1]) = {in[0], 1, 1, in[3]};
+        break;
+      }
+      case reshape: {  // a flatten: the batch dimension follows the input's, the rest stays
+        const auto in = dims(i[0]);
+        const auto& before = recorded.values.at(static_cast<std::size_t>(i[0])).dims;
+        std::vector<std::int64_t> shape(i.begin() + 2, i.end());
+        if (!shape.empty() && !in.empty() && shape[0] == before[0]) shape[0] = in[0];
+        std::int64_t from = 1, to = 1;
+        for (std::int64_t size : in) from *= size;
+        for (std::int64_t size : shape) to *= size;
+        if (from != to) cannot("its flatten was planned for " + std::to_string(to / std::max<std::int64_t>(shape[0], 1)) +
+                               " features per sample, these inputs give " + std::to_string(from / std::max<std::int64_t>(in[0], 1)));
+        std::copy(shape.begin(), shape.end(), i.begin() + 2);
+        dims(i[1]) = shape;
+        break;
+      }
+      default:
+        cannot("unknown op " + std::to_string(code));
+    }
+  }
+  output_sizes.clear();
+  for (const auto& value : values)
+    if (value.external >= inputs) {
+      const auto& d = value.dims;
+      output_sizes.push_back(d.size() == 4 ? std::vector<std::int64_t>{d[0], d[3], d[1], d[2]} : d);
+    }
+  return payload;
+}
+
+}  // namespace
+
+/// What a region that may be re-planned keeps: its payload and its static values' data.
+struct region_recipe {
+  region_payload payload;
+  std::map<std::string, at::Tensor> data;
+};
+
+compiled_region XnnpackBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
+  TORCH_CHECK(is_available(), "xnnpack: XNNPACK does not initialize on this CPU");
+  const std::string method(context.method());
+  auto data = [&](const std::string& key) { return context.named_data().tensor(key); };
+  if (context.max_replans() == 0)  // packed weights are all it needs: the named data is released
+    return {build_runtime(payload, method, data, [&](const std::string& key) { context.release_named_data(key); }), nullptr};
+  // It may be compiled again for other shapes: it keeps the payload and the weights.
+  auto recipe = std::make_shared<region_recipe>();
+  recipe->payload = payload;
+  for (const auto& value : payload.values)
+    if (!value.key.empty()) recipe->data.emplace(value.key, data(value.key));
+  return {build_runtime(payload, method, data, [](const std::string&) {}), std::move(recipe)};
+}
+
+compiled_region XnnpackBackend::replan(compiled_region& compiled, const torch_delegate::given_inputs& given) {
+  TORCH_CHECK(compiled.recipe, "xnnpack: region ", compiled.state->method, " was compiled without what re-planning needs");
+  const region_recipe& recipe = *compiled.recipe;
+  return {build_runtime(for_inputs(recipe.payload, given, compiled.state->method), compiled.state->method,
+                        [&](const std::string& key) { return recipe.data.at(key); }, [](const std::string&) {}),
+          compiled.recipe};
 }
 
 std::vector<c10::IValue> XnnpackBackend::execute(compiled_region& region, torch_delegate::inputs args) {
@@ -659,6 +819,11 @@ std::vector<c10::IValue> XnnpackBackend::execute(compiled_region& region, torch_
   TORCH_CHECK(args.size() == state.inputs, "xnnpack: region ", state.method, " takes ", state.inputs, " inputs, got ",
               args.size());
   std::lock_guard<std::mutex> lock(state.mutex);
+  if (static_cast<std::size_t>(std::max(1, at::get_num_threads())) != state.threads) {
+    TORCH_WARN_ONCE("xnnpack: region ", state.method, " runs on ", state.threads, " thread(s), the count when it was compiled; ",
+                    "at::get_num_threads() is now ", at::get_num_threads(), ". Set the count before loading or lowering the "
+                    "model (XNNPACK 2022 fixes a runtime's thread pool when it is created).");
+  }
   state.staged.resize(state.inputs);
   state.outputs.resize(state.output_sizes.size());
   std::vector<at::Tensor> inputs;  // keeps what the runtime reads alive until it has run

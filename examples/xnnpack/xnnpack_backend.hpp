@@ -46,11 +46,14 @@ struct region_payload {
 };
 
 struct runtime_state;  // xnnpack_backend.cpp: the XNNPACK runtime, the statics it reads, a mutex
+struct region_recipe;  // xnnpack_backend.cpp: the payload and weights a re-planned region is built from
 
 /// What compile makes of a region: a built XNNPACK runtime, set up again only when the
-/// external pointers change; one call at a time (XNNPACK runtimes are not re-entrant).
+/// external pointers change; one call at a time (XNNPACK runtimes are not re-entrant). A region
+/// that may be re-planned (other_shapes::replan) keeps its recipe; others drop their weights.
 struct compiled_region {
   std::shared_ptr<runtime_state> state;
+  std::shared_ptr<const region_recipe> recipe;
 };
 
 // [struct]
@@ -73,6 +76,9 @@ struct XnnpackBackend {
   bool is_available();
   compiled_region compile(const region_payload& payload, const torch_delegate::compile_context& context);
   std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
+  /// The region built again for other input sizes (other_shapes::replan): every value's dims
+  /// computed from the new inputs', a new XNNPACK runtime from the kept weights.
+  compiled_region replan(compiled_region& compiled, const torch_delegate::given_inputs& given);
 };
 // [struct]
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch_delegate/convert.hpp>
+#include <torch_delegate/input_spec.hpp>
 #include <torch_delegate/named_data.hpp>
 
 #include <concepts>
@@ -191,27 +192,33 @@ class compile_context {
   void release_named_data(const std::string& key) const {
     if (release_requests_) release_requests_->insert(key);
   }
+  /// How many other input shapes this method may be re-planned for at call time (0: none). Not
+  /// 0 when it was partially lowered with `on_other_shapes = other_shapes::replan` and the
+  /// backend has `replan`: compile then keeps what replan needs (the weights, not released).
+  std::size_t max_replans() const { return max_replans_; }
 
  private:
   friend struct detail::compile_context_access;
   compile_context(std::string_view backend, std::string_view method, std::int64_t payload_version,
-                  const named_data_map* named_data, std::set<std::string>* release_requests)
+                  const named_data_map* named_data, std::set<std::string>* release_requests, std::size_t max_replans)
       : backend_(backend), method_(method), payload_version_(payload_version), named_data_(named_data),
-        release_requests_(release_requests) {}
+        release_requests_(release_requests), max_replans_(max_replans) {}
 
   std::string_view backend_;
   std::string_view method_;
   std::int64_t payload_version_ = 1;
   const named_data_map* named_data_ = nullptr;
   std::set<std::string>* release_requests_ = nullptr;
+  std::size_t max_replans_ = 0;
 };
 
 namespace detail {
 /// The one place that makes a compile_context (runtime_objects.ipp, for each method it compiles).
 struct compile_context_access {
   static compile_context make(std::string_view backend, std::string_view method, std::int64_t payload_version,
-                              const named_data_map* named_data, std::set<std::string>* release_requests) {
-    return compile_context(backend, method, payload_version, named_data, release_requests);
+                              const named_data_map* named_data, std::set<std::string>* release_requests,
+                              std::size_t max_replans = 0) {
+    return compile_context(backend, method, payload_version, named_data, release_requests, max_replans);
   }
 };
 }  // namespace detail
@@ -283,6 +290,21 @@ struct handle_of<B> {
 /// The backend's own compiled handle type: what `compile` returns.
 template <class B>
 using handle_t = typename detail::handle_of<B>::type;
+
+/// What a re-planned call passes to `replan`: per argument of the method, the spec of the tensor
+/// given (its dtype, sizes and layout), std::nullopt for an argument that is not a tensor.
+using given_inputs = std::vector<std::optional<tensor_spec>>;
+
+/// `Handle replan(Handle& compiled, const torch_delegate::given_inputs& given)` (optional): a
+/// handle for other input shapes than those `compiled` was compiled for. Called when a region
+/// partially lowered with `on_other_shapes = other_shapes::replan` is called with tensors that do
+/// not match its recorded input specs; torch-delegate keeps the result (a bounded cache per
+/// region, `partition_options::max_replans`). compile_context::max_replans() tells compile to
+/// keep what replan needs.
+template <class B>
+concept backend_replans = requires(B& backend, handle_t<B>& handle, const given_inputs& given) {
+  { backend.replan(handle, given) } -> std::same_as<handle_t<B>>;
+};
 
 /// `std::vector<c10::IValue> execute(Handle&, torch_delegate::inputs)`: runs any signature.
 template <class B>

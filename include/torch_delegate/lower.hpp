@@ -29,7 +29,8 @@ inline constexpr std::size_t lowered_types_cache_capacity = 64;
 /// units, decode each unit's options once (unknown keys warned about here), preprocess, assemble.
 TORCH_DELEGATE_DECL torch::jit::Module lower_methods(const backend_lowering& lowering, const torch::jit::Module& module,
                                                      const c10::impl::GenericDict& method_compile_spec,
-                                                     bool fallback_when_unavailable, const input_specs* inputs = nullptr);
+                                                     bool fallback_when_unavailable, const input_specs* inputs = nullptr,
+                                                     std::int64_t max_replans = 0);
 
 template <class B>
 lowered_module<B> lower_with(const torch::jit::Module& module, const c10::impl::GenericDict& method_compile_spec,

@@ -26,7 +26,9 @@ namespace torch_delegate {
 /// the example inputs (partition_options::example_inputs).
 enum class other_shapes {
   error,       // the input-spec error, naming the region, the argument, the expected and the given
-  torchscript  // the region's own TorchScript runs instead (a check of sizes and dtypes per call)
+  torchscript,  // the region's own TorchScript runs instead (a check of sizes and dtypes per call)
+  replan        // the backend compiles the region again for the new shapes (B::replan, opt-in), and
+                // keeps up to partition_options::max_replans such shapes per region
 };
 
 /// The knobs of one partial lowering.
@@ -60,6 +62,9 @@ struct partition_options {
   std::map<std::string, std::vector<c10::IValue>> example_inputs;
   /// With example inputs: what a call with other dtypes or sizes does (other_shapes).
   other_shapes on_other_shapes = other_shapes::error;
+  /// With other_shapes::replan: how many other shapes each region keeps compiled (the least
+  /// recently used is dropped beyond it, and compiled again if it comes back).
+  std::size_t max_replans = 4;
   /// Availability fallback: where the backend is not available (at load or at call time), each
   /// region runs its original TorchScript instead of raising "Backend is not available.".
   /// Off by default (strict: LibTorch's behaviour and texts).

@@ -4,7 +4,9 @@
 //   (backend: str, format_version: int, payload_version: int,
 //    methods: Dict[str, (signature: str, argument_names: List[str], output_count: int,
 //                        payload: <the backend's payload>, debug_info: (locations, instructions),
-//                        input_specs: List[Optional[Tuple[List[int], int]]])],   <- optional
+//                        input_specs: List[Optional[Tuple[List[int], int]]],     <- optional
+//                        memory_formats: List[int],   <- optional, when a spec is not contiguous
+//                        max_replans: int)],          <- optional, when not 0 (other_shapes::replan)
 //    named_data: Dict[str, (data: Tensor, alignment: int)])      <- format 2, only with named data
 //
 // Format 2 adds named data (named_data.hpp), shared by every method: a module without named data
@@ -52,6 +54,7 @@ struct method_record {
   c10::IValue payload;                       // the backend's payload, as preprocess made it
   std::shared_ptr<method_debug_info> debug;  // never null once decoded
   std::vector<std::optional<tensor_spec>> input_specs;  // added later: optional, empty when absent
+  std::int64_t max_replans = 0;  // added later: other shapes it may be re-planned for at call time
 };
 
 /// The versions of a backend's payload that a build of it reads.

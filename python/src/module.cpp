@@ -138,9 +138,12 @@ td::partition_options partition_options_of(const std::vector<std::string>& metho
                                             const std::vector<std::string>& keep_kinds,
                                             const std::vector<std::string>& keep_submodules,
                                             const std::vector<std::string>& lower_submodules, bool require_full, bool fallback,
-                                            const py::dict& example_inputs, const std::string& on_other_shapes = "error") {
+                                            const py::dict& example_inputs, const std::string& on_other_shapes = "error",
+                                            std::size_t max_replans = 4) {
   td::partition_options options;
   if (on_other_shapes == "torchscript") options.on_other_shapes = td::other_shapes::torchscript;
+  if (on_other_shapes == "replan") options.on_other_shapes = td::other_shapes::replan;
+  options.max_replans = max_replans;
   for (auto [method, inputs] : example_inputs) {
     std::vector<c10::IValue> values;
     for (py::handle input : inputs) values.push_back(torch::jit::toTypeInferredIValue(input));
@@ -235,13 +238,14 @@ PYBIND11_MODULE(_C, m) {
         [](const torch::jit::Module& module, const std::string& backend, const py::dict& spec,
            const std::vector<std::string>& methods, std::size_t min_region_size, const std::vector<std::string>& keep_kinds,
            const std::vector<std::string>& keep_submodules, const std::vector<std::string>& lower_submodules,
-           bool require_full, bool fallback, const py::dict& example_inputs, const std::string& on_other_shapes) {
+           bool require_full, bool fallback, const py::dict& example_inputs, const std::string& on_other_shapes,
+           std::size_t max_replans) {
           const td::detail::backend_lowering& lowering =
               guarded([&]() -> const td::detail::backend_lowering& { return td::detail::lowering_named(backend, "torch_delegate.lower"); });
           const c10::impl::GenericDict converted = compile_spec(lowering, spec, methods, false);
           const td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback,
-                                   example_inputs, on_other_shapes);
+                                   example_inputs, on_other_shapes, max_replans);
           return guarded([&] { return td::detail::lower_partially_with(lowering, module, options, converted); });
         });
 

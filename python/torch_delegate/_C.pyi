@@ -15,7 +15,8 @@ def lower_methods(module: torch._C.ScriptModule, backend: str, spec: Dict[str, A
 def lower_partially(module: torch._C.ScriptModule, backend: str, spec: Dict[str, Any], methods: List[str],
                     min_region_size: int, keep_kinds: List[str], keep_submodules: List[str],
                     lower_submodules: List[str], require_full: bool, fallback: bool,
-                    example_inputs: Dict[str, List[Any]], on_other_shapes: str) -> torch._C.ScriptModule: ...
+                    example_inputs: Dict[str, List[Any]], on_other_shapes: str,
+                    max_replans: int) -> torch._C.ScriptModule: ...
 def plan(module: torch._C.ScriptModule, backend: str, methods: List[str], min_region_size: int, keep_kinds: List[str],
          keep_submodules: List[str], lower_submodules: List[str], require_full: bool,
          example_inputs: Dict[str, List[Any]]) -> ReportData: ...

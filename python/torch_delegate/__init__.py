@@ -145,7 +145,7 @@ class TensorSpec:
 
 
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs", "on_other_shapes")
+                  "example_inputs", "on_other_shapes", "max_replans")
 
 
 def _example_inputs(example_inputs, methods, who):
@@ -239,7 +239,8 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
           fallback: bool = False,
           input_specs: Optional[Mapping[str, Sequence[Any]]] = None,
           example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
-          on_other_shapes: str = "error") -> torch.jit.ScriptModule:
+          on_other_shapes: str = "error",
+          max_replans: int = 4) -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
 
     spec: compile options per method, {"forward": {"num_threads": 2, "approximate": True}}:
@@ -259,8 +260,11 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
         tensors get their dtype, sizes and memory format, which preprocess sees and which a
         call is checked against.
     on_other_shapes: with example_inputs, what a call whose tensors have other dtypes or sizes
-        does: "error" (the input-spec error, naming the region and the argument) or
-        "torchscript" (the region's own TorchScript runs instead).
+        does: "error" (the input-spec error, naming the region and the argument),
+        "torchscript" (the region's own TorchScript runs instead) or "replan" (the backend
+        compiles the region again for the new shapes, for a backend that can: xnnpack can).
+    max_replans: with on_other_shapes="replan", how many other shapes each region keeps
+        compiled (the least recently used is dropped beyond it).
 
     Returns a torch.jit.ScriptModule that saves and loads like any other. Raises TypeError or
     ValueError for a bad argument, torch_delegate.Error for what the backend or lowering refuses.
@@ -280,18 +284,21 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
                              f"(give example_inputs instead)")
         if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
             raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
-        if on_other_shapes not in ("error", "torchscript"):
-            raise ValueError(f"{who}: on_other_shapes must be 'error' or 'torchscript', got {on_other_shapes!r}")
+        if on_other_shapes not in ("error", "torchscript", "replan"):
+            raise ValueError(f"{who}: on_other_shapes must be 'error', 'torchscript' or 'replan', got {on_other_shapes!r}")
+        if not isinstance(max_replans, int) or isinstance(max_replans, bool) or max_replans < 1:
+            raise ValueError(f"{who}: max_replans must be an int >= 1, got {max_replans!r}")
         result = _C.lower_partially(cpp_module, backend, spec, method_names, min_region_size,
                                     _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                                     _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
-                                    _example_inputs(example_inputs, method_names, who), on_other_shapes)
+                                    _example_inputs(example_inputs, method_names, who), on_other_shapes, max_replans)
     else:
         given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
                  "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
                  "require_full": bool(require_full), "fallback": bool(fallback)}
         given["example_inputs"] = example_inputs is not None
         given["on_other_shapes"] = on_other_shapes != "error"
+        given["max_replans"] = max_replans != 4
         knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
         if knobs:
             raise ValueError(f"{who}: {', '.join(knobs)} {'is a' if len(knobs) == 1 else 'are'} partial-lowering "

@@ -183,3 +183,16 @@ struct PartitionWithoutSupports {
 void use_PartitionWithoutSupports() { torch_delegate::lower_partially<PartitionWithoutSupports>(torch::jit::Module("m")); }
 // expect: backend_does_not_declare_supports<PartitionWithoutSupports>
 // expect: partial lowering needs 'static bool supports(const torch::jit::Node*)' in the backend
+
+// case: ReplanOfAnotherShape
+struct ReplanOfAnotherShape {
+  static constexpr std::string_view name = "replan_of_another_shape";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+  static int replan(int&, const std::vector<at::Tensor>&) { return 0; }  // given_inputs, not tensors
+};
+void use_ReplanOfAnotherShape() { torch_delegate::lower<ReplanOfAnotherShape>(torch::jit::Module("m")); }
+// expect: backend_replan_has_the_wrong_shape<ReplanOfAnotherShape>
+// expect: the backend's replan cannot be called as torch-delegate calls it: expected 'Handle replan(Handle& compiled, const torch_delegate::given_inputs& given)'

@@ -159,3 +159,15 @@ struct PartitionWithoutSupports {
   static at::Tensor execute(int&, const at::Tensor& x) { return x; }
 };
 void use_PartitionWithoutSupports() { torch_delegate::lower_partially<PartitionWithoutSupports>(torch::jit::Module("m")); }
+
+// case: ReplanOfAnotherShape
+struct ReplanOfAnotherShape {
+  static constexpr std::string_view name = "replan_of_another_shape";
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+  static int replan(int&, const torch_delegate::given_inputs&) { return 0; }
+};
+static_assert(torch_delegate::backend_replans<ReplanOfAnotherShape>);
+void use_ReplanOfAnotherShape() { torch_delegate::lower<ReplanOfAnotherShape>(torch::jit::Module("m")); }

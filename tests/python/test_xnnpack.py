@@ -263,7 +263,51 @@ class SavedAndElsewhere(unittest.TestCase):
         self.assertIn("on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given",
                       str(raised.exception))
         with self.assertRaises(ValueError):
-            lowered(self.model, self.x, on_other_shapes="replan")
+            lowered(self.model, self.x, on_other_shapes="retry")
+        with self.assertRaises(ValueError) as raised:
+            lowered(self.model, self.x, on_other_shapes="replan", max_replans=0)
+        self.assertIn("max_replans must be an int >= 1, got 0", str(raised.exception))
+
+    def test_other_shapes_replanned(self):
+        """on_other_shapes="replan": each region compiled again for the new sizes (batch and
+        spatial), kept (at most max_replans per region), after save/load too; ceil-mode pooling
+        (SqueezeNet's) and a flatten follow the new sizes."""
+        import torchvision
+        models = [("small", self.model, self.x)]
+        for name in ("squeezenet1_0", "resnet18"):
+            torch.manual_seed(0)
+            models.append((name, getattr(torchvision.models, name)(weights=None).eval(), torch.rand(1, 3, 96, 96)))
+        for name, model, x in models:
+            with self.subTest(model=name):
+                low = lowered(model, x, on_other_shapes="replan", max_replans=2)
+                path = os.path.join(WORKDIR, f"xnnpack_replan_{name}.pt")
+                low.save(path)
+                loaded = torch.jit.load(path)
+                sizes = [tuple(x.shape), (2,) + tuple(x.shape[1:]), (1, 3, x.shape[2] + 13, x.shape[3] + 7), (3, 3, 65, 71)]
+                for module in (low, loaded):
+                    for shape in sizes + sizes[::-1]:  # the second pass meets dropped and kept plans
+                        other = torch.rand(*shape)
+                        with torch.no_grad():
+                            self.assertLess(relative_error(module(other), model(other)), 1e-4, shape)
+
+    def test_replan_for_inputs_it_cannot_take_names_the_region(self):
+        low = lowered(self.model, self.x, on_other_shapes="replan")
+        with self.assertRaises(RuntimeError) as raised:
+            low(torch.rand(3, 16, 16))
+        message = str(raised.exception)
+        self.assertIn("backend 'xnnpack', method 'forward_region_0'", message)
+        self.assertIn("cannot be re-planned for these inputs: input 1 has 3 dimensions, the region was planned for 4",
+                      message)
+
+    def test_replan_needs_a_backend_that_replans(self):
+        import torch_delegate as td
+        if not os.environ.get("TD_POINTWISE_LIBRARY"):
+            self.skipTest("TD_POINTWISE_LIBRARY not set")
+        torch.ops.load_library(os.environ["TD_POINTWISE_LIBRARY"])
+        scripted = torch.jit.script(nn.Sequential(nn.ReLU()))
+        with self.assertRaises(td.Error) as raised:
+            td.lower(scripted, "pointwise_fusion", partial=True, example_inputs=(self.x,), on_other_shapes="replan")
+        self.assertIn("on_other_shapes = replan: the backend does not re-plan regions", str(raised.exception))
 
     def test_concurrent_calls_on_one_module(self):
         import threading

@@ -13,6 +13,7 @@ template <class B> struct backend_is_missing_is_available;
 template <class B> struct backend_payload_type_cannot_be_deduced;
 template <class B> struct backend_is_missing_compile;
 template <class B> struct backend_is_missing_execute;
+template <class B> struct backend_replan_has_the_wrong_shape;
 template <class B> struct backend_execute_is_overloaded_without_execute_signatures;
 template <class B, class Signature> struct backend_has_no_execute_overload_for_signature;
 template <class B, class Signature> struct backend_execute_takes_a_non_const_reference;
@@ -164,6 +165,13 @@ constexpr bool check_backend() {
     }
   } else {
     check_signatures<B>(static_cast<execute_signatures_t<B>*>(nullptr));
+    if constexpr (requires { &B::replan; } && !backend_replans<B>) {
+      backend_replan_has_the_wrong_shape<B> error;
+      static_assert(dependent_false<B>,
+                    "torch-delegate: the backend's replan cannot be called as torch-delegate calls it: "
+                    "expected 'Handle replan(Handle& compiled, const torch_delegate::given_inputs& given)', "
+                    "returning the type compile returns (docs/partial-lowering.md#other-shapes).");
+    }
   }
   return Backend<B>;
 }

@@ -29,6 +29,7 @@ struct method_info {
   const signature_record* signature = nullptr;
   std::shared_ptr<const method_debug_info> debug;  // never null once compiled
   std::vector<std::optional<tensor_spec>> input_specs;  // declared at lowering; empty: none
+  std::int64_t max_replans = 0;  // other input shapes a call may re-plan it for (other_shapes::replan)
 
   error_context where() const { return {backend, method}; }
 };
@@ -44,17 +45,9 @@ inline std::int64_t output_count_of(const c10::TypePtr& type) {
 /// Checks a call's arguments against the input specs declared when the method was lowered
 /// (nothing to do when none were): a tensor of another dtype or shape is an error naming the
 /// argument, what was declared and what was given, before the backend runs.
-TORCH_DELEGATE_DECL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count);
-template <class... Args>
-void check_typed_input_specs(const method_info& method, const Args&... args) {
-  // Called only when the method has input specs (invoker.hpp). Specs are declared for Tensor arguments only (checked when lowering): others stay None.
-  auto tensor_or_none = [](const auto& value) -> c10::IValue {
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, at::Tensor>) return value;
-    else return {};
-  };
-  const c10::IValue boxed[] = {tensor_or_none(args)..., c10::IValue()};
-  check_input_specs(method, boxed, sizeof...(Args));
-}
+TORCH_DELEGATE_INTERNAL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count);
+/// Whether a call's arguments match the method's input specs (check_input_specs raises otherwise).
+TORCH_DELEGATE_INTERNAL bool input_specs_match(const method_info& method, const c10::IValue* args, std::size_t count);
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_argument_type(const method_info& method, std::size_t index, std::string_view expected,
                                             const c10::IValue& given);

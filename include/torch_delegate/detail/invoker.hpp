@@ -60,9 +60,10 @@ struct invoker<B, R(A...)> {
   template <class... Args>
   static R invoke(compiled_method& method, Args&&... args) {
     B& backend = available_backend<B>(method);
-    if (!method.info.input_specs.empty()) check_typed_input_specs(method.info, args...);
+    std::shared_ptr<void> replanned;  // a handle re-planned for these inputs' shapes, kept for the call
+    void* handle = method.info.input_specs.empty() ? method.handle : handle_for_typed_call(method, replanned, args...);
     return run_execute(method.info, [&]() -> R {
-      return call_execute<R, A...>(backend, *static_cast<handle_t<B>*>(method.handle), std::forward<Args>(args)...);
+      return call_execute<R, A...>(backend, *static_cast<handle_t<B>*>(handle), std::forward<Args>(args)...);
     });
   }
 
@@ -101,9 +102,10 @@ template <class B>
 c10::impl::GenericList call_generic(compiled_method& method, c10::ArrayRef<c10::IValue> args) {
   if (args.size() != method.info.argument_names.size()) fail_argument_count(method.info, args.size());
   B& backend = available_backend<B>(method);
-  if (!method.info.input_specs.empty()) check_input_specs(method.info, args.data(), args.size());
+  std::shared_ptr<void> replanned;
+  void* handle = method.info.input_specs.empty() ? method.handle : handle_for_call(method, args.data(), args.size(), replanned);
   std::vector<c10::IValue> results = run_execute(method.info, [&]() -> std::vector<c10::IValue> {
-    return backend.execute(*static_cast<handle_t<B>*>(method.handle), inputs(args.data(), args.size()));
+    return backend.execute(*static_cast<handle_t<B>*>(handle), inputs(args.data(), args.size()));
   });
   if (static_cast<std::int64_t>(results.size()) != method.info.output_count) fail_output_count(method.info, results.size());
   c10::impl::GenericList outputs(c10::AnyType::get());
@@ -184,9 +186,25 @@ struct runtime_of {
     }
   }
 
-  static constexpr backend_runtime value{B::name,   payload_version_of<B>(), oldest_payload_version_of<B>(),
-                                         signature_records<B>, &classes, &create, &destroy, &is_available,
-                                         &compile,  &destroy_handle};
+  static void* replan(void* backend, void* handle, const given_inputs& given) {
+    if constexpr (backend_replans<B>) {
+      return new handle_t<B>(static_cast<B*>(backend)->replan(*static_cast<handle_t<B>*>(handle), given));
+    } else {
+      return nullptr;
+    }
+  }
+
+  static constexpr backend_runtime value{B::name,
+                                         payload_version_of<B>(),
+                                         oldest_payload_version_of<B>(),
+                                         signature_records<B>,
+                                         &classes,
+                                         &create,
+                                         &destroy,
+                                         &is_available,
+                                         &compile,
+                                         &destroy_handle,
+                                         backend_replans<B> ? &replan : nullptr};
 };
 
 /// A backend instance of B outside a module (tests, tools): what `__backend` holds.

@@ -44,6 +44,9 @@ struct lowering_plan {
   /// unavailable (no "Backend is not available." from __setstate__) and answers
   /// td_is_available(), so that its caller runs the original TorchScript instead.
   bool fallback_when_unavailable = false;
+  /// Partial lowering with other_shapes::replan: how many other input shapes each unit with
+  /// input specs may be re-planned for at call time (0: none).
+  std::int64_t max_replans = 0;
 
   /// `__method_compile_spec`: each unit's spec, by name.
   TORCH_DELEGATE_INTERNAL c10::impl::GenericDict spec() const;

@@ -19,6 +19,9 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 
+#include <list>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string_view>
 #include <typeinfo>
@@ -46,6 +49,8 @@ struct backend_runtime {
   void* (*compile)(void* backend, const c10::IValue& payload, const c10::IValue& options,
                    const compile_context& context) = nullptr;
   void (*destroy_handle)(void* handle) noexcept = nullptr;
+  /// B::replan (nullptr when B has none): a new handle for the given inputs' specs.
+  void* (*replan)(void* backend, void* handle, const given_inputs& given) = nullptr;
 };
 
 /// The object behind `__backend`: one backend instance per lowered module.
@@ -71,7 +76,28 @@ struct compiled_method : torch::CustomClassHolder {
   void* handle;  // a handle_t<B>
   method_info info;
   c10::intrusive_ptr<backend_instance> owner;
+  /// Handles re-planned for other input shapes (other_shapes::replan), most recently used first,
+  /// at most info.max_replans of them. Shared: a call keeps its handle alive while it runs.
+  std::mutex replans_mutex;
+  std::list<std::pair<given_inputs, std::shared_ptr<void>>> replans;
 };
+
+/// The handle a call with these arguments runs on: the compiled one when they match the
+/// method's input specs (or it has none); else, for a method that may be re-planned, the one
+/// B::replan made for their specs (made now, or kept from an earlier call: `keep` holds it for
+/// the call); else the input-spec error.
+TORCH_DELEGATE_DECL void* handle_for_call(compiled_method& method, const c10::IValue* args, std::size_t count,
+                                          std::shared_ptr<void>& keep);
+template <class... Args>
+void* handle_for_typed_call(compiled_method& method, std::shared_ptr<void>& keep, const Args&... args) {
+  // Specs are declared for Tensor arguments only (checked when lowering): others are boxed as None.
+  auto tensor_or_none = [](const auto& value) -> c10::IValue {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, at::Tensor>) return value;
+    else return {};
+  };
+  const c10::IValue boxed[] = {tensor_or_none(args)..., c10::IValue()};
+  return handle_for_call(method, boxed, sizeof...(Args), keep);
+}
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_not_a_handle(const c10::IValue& value, const backend_runtime& runtime);
 

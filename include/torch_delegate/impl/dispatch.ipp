@@ -19,7 +19,15 @@ namespace torch_delegate::detail {
                            std::string(expected) + ", got " + given.type()->annotation_str());
 }
 
-TORCH_DELEGATE_DECL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count) {
+TORCH_DELEGATE_INTERNAL bool input_specs_match(const method_info& method, const c10::IValue* args, std::size_t count) {
+  for (std::size_t i = 0; i < count && i < method.input_specs.size(); ++i) {
+    const std::optional<tensor_spec>& spec = method.input_specs[i];
+    if (spec && !(args[i].isTensor() && spec->matches(args[i].toTensor()))) return false;
+  }
+  return true;
+}
+
+TORCH_DELEGATE_INTERNAL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count) {
   for (std::size_t i = 0; i < count && i < method.input_specs.size(); ++i) {
     const std::optional<tensor_spec>& spec = method.input_specs[i];
     if (!spec || (args[i].isTensor() && spec->matches(args[i].toTensor()))) continue;

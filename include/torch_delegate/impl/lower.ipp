@@ -193,8 +193,10 @@ inline torch::jit::Module lower_planned(const lowering_plan& plan, const torch::
 
 TORCH_DELEGATE_DECL torch::jit::Module lower_methods(const backend_lowering& lowering, const torch::jit::Module& module,
                                                      const c10::impl::GenericDict& method_compile_spec,
-                                                     bool fallback_when_unavailable, const input_specs* inputs) {
-  const lowering_plan plan = plan_request(lowering, module, method_compile_spec, fallback_when_unavailable, inputs);
+                                                     bool fallback_when_unavailable, const input_specs* inputs,
+                                                     std::int64_t max_replans) {
+  lowering_plan plan = plan_request(lowering, module, method_compile_spec, fallback_when_unavailable, inputs);
+  plan.max_replans = max_replans;
   return lower_planned(plan, module, lowering.payload_version(), lowering.preprocess, *lowering.runtime);
 }
 

@@ -163,6 +163,7 @@ TORCH_DELEGATE_DECL c10::IValue preprocess_units(const lowering_plan& plan, std:
     record.output_count = output_count_of(schema.returns()[0].type());
     record.payload = std::move(preprocessed.payload);
     record.input_specs = unit.inputs;
+    if (!unit.inputs.empty()) record.max_replans = plan.max_replans;
     record.debug = std::make_shared<method_debug_info>(std::move(debug[i]));
     units.insert(unit.name, encode_method_record(record));
   }

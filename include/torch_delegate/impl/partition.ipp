@@ -282,6 +282,12 @@ inline std::vector<partitioned_method> partition_methods(const backend_lowering&
                                                          const partition_options& options) {
   if (options.on_other_shapes != other_shapes::error && options.example_inputs.empty())
     fail({backend.name(), {}}, "on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given");
+  if (options.on_other_shapes == other_shapes::replan && !backend.runtime->replan)
+    fail({backend.name(), {}}, "on_other_shapes = replan: the backend does not re-plan regions (it has no "
+                               "'Handle replan(Handle&, const torch_delegate::given_inputs&)'); use other_shapes::torchscript "
+                               "(run the region's TorchScript for other shapes) or other_shapes::error");
+  if (options.on_other_shapes == other_shapes::replan && options.max_replans == 0)
+    fail({backend.name(), {}}, "on_other_shapes = replan with max_replans = 0: no shape could be kept; give at least 1");
   for (const auto& [method, inputs] : options.example_inputs)
     if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end())
       fail({backend.name(), method}, "example_inputs are given for a method that is not partitioned (partition_options::methods: " +
@@ -318,13 +324,14 @@ TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& b
 inline torch::jit::Module lower_regions(const backend_lowering& lowering, const torch::jit::Module& regions,
                                         const std::map<std::string, std::string>& method_of_region,
                                         const c10::impl::GenericDict& spec_by_method, bool fallback_when_unavailable,
-                                        const input_specs& recorded) {
+                                        const input_specs& recorded, std::int64_t max_replans) {
   c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
   for (const auto& region : regions.get_methods()) {
     const auto given = spec_by_method.find(method_of_region.at(region.name()));
     spec.insert(region.name(), given == spec_by_method.end() ? lowering.default_spec() : given->value());
   }
-  return lower_methods(lowering, regions, spec, fallback_when_unavailable, recorded.empty() ? nullptr : &recorded);
+  return lower_methods(lowering, regions, spec, fallback_when_unavailable, recorded.empty() ? nullptr : &recorded,
+                       max_replans);
 }
 
 /// Partially lowers `module` (not modified): a copy sharing its parameters, whose partitioned
@@ -373,7 +380,10 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
     }
   if (!method_of_region.empty())
     result.register_module(attribute, lower_regions(lowering, child, method_of_region, spec_by_method,
-                                                    options.fallback_when_unavailable, recorded));
+                                                    options.fallback_when_unavailable, recorded,
+                                                    options.on_other_shapes == other_shapes::replan
+                                                        ? static_cast<std::int64_t>(options.max_replans)
+                                                        : 0));
 
   for (partitioned_method& p : partitioned) {
     const std::string& method = p.method;

@@ -70,12 +70,13 @@ TORCH_DELEGATE_INTERNAL c10::IValue encode_method_record(const method_record& re
     const bool laid_out = std::any_of(record.input_specs.begin(), record.input_specs.end(), [](const auto& spec) {
       return spec && spec->memory_format != c10::MemoryFormat::Contiguous;
     });
-    if (laid_out) {
+    if (laid_out || record.max_replans > 0) {
       c10::List<std::int64_t> formats;
       for (const std::optional<tensor_spec>& spec : record.input_specs)
         formats.push_back(spec && spec->memory_format ? static_cast<std::int64_t>(*spec->memory_format) : -1);
       fields.emplace_back(std::move(formats));
     }
+    if (record.max_replans > 0) fields.emplace_back(record.max_replans);
   }
   return c10::ivalue::Tuple::create(std::move(fields));
 }
@@ -223,6 +224,10 @@ TORCH_DELEGATE_INTERNAL decoded_method read_processed(const c10::IValue& process
           out.record.input_specs[i]->memory_format =
               format == -1 ? std::nullopt : std::optional<c10::MemoryFormat>(static_cast<c10::MemoryFormat>(format));
       }
+    }
+    if (fields.size() > 7) {
+      if (!fields[7].isInt() || fields[7].toInt() < 0) malformed();
+      out.record.max_replans = fields[7].toInt();
     }
   }
   return out;

@@ -153,7 +153,7 @@ struct partitioner {
         keep(node, kept_reason::region_too_small,
              std::to_string(run.size()) + (run.size() == 1 ? " node" : " nodes") + " < " + std::to_string(min_size), depth);
     } else {
-      region formed{run, reads, {}, {}, depth};
+      region formed{run, reads, {}, {}, depth, {}};
       const std::unordered_set<const torch::jit::Node*> inside(run.begin(), run.end());
       std::unordered_set<const torch::jit::Value*> seen;
       for (torch::jit::Node* node : run) {
@@ -279,7 +279,7 @@ TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& bac
     }
     model_location where = region_location(formed.nodes);
     region_report entry{names::region_method(method, report.regions.size()), 0, {}, std::move(where.line), formed.depth,
-                        std::move(where.submodule)};
+                        std::move(where.submodule), {}};
     for (const torch::jit::Node* node : formed.nodes) {
       ++entry.node_count;
       const std::string kind = node->kind().toQualString();

@@ -124,7 +124,7 @@ inline std::optional<delegation_report> decode_report_checked(const c10::IValue&
       const std::optional<std::size_t> nodes = count(region[1].toInt());
       if (!nodes) return std::nullopt;
       region_report read{region[0].toStringRef(), *nodes, {}, region[3].toStringRef(), static_cast<int>(region[4].toInt()),
-                         version >= 2 ? region[5].toStringRef() : std::string()};
+                         version >= 2 ? region[5].toStringRef() : std::string(), {}};
       for (const c10::IValue& kind : region[2].toListRef()) {
         if (!kind.isString()) return std::nullopt;
         read.kinds.push_back(kind.toStringRef());

@@ -48,6 +48,36 @@ TORCH_DELEGATE_INTERNAL c10::intrusive_ptr<backend_instance> backend_instance_of
   return c10::static_intrusive_pointer_cast<backend_instance>(object.toObjectRef().getSlot(0).toCapsule());
 }
 
+TORCH_DELEGATE_DECL void* handle_for_call(compiled_method& method, const c10::IValue* args, std::size_t count,
+                                          std::shared_ptr<void>& keep) {
+  if (input_specs_match(method.info, args, count)) return method.handle;
+  if (method.info.max_replans <= 0) check_input_specs(method.info, args, count);  // raises
+  given_inputs given;
+  for (std::size_t i = 0; i < count; ++i)
+    given.push_back(args[i].isTensor() && args[i].toTensor().defined() ? std::optional(tensor_spec::like(args[i].toTensor()))
+                                                                      : std::nullopt);
+  const backend_runtime& runtime = *method.owner->runtime;
+  std::lock_guard<std::mutex> lock(method.replans_mutex);
+  for (auto entry = method.replans.begin(); entry != method.replans.end(); ++entry)
+    if (entry->first == given) {
+      method.replans.splice(method.replans.begin(), method.replans, entry);  // most recently used first
+      keep = entry->second;
+      return keep.get();
+    }
+  // Made under the lock: concurrent calls with the same new shape re-plan it once.
+  void* made = nullptr;
+  try {
+    made = runtime.replan(method.owner->backend, method.handle, given);
+  } catch (...) {
+    rethrow_from_backend(method.info.where(), "replan", method.info.debug.get());
+  }
+  keep = std::shared_ptr<void>(made, runtime.destroy_handle);
+  method.replans.emplace_front(std::move(given), keep);
+  // The least recently used beyond the bound is dropped (a call still running on it keeps it).
+  while (method.replans.size() > static_cast<std::size_t>(method.info.max_replans)) method.replans.pop_back();
+  return made;
+}
+
 TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<backend_instance>& owner,
                                                        const c10::IValue& processed, const c10::impl::GenericDict& spec,
                                                        bool honour_release) {
@@ -63,10 +93,14 @@ TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<
         read_processed(processed, runtime.name, method, {runtime.oldest_payload_version, runtime.payload_version});
     method_record& record = decoded.record;
     const signature_record& signature = find_signature(runtime.signatures, record.signature, where);
+    // Re-planning needs the backend's replan: a module saved by a build of the backend that had
+    // it and loaded by one without runs with the recorded shapes only.
+    const std::int64_t max_replans = runtime.replan ? record.max_replans : 0;
     method_info info{std::string(runtime.name), method, std::move(record.argument_names), record.output_count,
-                     &signature, std::move(record.debug), std::move(record.input_specs)};
+                     &signature, std::move(record.debug), std::move(record.input_specs), max_replans};
     const compile_context context = compile_context_access::make(runtime.name, method, decoded.payload_version,
-                                                                 named_data.get(), &release_requests);
+                                                                 named_data.get(), &release_requests,
+                                                                 static_cast<std::size_t>(max_replans));
     std::unique_ptr<void, void (*)(void*) noexcept> handle(
         runtime.compile(owner->backend, record.payload, entry.value(), context), runtime.destroy_handle);
     auto compiled = c10::make_intrusive<compiled_method>(handle.get(), std::move(info), owner);
