@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 using namespace test_helpers;
@@ -42,7 +43,11 @@ def forward(self, x):
 }  // namespace
 
 TEST_CASE("xnnpack: 4 threads call one lowered CNN, some with other sizes (re-planned), every result right") {
-  at::set_num_threads(2);
+  // TD_XNNPACK_THREADS: ATen's and the pool's thread count (2 by default). tools/sanitize sets 1:
+  // libgomp and pthreadpool are not instrumented, so ThreadSanitizer cannot see how their
+  // workers synchronise, and one thread starts none.
+  const char* threads_variable = std::getenv("TD_XNNPACK_THREADS");
+  at::set_num_threads(threads_variable ? std::atoi(threads_variable) : 2);
   const torch::jit::Module original = small_cnn();
   torch_delegate::partition_options options;
   options.example_inputs["forward"] = {torch::rand({1, 3, 16, 16})};
