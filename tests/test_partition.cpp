@@ -1095,14 +1095,15 @@ def forward(self, x, h):
   std::remove(path.c_str());
 }
 
-TEST_CASE("report format: versions 1 to 4 read back; anything else is nullopt, never a crash") {
+TEST_CASE("report format: versions 1 to 5 read back; anything else is nullopt, never a crash") {
   using namespace torch_delegate::detail;
   using torch_delegate::kept_reason;
   const torch_delegate::delegation_report report{
       "b", "__torch__.M",
       {{"forward",
         {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder",
-          {"input 0 (method argument x): to channels_last on entry", "output 0: to contiguous before aten::conv2d"}}},
+          {"input 0 (method argument x): to channels_last on entry", "output 0: to contiguous before aten::conv2d"},
+          "b", 1.5, 2.25}},
         {{"aten::relu", kept_reason::unsupported_kind, "", "model.py:4", 1, "encoder.block"},
          {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, ""}}}}};
   const c10::IValue saved = encode_report(report);
@@ -1111,7 +1112,7 @@ TEST_CASE("report format: versions 1 to 4 read back; anything else is nullopt, n
   // The reason is saved as its token, not its label.
   const auto kept = saved.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toListRef();
   CHECK(kept[1].toTupleRef().elements()[1].toStringRef() == "outside_selection");
-  for (int r = 0; r <= static_cast<int>(kept_reason::result_tuple); ++r)
+  for (int r = 0; r <= static_cast<int>(kept_reason::slower_on_backend); ++r)
     CHECK(reason_of_token(token_of(static_cast<kept_reason>(r))) == static_cast<kept_reason>(r));
 
   auto old_format = [](std::int64_t version, const std::string& reason, const std::string& detail, std::int64_t nodes = 2) {
@@ -1140,6 +1141,18 @@ TEST_CASE("report format: versions 1 to 4 read back; anything else is nullopt, n
     REQUIRE(selective);
     CHECK(selective->methods[0].kept[0].reason == kept_reason::outside_selection);
     CHECK(selective->methods[0].kept[0].detail.empty());
+  }
+  SUBCASE("version 4: a region's backend is the report's, not measured") {
+    std::vector<c10::IValue> region{std::string("forward_region_0"), std::int64_t{2}, c10::List<std::string>({"aten::add"}),
+                                    std::string("m.py:2"), std::int64_t{0}, std::string(""), c10::List<std::string>()};
+    c10::impl::GenericList regions(region_data_type(4)), kept_nodes(kept_data_type(4));
+    regions.push_back(c10::ivalue::Tuple::create(region));
+    c10::impl::GenericList methods(method_data_type(4));
+    methods.push_back(c10::ivalue::Tuple::create({std::string("forward"), regions, kept_nodes}));
+    const auto read = decode_report(c10::ivalue::Tuple::create({std::int64_t{4}, std::string("b"), std::string("M"), methods}));
+    REQUIRE(read);
+    CHECK(read->methods[0].regions[0].backend == "b");
+    CHECK(read->methods[0].regions[0].backend_ms == -1);
   }
   SUBCASE("version 3: tokens, no conversions") {
     const auto read = decode_report(old_format(3, "mutation_or_aliasing", "writes to its input"));
@@ -1293,5 +1306,122 @@ TEST_CASE("partial lowering: other shapes re-planned by the backend, a bounded c
     options.max_replans = 0;
     CHECK_THROWS_WITH(torch_delegate::lower_partially<ReplanningBackend>(module, options),
                       doctest::Contains("max_replans = 0"));
+  }
+}
+
+namespace {
+/// ReferenceBackend that takes only adds (the first of a priority list in the tests below).
+struct AddsOnly : ReferenceBackend {
+  static constexpr std::string_view name = "td_partition_adds_only";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::add || node->kind() == c10::prim::Constant;
+  }
+};
+}  // namespace
+
+TEST_CASE("several backends: each node goes to the first backend in the list that takes it") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = torch.relu(a)
+    c = b * x - h
+    d = c + x
+    return torch.sigmoid(d)
+)");
+  const at::Tensor x = torch::randn({4}), h = torch::randn({4});
+  const at::Tensor want = torch::jit::Module(module).forward({x, h}).toTensor();
+  auto regions_of = [](const torch_delegate::delegation_report& report) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> regions;
+    for (const auto& region : report.methods.at(0).regions) regions.emplace_back(region.backend, region.kinds);
+    return regions;
+  };
+
+  SUBCASE("in priority order; one child per backend; the report names each region's backend") {
+    const auto plan = torch_delegate::delegation_plan<AddsOnly, ReferenceBackend>(module);
+    CHECK(plan.backend == "td_partition_adds_only, td_partition_reference");
+    using kinds = std::vector<std::string>;
+    CHECK(regions_of(plan) == std::vector<std::pair<std::string, kinds>>{
+                                  {"td_partition_adds_only", kinds{"aten::add"}},
+                                  {"td_partition_adds_only", kinds{"aten::add"}},
+                                  {"td_partition_reference", kinds{"aten::mul", "aten::sub"}}});
+    // Nodes no backend takes are kept with the last backend's reason.
+    std::set<std::string> kept;
+    for (const auto& node : plan.methods[0].kept) kept.insert(node.kind);
+    CHECK(kept == std::set<std::string>{"aten::relu", "aten::sigmoid"});
+    CHECK(plan.methods[0].regions[2].name == "forward_region_2");  // numbered across backends
+
+    auto lowered = torch_delegate::lower_partially<AddsOnly, ReferenceBackend>(module);
+    CHECK(lowered.forward({x, h}).toTensor().allclose(want));
+    CHECK(lowered.hasattr("__delegate"));
+    CHECK(lowered.hasattr("__delegate_td_partition_reference"));
+    CHECK(torch_delegate::delegation_report_data_of(lowered) == plan);
+    const std::string text = torch_delegate::delegation_report_of(lowered);
+    CHECK(text.find("to backends td_partition_adds_only, td_partition_reference") != std::string::npos);
+    CHECK(text.find("(aten::mul, aten::sub) on td_partition_reference") != std::string::npos);
+
+    const std::string path = temp_path("two_backends.pt");
+    lowered.save(path);
+    CHECK(torch_delegate::backends_needed(path) ==
+          std::vector<std::string>{"td_partition_adds_only", "td_partition_reference"});
+    auto loaded = torch::jit::load(path);
+    CHECK(loaded.forward({x, h}).toTensor().allclose(want));
+    CHECK(torch_delegate::delegation_report_data_of(loaded) == plan);
+    std::remove(path.c_str());
+  }
+  SUBCASE("the other order: the first backend takes all it supports") {
+    const auto plan = torch_delegate::delegation_plan<ReferenceBackend, AddsOnly>(module);
+    for (const auto& region : plan.methods[0].regions) CHECK(region.backend == "td_partition_reference");
+    auto lowered = torch_delegate::lower_partially<ReferenceBackend, AddsOnly>(module);
+    CHECK(lowered.forward({x, h}).toTensor().allclose(want));
+    CHECK(!lowered.hasattr("__delegate_td_partition_adds_only"));  // no region: no child
+  }
+  SUBCASE("a region the first backend refuses goes to the next") {
+    const auto plan = torch_delegate::delegation_plan<NoMulRegions, AddsOnly>(module);
+    using kinds = std::vector<std::string>;
+    // NoMulRegions refuses the mul/sub/add run; AddsOnly takes its add.
+    CHECK(regions_of(plan) == std::vector<std::pair<std::string, kinds>>{
+                                  {"td_partition_no_mul_regions", kinds{"aten::add"}},
+                                  {"td_partition_adds_only", kinds{"aten::add"}}});
+    bool refused_then_unsupported = false;
+    for (const auto& node : plan.methods[0].kept)
+      refused_then_unsupported |= node.kind == "aten::mul" && node.reason == torch_delegate::kept_reason::unsupported_kind;
+    CHECK(refused_then_unsupported);
+    CHECK(torch_delegate::lower_partially<NoMulRegions, AddsOnly>(module).forward({x, h}).toTensor().allclose(want));
+  }
+  SUBCASE("with fallback, an unavailable backend's regions run in TorchScript; the other still delegates") {
+    torch_delegate::partition_options options;
+    options.fallback_when_unavailable = true;
+    auto lowered = torch_delegate::lower_partially<FallbackAdd, ReferenceBackend>(module, options);
+    const std::string path = temp_path("two_backends_fallback.pt");
+    lowered.save(path);
+    fallback_add_calls = 0;
+    {
+      availability off(false);
+      auto loaded = torch::jit::load(path);
+      CHECK(loaded.forward({x, h}).toTensor().allclose(want));
+      CHECK(fallback_add_calls == 0);
+      CHECK(!loaded.attr("__delegate").toModule().run_method("td_is_available").toBool());
+      CHECK(loaded.attr("__delegate_td_partition_reference").toModule().run_method("td_is_available").toBool());
+    }
+    auto loaded = torch::jit::load(path);
+    CHECK(loaded.forward({x, h}).toTensor().allclose(want));
+    CHECK(fallback_add_calls == 2);
+    std::remove(path.c_str());
+  }
+  SUBCASE("each backend keeps its own compile options") {
+    test_backends::typed_options scaled;
+    scaled.target = std::string("cpu");
+    scaled.scale = 2.0;  // TypedOptionsAdd scales its result: both adds doubled
+    auto lowered = torch_delegate::lower_partially<TypedOptionsAdd, ReferenceBackend>(module, {}, {{"forward", scaled}}, {});
+    const at::Tensor c = torch::relu((x + h) * 2.0) * x - h;
+    CHECK(lowered.forward({x, h}).toTensor().allclose(torch::sigmoid((c + x) * 2.0)));
+    // Its required option missing: the error names it and the backend.
+    CHECK_THROWS_WITH((torch_delegate::lower_partially<TypedOptionsAdd, ReferenceBackend>(module)),
+                      doctest::Contains("backend 'td_partition_typed_options', method 'forward_region_0': missing required option 'target'"));
+  }
+  SUBCASE("errors: a backend listed twice") {
+    CHECK_THROWS_WITH((torch_delegate::lower_partially<ReferenceBackend, ReferenceBackend>(module)),
+                      doctest::Contains("the backend is listed twice in the priority list (td_partition_reference, "
+                                        "td_partition_reference)"));
   }
 }

@@ -73,9 +73,15 @@ struct partition_options {
 
 namespace detail {
 
+/// A priority list of backends (lowering to several): a node goes to the first that takes it.
+using backend_list = std::vector<const backend_lowering*>;
+
 /// The report of a partial lowering without lowering anything.
 TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& backend, const torch::jit::Module& module,
                                                        const partition_options& options);
+/// The same for a priority list of backends.
+TORCH_DELEGATE_DECL delegation_report partition_report_all(const backend_list& backends, const torch::jit::Module& module,
+                                                           const partition_options& options);
 
 /// Partially lowers with a backend's lowering (lower_partially<B> and the Python package): each
 /// region is compiled with the spec of the method it comes from in `spec_by_method` ({method:
@@ -83,6 +89,17 @@ TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& b
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
                                                             const partition_options& options,
                                                             const c10::impl::GenericDict& spec_by_method);
+/// The same for a priority list of backends: `specs[k]` is backend k's {method: spec}.
+TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_list& backends, const torch::jit::Module& module,
+                                                                const partition_options& options,
+                                                                const std::vector<c10::impl::GenericDict>& specs);
+
+template <class B>
+c10::impl::GenericDict encoded_method_options(const method_options<B>& compile_options) {
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [method, options] : compile_options) spec.insert(method, encode_options(options));
+  return spec;
+}
 
 /// The partitioning half of B's lowering, or the diagnostic of a backend without supports().
 template <class B>
@@ -104,6 +121,15 @@ delegation_report delegation_plan(const torch::jit::Module& module, const partit
   return detail::partition_report(detail::partition_backend_checked<B>(), module, options);
 }
 
+/// Dry run for a priority list of backends: what lower_partially<B1, B2, ...> would delegate, and
+/// to which backend.
+template <class B1, class B2, class... More>
+delegation_report delegation_plan(const torch::jit::Module& module, const partition_options& options = {}) {
+  return detail::partition_report_all({&detail::partition_backend_checked<B1>(), &detail::partition_backend_checked<B2>(),
+                                       &detail::partition_backend_checked<More>()...},
+                                      module, options);
+}
+
 /// Delegates the regions of `options.methods` that B supports; the rest stays TorchScript. The
 /// result is a plain TorchScript module (save, load, run anywhere B is registered). The original
 /// module is not modified; the result shares its parameters. Each region of a method is compiled
@@ -114,9 +140,31 @@ torch::jit::Module lower_partially(const torch::jit::Module& module, const parti
                                    const method_options<B>& compile_options = {}) {
   detail::partition_backend_checked<B>();
   register_backend<B>();
-  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
-  for (const auto& [method, method_options] : compile_options) spec.insert(method, encode_options(method_options));
-  return detail::lower_partially_with(detail::record_of<B>, module, options, spec);
+  return detail::lower_partially_with(detail::record_of<B>, module, options, detail::encoded_method_options<B>(compile_options));
+}
+
+/// Delegates to a priority list of backends: each node goes to the first of B1, B2, ... that
+/// takes it (ONNX Runtime's list of execution providers, as types). One delegate child per
+/// backend, each with its own named data; the report names each region's backend; with
+/// fallback, a backend that is unavailable runs its regions in TorchScript while the others
+/// still delegate. Each backend's regions are compiled with its entry of `compile_options`
+/// (all given, or none: default options).
+template <class B1, class B2, class... More>
+torch::jit::Module lower_partially(const torch::jit::Module& module, const partition_options& options = {}) {
+  return lower_partially<B1, B2, More...>(module, options, method_options<B1>{}, method_options<B2>{}, method_options<More>{}...);
+}
+template <class B1, class B2, class... More>
+torch::jit::Module lower_partially(const torch::jit::Module& module, const partition_options& options,
+                                   const method_options<B1>& first, const method_options<B2>& second,
+                                   const method_options<More>&... more) {
+  const detail::backend_list backends{&detail::partition_backend_checked<B1>(), &detail::partition_backend_checked<B2>(),
+                                      &detail::partition_backend_checked<More>()...};
+  register_backend<B1>();
+  register_backend<B2>();
+  (register_backend<More>(), ...);
+  return detail::lower_partially_with_all(backends, module, options,
+                                          {detail::encoded_method_options<B1>(first), detail::encoded_method_options<B2>(second),
+                                           detail::encoded_method_options<More>(more)...});
 }
 
 }  // namespace torch_delegate

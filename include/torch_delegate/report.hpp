@@ -27,6 +27,7 @@ enum class kept_reason {
   refused_by_backend,    // the backend's accepts_region refused the region it was in
   attribute_read,        // prim::GetAttr (self.weight): read in TorchScript, its value passed to the region
   result_tuple,          // the prim::TupleConstruct a method returns its results in, when the backend does not take it
+  slower_on_backend,     // measured with example inputs, its region ran slower on the backend than in TorchScript
 };
 
 /// The readable label of a reason: "unsupported kind", "excluded by the user", ... (the text of
@@ -45,6 +46,13 @@ struct region_report {
   /// channels-last (B::channels_last): "input 0 (method argument x): to channels_last on entry",
   /// "output 0: to contiguous before aten::conv2d at model.py:12". None between two regions.
   std::vector<std::string> conversions;
+  /// The backend that runs it (lowering to several backends: the first in the list that supports
+  /// its nodes and, when measured, runs them faster than TorchScript).
+  std::string backend;
+  /// Measured with example inputs (partition_options::measure): the median time of one call of
+  /// the region on its backend and as TorchScript, in milliseconds; -1 when not measured.
+  double backend_ms = -1;
+  double torchscript_ms = -1;
 
   bool operator==(const region_report&) const = default;
 };
@@ -76,7 +84,7 @@ struct method_delegation {
 
 /// What partial lowering does (or did) with a module, per method.
 struct delegation_report {
-  std::string backend;
+  std::string backend;  // the backend, or the backends in priority order: "xnnpack, pointwise_fusion"
   std::string module;
   std::vector<method_delegation> methods;
 

@@ -2,7 +2,12 @@
 // `_torch_delegate_report_data`): this header owns that format, as payload_format.hpp owns the
 // processed payload. Nothing else encodes or decodes it.
 //
-//   version 4: (4, backend, module, [(method, [region], [kept])])
+//   version 5: (5, backend, module, [(method, [region], [kept])])
+//       region: (name, node_count, [kind], location, depth, submodule, [conversion], backend,
+//                backend_ms, torchscript_ms)
+//       kept:   (kind, reason token, detail, location, depth, submodule)
+//     backend: the report's backends, ", "-separated in priority order; a region's, its own.
+//   version 4: as 5 without the regions' backend and times (a region's backend is the report's):
 //       region: (name, node_count, [kind], location, depth, submodule, [conversion])
 //       kept:   (kind, reason token, detail, location, depth, submodule)
 //   version 3: as 4 without the regions' conversions:
@@ -28,7 +33,7 @@
 
 namespace torch_delegate::detail {
 
-inline constexpr std::int64_t report_format_version = 4;
+inline constexpr std::int64_t report_format_version = 5;
 
 /// The stable token a reason is saved as: "unsupported_kind", ...
 TORCH_DELEGATE_DECL std::string_view token_of(kept_reason reason);

@@ -169,7 +169,8 @@ py::dict report_data(const td::delegation_report& report) {
       regions.append(py::dict(py::arg("name") = region.name, py::arg("node_count") = region.node_count,
                               py::arg("kinds") = region.kinds, py::arg("location") = region.location,
                               py::arg("depth") = region.depth, py::arg("submodule") = region.submodule,
-                              py::arg("conversions") = region.conversions));
+                              py::arg("conversions") = region.conversions, py::arg("backend") = region.backend,
+                              py::arg("backend_ms") = region.backend_ms, py::arg("torchscript_ms") = region.torchscript_ms));
     for (const td::kept_node& node : method.kept)
       kept.append(py::dict(py::arg("kind") = node.kind, py::arg("reason") = std::string(td::to_string(node.reason)),
                            py::arg("detail") = node.detail, py::arg("location") = node.location, py::arg("depth") = node.depth,
@@ -234,30 +235,40 @@ PYBIND11_MODULE(_C, m) {
           });
         });
 
+  // backends: a priority list (one name for one backend); specs: one {method: options} per backend.
   m.def("lower_partially",
-        [](const torch::jit::Module& module, const std::string& backend, const py::dict& spec,
+        [](const torch::jit::Module& module, const std::vector<std::string>& backends, const std::vector<py::dict>& specs,
            const std::vector<std::string>& methods, std::size_t min_region_size, const std::vector<std::string>& keep_kinds,
            const std::vector<std::string>& keep_submodules, const std::vector<std::string>& lower_submodules,
            bool require_full, bool fallback, const py::dict& example_inputs, const std::string& on_other_shapes,
            std::size_t max_replans) {
-          const td::detail::backend_lowering& lowering =
-              guarded([&]() -> const td::detail::backend_lowering& { return td::detail::lowering_named(backend, "torch_delegate.lower"); });
-          const c10::impl::GenericDict converted = compile_spec(lowering, spec, methods, false);
+          // Pointers to the registry's records (guarded returns by value: not a reference to one).
+          const td::detail::backend_list lowerings = guarded([&] {
+            td::detail::backend_list found;
+            for (const std::string& backend : backends) found.push_back(&td::detail::lowering_named(backend, "torch_delegate.lower"));
+            return found;
+          });
+          std::vector<c10::impl::GenericDict> converted;
+          for (std::size_t k = 0; k < backends.size(); ++k)
+            converted.push_back(compile_spec(*lowerings[k], k < specs.size() ? specs[k] : py::dict(), methods, false));
           const td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback,
                                    example_inputs, on_other_shapes, max_replans);
-          return guarded([&] { return td::detail::lower_partially_with(lowering, module, options, converted); });
+          return guarded([&] { return td::detail::lower_partially_with_all(lowerings, module, options, converted); });
         });
 
   m.def("plan",
-        [](const torch::jit::Module& module, const std::string& backend, const std::vector<std::string>& methods,
+        [](const torch::jit::Module& module, const std::vector<std::string>& backends, const std::vector<std::string>& methods,
            std::size_t min_region_size, const std::vector<std::string>& keep_kinds, const std::vector<std::string>& keep_submodules,
            const std::vector<std::string>& lower_submodules, bool require_full, const py::dict& example_inputs) {
           const td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false,
                                    example_inputs);
           const td::delegation_report report = guarded([&] {
-            return td::detail::partition_report(td::detail::lowering_named(backend, "torch_delegate.plan"), module, options);
+            td::detail::backend_list lowerings;
+            for (const std::string& backend : backends)
+              lowerings.push_back(&td::detail::lowering_named(backend, "torch_delegate.plan"));
+            return td::detail::partition_report_all(lowerings, module, options);
           });
           return report_data(report);
         });

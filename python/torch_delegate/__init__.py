@@ -81,6 +81,9 @@ class Region:
     submodule: str = ""  #: the submodule all its nodes come from, e.g. "features.3.block"; "" for the top
     #: layout conversions placed at its boundary (a channels-last backend), e.g. "input 0 (...): to channels_last on entry"
     conversions: List[str] = dataclasses.field(default_factory=list)
+    backend: str = ""  #: the backend that runs it (with several, the first in the list that takes its nodes)
+    backend_ms: float = -1.0  #: measured: one call on its backend, in ms (-1: not measured)
+    torchscript_ms: float = -1.0  #: measured: one call as TorchScript, in ms (-1: not measured)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +231,7 @@ def backends() -> List[Backend]:
     return found
 
 
-def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[str, Any]] = None, *,
+def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], spec: Optional[Mapping[str, Any]] = None, *,
           methods: Optional[Union[str, Iterable[str]]] = None,
           partial: bool = False,
           min_region_size: int = 0,
@@ -243,6 +246,10 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
           max_replans: int = 4) -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
 
+    backend: a backend's name, or (partial=True) a priority list of names, ["xnnpack",
+        "pointwise_fusion"]: each node goes to the first backend that takes it; one delegate
+        child per backend; the report says which backend runs each region. Then spec maps each
+        backend's name to its compile options per method.
     spec: compile options per method, {"forward": {"num_threads": 2, "approximate": True}}:
         values of any mix of types; a method without options gets the backend's defaults.
     methods: the methods to lower (default: the spec's methods, else "forward").
@@ -271,9 +278,23 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
     """
     who = "torch_delegate.lower"
     cpp_module = _script_module(module, who)
-    if not isinstance(backend, str):
-        raise TypeError(f"{who}: backend must be a backend's name (str), got {type(backend).__name__}")
-    spec = _spec_dict(spec, who)
+    backends = _backend_names(backend, who)
+    if len(backends) > 1:
+        if not partial:
+            raise ValueError(f"{who}: several backends ({', '.join(backends)}) need partial=True: each node goes to the "
+                             f"first backend in the list that takes it")
+        # spec: {backend: {method: options}} with several backends.
+        specs = spec or {}
+        if not isinstance(specs, Mapping) or any(name not in backends for name in specs):
+            raise ValueError(f"{who}: with several backends, spec maps a backend's name to its compile options "
+                             f"({{'{backends[0]}': {{'forward': {{...}}}}}}), got {spec!r}")
+        specs = [_spec_dict(specs.get(name), who) for name in backends]
+        spec = {}
+        for entry in specs:
+            spec.update(entry)
+    else:
+        spec = _spec_dict(spec, who)
+        specs = [spec]
     if methods is None:
         method_names = list(spec) or ["forward"]
     else:
@@ -288,7 +309,7 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
             raise ValueError(f"{who}: on_other_shapes must be 'error', 'torchscript' or 'replan', got {on_other_shapes!r}")
         if not isinstance(max_replans, int) or isinstance(max_replans, bool) or max_replans < 1:
             raise ValueError(f"{who}: max_replans must be an int >= 1, got {max_replans!r}")
-        result = _C.lower_partially(cpp_module, backend, spec, method_names, min_region_size,
+        result = _C.lower_partially(cpp_module, backends, specs, method_names, min_region_size,
                                     _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                                     _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
                                     _example_inputs(example_inputs, method_names, who), on_other_shapes, max_replans)
@@ -304,12 +325,12 @@ def lower(module: torch.jit.ScriptModule, backend: str, spec: Optional[Mapping[s
             raise ValueError(f"{who}: {', '.join(knobs)} {'is a' if len(knobs) == 1 else 'are'} partial-lowering "
                              f"knob{'' if len(knobs) == 1 else 's'}; pass partial=True to delegate supported regions "
                              f"and leave the rest to TorchScript")
-        result = _C.lower_methods(cpp_module, backend, spec, method_names,
+        result = _C.lower_methods(cpp_module, backends[0], spec, method_names,
                                   _input_specs(input_specs, who) if input_specs else {})
     return torch.jit._recursive.wrap_cpp_module(result)
 
 
-def plan(module: torch.jit.ScriptModule, backend: str, *,
+def plan(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], *,
          methods: Union[str, Iterable[str]] = ("forward",),
          min_region_size: int = 0,
          keep_kinds: Iterable[str] = (),
@@ -323,7 +344,7 @@ def plan(module: torch.jit.ScriptModule, backend: str, *,
     cpp_module = _script_module(module, who)
     if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
         raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
-    return _report_of(_C.plan(cpp_module, backend, _names(methods, "methods", who), min_region_size,
+    return _report_of(_C.plan(cpp_module, _backend_names(backend, who), _names(methods, "methods", who), min_region_size,
                               _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                               _names(lower_submodules, "lower_submodules", who), bool(require_full),
                               _example_inputs(example_inputs, _names(methods, "methods", who), who)))
@@ -349,6 +370,15 @@ def load(path: str, map_location: Optional[Union[str, torch.device]] = None) -> 
 def backends_needed(path: str) -> List[str]:
     """The backends a saved module delegates to, read from its code without loading it."""
     return list(_C.backends_needed(str(path)))
+
+
+def _backend_names(backend, who: str) -> List[str]:
+    """A backend's name, or a priority list of names (a node goes to the first that takes it)."""
+    if isinstance(backend, str):
+        return [backend]
+    if isinstance(backend, (list, tuple)) and backend and all(isinstance(name, str) for name in backend):
+        return list(backend)
+    raise TypeError(f"{who}: backend must be a backend's name (str) or a non-empty list of names, got {backend!r}")
 
 
 def _report_of(data: dict) -> Report:

@@ -16,16 +16,16 @@ torch_delegate::delegation_report sample() {
           "__torch__.M",
           {{"forward",
             {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder",
-              {"input 0 (method argument x): to channels_last on entry"}},
-             {"forward_region_1", 1, {"aten::relu"}, "", 1, ""}},
+              {"input 0 (method argument x): to channels_last on entry"}, "fuzz", 0.5, 0.75},
+             {"forward_region_1", 1, {"aten::relu"}, "", 1, "", {}, "fuzz", -1, -1}},
             {{"aten::conv2d", kept_reason::unsupported_kind, "", "model.py:2", 0, "encoder.conv"},
              {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, ""},
              {"prim::GetAttr", kept_reason::attribute_read, "self.w", "", 0, ""}}},
            {"encode", {}, {{"aten::add_", kept_reason::mutation_or_aliasing, "writes to its input", "m.py:9", 0, ""}}}}};
 }
 
-/// `current` written in an older version: without conversions (3), labels instead of tokens (2),
-/// without submodules (1).
+/// `current` written in an older version: without the regions' backends and times (4), without
+/// conversions (3), labels instead of tokens (2), without submodules (1).
 c10::IValue older(const c10::IValue& current, std::int64_t version) {
   static const std::pair<std::string_view, std::string_view> labels[] = {
       {"unsupported_kind", "unsupported kind"}, {"outside_selection", "excluded by the user"},
@@ -36,6 +36,7 @@ c10::IValue older(const c10::IValue& current, std::int64_t version) {
     c10::impl::GenericList regions(region_data_type(version)), kept(kept_data_type(version));
     for (const c10::IValue& region : fields[1].toListRef()) {
       std::vector<c10::IValue> r = region.toTupleRef().elements().vec();
+      if (version < 5) r.resize(r.size() - 3);  // backend, backend_ms, torchscript_ms
       if (version < 4) r.pop_back();  // conversions
       if (version == 1) r.pop_back();  // submodule
       regions.push_back(c10::ivalue::Tuple::create(std::move(r)));
@@ -59,10 +60,13 @@ c10::IValue older(const c10::IValue& current, std::int64_t version) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const torch_delegate::delegation_report report = sample();
-  static const c10::IValue saved[] = {encode_report(report), older(encode_report(report), 3), older(encode_report(report), 2),
-                                      older(encode_report(report), 1)};
+  static const c10::IValue saved[] = {encode_report(report), older(encode_report(report), 4), older(encode_report(report), 3),
+                                      older(encode_report(report), 2), older(encode_report(report), 1)};
   static const bool checked = [] {  // the unmutated reports of every version read back as written
-    torch_delegate::delegation_report without_conversions = report;  // versions 1 to 3 have none
+    torch_delegate::delegation_report unmeasured = report;  // versions 1 to 4: not measured
+    for (auto& method : unmeasured.methods)
+      for (auto& region : method.regions) region.backend_ms = region.torchscript_ms = -1;
+    torch_delegate::delegation_report without_conversions = unmeasured;  // versions 1 to 3 have none
     for (auto& method : without_conversions.methods)
       for (auto& region : method.regions) region.conversions.clear();
     torch_delegate::delegation_report without_submodules = without_conversions;  // version 1 has none
@@ -70,15 +74,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (auto& region : method.regions) region.submodule.clear();
       for (auto& node : method.kept) node.submodule.clear();
     }
-    if (decode_report(saved[0]) != report || decode_report(saved[1]) != without_conversions ||
-        decode_report(saved[2]) != without_conversions || decode_report(saved[3]) != without_submodules)
+    if (decode_report(saved[0]) != report || decode_report(saved[1]) != unmeasured ||
+        decode_report(saved[2]) != without_conversions || decode_report(saved[3]) != without_conversions ||
+        decode_report(saved[4]) != without_submodules)
       __builtin_trap();
     return true;
   }();
   (void)checked;
   FuzzedDataProvider in(data, size);
-  const std::size_t which = in.ConsumeIntegralInRange<std::size_t>(0, 4);
-  const c10::IValue value = which < 4 ? fuzz_values::mutate(saved[which], in, 0) : fuzz_values::any_value(in, 0);
+  const std::size_t which = in.ConsumeIntegralInRange<std::size_t>(0, 5);
+  const c10::IValue value = which < 5 ? fuzz_values::mutate(saved[which], in, 0) : fuzz_values::any_value(in, 0);
   const std::optional<torch_delegate::delegation_report> read = decode_report(value);  // noexcept: a throw aborts
   if (read) {
     (void)read->to_string();

@@ -378,6 +378,92 @@ class Conversions(unittest.TestCase):
         self.assertRegex(regions[0].conversions[0], r"^input 0 \(method argument input(\.\d+)?\): to channels_last on entry$")
 
 
+class SeveralBackends(unittest.TestCase):
+    """["xnnpack", "pointwise_fusion"]: convolutions to xnnpack, the elementwise chains it cannot run
+    (tanh, gelu) to pointwise_fusion, one child each; saved and loaded in stock Python and the
+    lite interpreter; with fallback, a process without xnnpack still runs pointwise_fusion's regions."""
+
+    def setUp(self):
+        if not os.environ.get("TD_POINTWISE_LIBRARY"):
+            self.skipTest("TD_POINTWISE_LIBRARY not set")
+        torch.ops.load_library(os.environ["TD_POINTWISE_LIBRARY"])
+        torch.manual_seed(2)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3, padding=1)
+                self.bn = nn.BatchNorm2d(8)
+                self.head = nn.Conv2d(8, 4, 1)
+
+            def forward(self, x):
+                y = torch.relu(self.bn(self.conv(x)))
+                z = torch.tanh(y) * 0.5 + F.gelu(y)  # neither tanh nor gelu is in XNNPACK 2022
+                return self.head(z)
+
+        self.model = Block().eval()
+        self.x = torch.rand(1, 3, 12, 12)
+        with torch.no_grad():
+            self.want = self.model(self.x)
+
+    def lowered(self, **knobs):
+        return torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], partial=True,
+                                    example_inputs=(self.x,), **knobs)
+
+    def test_each_region_goes_to_the_first_backend_that_takes_it(self):
+        low = self.lowered()
+        report = torch_delegate.report(low)
+        self.assertEqual(report.backend, "xnnpack, pointwise_fusion")
+        by_backend = {}
+        for region in report.methods[0].regions:
+            by_backend.setdefault(region.backend, set()).update(region.kinds)
+        self.assertIn("aten::conv2d", by_backend["xnnpack"])
+        self.assertTrue({"aten::tanh", "aten::gelu"} <= by_backend["pointwise_fusion"], by_backend)
+        self.assertNotIn("aten::conv2d", by_backend["pointwise_fusion"])
+        with torch.no_grad():
+            self.assertLess(relative_error(low(self.x), self.want), 1e-4)
+        path = os.path.join(WORKDIR, "two_backends.pt")
+        low.save(path)
+        self.assertEqual(sorted(torch_delegate.backends_needed(path)), ["pointwise_fusion", "xnnpack"])
+        with torch.no_grad():
+            self.assertLess(relative_error(torch.jit.load(path)(self.x), self.want), 1e-4)
+        from torch.jit.mobile import _load_for_lite_interpreter
+        low._save_for_lite_interpreter(path + "l")
+        with torch.no_grad():
+            self.assertLess(relative_error(_load_for_lite_interpreter(path + "l")(self.x), self.want), 1e-4)
+        plan = torch_delegate.plan(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], example_inputs=(self.x,))
+        self.assertEqual(plan.methods, report.methods)  # the dry run says what lowering did
+
+    def test_fallback_with_one_backend_missing(self):
+        low = self.lowered(fallback=True)
+        path = os.path.join(WORKDIR, "two_backends_fallback.pt")
+        low.save(path)
+        torch.save(self.x, os.path.join(WORKDIR, "two_x.pt"))
+        torch.save(self.want, os.path.join(WORKDIR, "two_want.pt"))
+        script = ("import sys, torch; torch.ops.load_library(sys.argv[1]); torch.ops.load_library(sys.argv[2]); "
+                  "m = torch.jit.load(sys.argv[3]); x = torch.load(sys.argv[4]); "
+                  "print(m.__delegate.td_is_available(), m.__delegate_pointwise_fusion.td_is_available(), "
+                  "float(((m(x) - torch.load(sys.argv[5])).abs().max())))")
+        env = dict(os.environ, TD_XNNPACK_UNAVAILABLE="1")
+        out = subprocess.run([sys.executable, "-c", script, LIBRARY, os.environ["TD_POINTWISE_LIBRARY"], path,
+                              os.path.join(WORKDIR, "two_x.pt"), os.path.join(WORKDIR, "two_want.pt")],
+                             env=env, capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        xnnpack_available, pointwise_available, error = out.stdout.split()
+        self.assertEqual((xnnpack_available, pointwise_available), ("False", "True"))
+        self.assertLess(float(error), 1e-4)
+
+    def test_errors(self):
+        with self.assertRaises(ValueError) as raised:
+            torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"])
+        self.assertIn("several backends (xnnpack, pointwise_fusion) need partial=True", str(raised.exception))
+        with self.assertRaises(TypeError):
+            torch_delegate.lower(torch.jit.script(self.model), [], partial=True)
+        with self.assertRaises(torch_delegate.Error) as raised:
+            torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "xnnpack"], partial=True, example_inputs=(self.x,))
+        self.assertIn("the backend is listed twice in the priority list (xnnpack, xnnpack)", str(raised.exception))
+
+
 class KeptWithTheirReason(unittest.TestCase):
     def test_reflect_padding_cat_and_training_stay_in_torchscript(self):
         class Model(nn.Module):

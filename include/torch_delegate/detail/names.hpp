@@ -67,6 +67,11 @@ inline constexpr std::string_view check_saveable_method = "td_check_saveable";
 // -- partial lowering -------------------------------------------------------------------------------
 /// The attribute of a partially lowered module that holds the regions' lowered child.
 inline constexpr std::string_view delegate_attribute = "__delegate";
+/// The child of the backend at `position` in a priority list of backends: the first's is
+/// delegate_attribute (as with one backend), the others' "__delegate_<backend>".
+inline std::string delegate_attribute_of(std::size_t position, std::string_view backend) {
+  return position == 0 ? std::string(delegate_attribute) : std::string(delegate_attribute) + "_" + std::string(backend);
+}
 /// The class of that child before lowering: "__torch__.torch_delegate.Regions.<backend>".
 inline std::string regions_class(std::string_view backend) {
   return "__torch__.torch_delegate.Regions." + std::string(backend);

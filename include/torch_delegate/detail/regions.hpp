@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_delegate {
@@ -38,10 +39,13 @@ struct region {
 /// The regions of `graph` (a method's canonical graph) that `backend` takes under `options`, in
 /// program order; every node that stays in TorchScript is added to `report` with its reason.
 /// Regions whose inputs and outputs no execute signature of the backend takes, or that its
-/// accepts_region refuses, are dissolved into kept nodes.
+/// accepts_region refuses, are dissolved into kept nodes. `taken`: nodes an earlier backend of a
+/// priority list took (lowering to several backends); they end runs as a kept node does, and are
+/// not reported.
 TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                                      const std::shared_ptr<torch::jit::Graph>& graph,
-                                                     const std::string& method, method_delegation& report);
+                                                     const std::string& method, method_delegation& report,
+                                                     const std::unordered_set<const torch::jit::Node*>* taken = nullptr);
 
 }  // namespace torch_delegate::detail
 

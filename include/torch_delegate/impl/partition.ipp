@@ -188,20 +188,24 @@ inline std::optional<tensor_spec> recorded_spec(const torch::jit::Value* value) 
 /// a TorchScript convolution (ATen's convolutions are slower on channels-last input here) gets a
 /// conversion to contiguous before it. Other TorchScript nodes take channels-last tensors as they
 /// are. Needs the ranks that example inputs give.
-inline void place_conversions(const backend_lowering& backend, std::vector<region>& regions, method_delegation& entry) {
+/// With several backends, `regions` holds every backend's: those of the backend at `position`
+/// (backend_of) are placed; a node in any region is no TorchScript consumer.
+inline void place_conversions(const backend_lowering& backend, std::vector<region>& regions, method_delegation& entry,
+                              const std::vector<std::size_t>& backend_of, std::size_t position) {
   static const std::set<std::string> prefers_nchw{"aten::conv2d", "aten::_convolution", "aten::convolution",
                                                   "aten::conv_transpose2d"};
   std::unordered_set<const torch::jit::Value*> made_by_region;
   std::unordered_set<const torch::jit::Node*> in_region;
-  for (const region& formed : regions) {
-    made_by_region.insert(formed.outputs.begin(), formed.outputs.end());
-    in_region.insert(formed.nodes.begin(), formed.nodes.end());
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    if (backend_of[i] == position) made_by_region.insert(regions[i].outputs.begin(), regions[i].outputs.end());
+    in_region.insert(regions[i].nodes.begin(), regions[i].nodes.end());
   }
   auto four_d = [](const torch::jit::Value* value) {
     const auto tensor = value->type()->cast<c10::TensorType>();
     return tensor && tensor->dim() && *tensor->dim() == 4;
   };
   for (std::size_t i = 0; i < regions.size(); ++i) {
+    if (backend_of[i] != position) continue;
     std::vector<std::string>& conversions = entry.regions[i].conversions;
     for (std::size_t k = 0; k < regions[i].inputs.size(); ++k) {
       const torch::jit::Value* input = regions[i].inputs[k];
@@ -267,55 +271,105 @@ inline void drop_owned_reads(const std::vector<region>& regions, const std::shar
   entry.kept = std::move(kept);
 }
 
-/// One partitioned method: its canonical graph, its regions and its report.
+/// One partitioned method: its canonical graph, its regions (every backend's, in the order of
+/// its report's) and its report; backend_of[i]: the position, in the list of backends, of the
+/// backend region i goes to.
 struct partitioned_method {
   std::string method;
   std::shared_ptr<torch::jit::Graph> graph;
   std::vector<region> regions;
+  std::vector<std::size_t> backend_of;
   method_delegation entry;
 };
 
+/// "xnnpack, pointwise_fusion": a priority list's names, as reports give them.
+inline std::string names_of(const backend_list& backends) {
+  std::vector<std::string> names;
+  for (const backend_lowering* backend : backends) names.emplace_back(backend->name());
+  return comma_separated(names);
+}
+
+/// The checks a priority list of backends gets before anything else: at least one, each able to
+/// partition, no backend twice.
+inline void check_backend_list(const backend_list& backends) {
+  if (backends.empty()) fail({"torch-delegate", {}}, "partial lowering needs at least one backend, got an empty list");
+  std::set<std::string_view> seen;
+  for (const backend_lowering* backend : backends) {
+    require_partitions(*backend);
+    if (!seen.insert(backend->name()).second)
+      fail({backend->name(), {}}, "the backend is listed twice in the priority list (" + names_of(backends) + ")");
+  }
+}
+
 /// What the plan and the lowering both do first, per method of `options.methods`: check it
-/// exists, take its canonical graph, form its regions, apply require_full. (The callers check
-/// the submodule paths first, on the user's module: errors name its class, not a copy's.)
-inline std::vector<partitioned_method> partition_methods(const backend_lowering& backend, const torch::jit::Module& module,
+/// exists, take its canonical graph, form each backend's regions in priority order (a node goes
+/// to the first backend that takes it), place the layout conversions, apply require_full. (The
+/// callers check the submodule paths first, on the user's module: errors name its class, not a
+/// copy's.) A node every backend passes on is reported with the last backend's reason.
+inline std::vector<partitioned_method> partition_methods(const backend_list& backends, const torch::jit::Module& module,
                                                          const partition_options& options) {
+  const backend_lowering& first = *backends.front();
   if (options.on_other_shapes != other_shapes::error && options.example_inputs.empty())
-    fail({backend.name(), {}}, "on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given");
-  if (options.on_other_shapes == other_shapes::replan && !backend.runtime->replan)
-    fail({backend.name(), {}}, "on_other_shapes = replan: the backend does not re-plan regions (it has no "
-                               "'Handle replan(Handle&, const torch_delegate::given_inputs&)'); use other_shapes::torchscript "
-                               "(run the region's TorchScript for other shapes) or other_shapes::error");
+    fail({first.name(), {}}, "on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given");
+  for (const backend_lowering* backend : backends)
+    if (options.on_other_shapes == other_shapes::replan && !backend->runtime->replan)
+      fail({backend->name(), {}}, "on_other_shapes = replan: the backend does not re-plan regions (it has no "
+                                  "'Handle replan(Handle&, const torch_delegate::given_inputs&)'); use other_shapes::torchscript "
+                                  "(run the region's TorchScript for other shapes) or other_shapes::error");
   if (options.on_other_shapes == other_shapes::replan && options.max_replans == 0)
-    fail({backend.name(), {}}, "on_other_shapes = replan with max_replans = 0: no shape could be kept; give at least 1");
+    fail({first.name(), {}}, "on_other_shapes = replan with max_replans = 0: no shape could be kept; give at least 1");
   for (const auto& [method, inputs] : options.example_inputs)
     if (std::find(options.methods.begin(), options.methods.end(), method) == options.methods.end())
-      fail({backend.name(), method}, "example_inputs are given for a method that is not partitioned (partition_options::methods: " +
-                                         comma_separated(options.methods) + ")");
+      fail({first.name(), method}, "example_inputs are given for a method that is not partitioned (partition_options::methods: " +
+                                       comma_separated(options.methods) + ")");
+  const bool owns_parameters = std::any_of(backends.begin(), backends.end(),
+                                           [](const backend_lowering* backend) { return backend->partition.owns_parameters; });
   std::vector<partitioned_method> partitioned;
   for (const std::string& method : options.methods) {
-    schema_of(module, method, {backend.name(), method});
+    schema_of(module, method, {first.name(), method});
     const auto examples = options.example_inputs.find(method);
     std::shared_ptr<torch::jit::Graph> graph = canonical_graph(
-        module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, backend.name(),
-        backend.partition.owns_parameters);
-    method_delegation entry{method, {}, {}};
-    std::vector<region> regions = form_regions(backend, options, graph, method, entry);
-    if (backend.partition.channels_last) place_conversions(backend, regions, entry);
-    if (backend.partition.owns_parameters) drop_owned_reads(regions, graph, entry);
-    check_full(options, backend, entry);
-    partitioned.push_back({method, std::move(graph), std::move(regions), std::move(entry)});
+        module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, first.name(), owns_parameters);
+    partitioned_method p{method, graph, {}, {}, method_delegation{method, {}, {}}};
+    std::unordered_set<const torch::jit::Node*> taken;
+    for (std::size_t k = 0; k < backends.size(); ++k) {
+      method_delegation pass{method, {}, {}};
+      std::vector<region> regions = form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr);
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        pass.regions[i].name = names::region_method(method, p.entry.regions.size());  // numbered across backends
+        taken.insert(regions[i].nodes.begin(), regions[i].nodes.end());
+        p.entry.regions.push_back(std::move(pass.regions[i]));
+        p.regions.push_back(std::move(regions[i]));
+        p.backend_of.push_back(k);
+      }
+      if (k + 1 == backends.size()) p.entry.kept = std::move(pass.kept);
+    }
+    for (std::size_t k = 0; k < backends.size(); ++k)
+      if (backends[k]->partition.channels_last) place_conversions(*backends[k], p.regions, p.entry, p.backend_of, k);
+    if (owns_parameters) {
+      std::vector<region> owning;
+      for (std::size_t i = 0; i < p.regions.size(); ++i)
+        if (backends[p.backend_of[i]]->partition.owns_parameters) owning.push_back(p.regions[i]);
+      drop_owned_reads(owning, graph, p.entry);
+    }
+    check_full(options, first, p.entry);
+    partitioned.push_back(std::move(p));
   }
   return partitioned;
 }
 
+TORCH_DELEGATE_DECL delegation_report partition_report_all(const backend_list& backends, const torch::jit::Module& module,
+                                                           const partition_options& options) {
+  check_backend_list(backends);
+  check_submodule_paths(*backends.front(), module, options);
+  delegation_report report{names_of(backends), module.type()->name()->qualifiedName(), {}};
+  for (partitioned_method& p : partition_methods(backends, module, options)) report.methods.push_back(std::move(p.entry));
+  return report;
+}
+
 TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& backend, const torch::jit::Module& module,
                                                        const partition_options& options) {
-  require_partitions(backend);
-  check_submodule_paths(backend, module, options);
-  delegation_report report{std::string(backend.name()), module.type()->name()->qualifiedName(), {}};
-  for (partitioned_method& p : partition_methods(backend, module, options)) report.methods.push_back(std::move(p.entry));
-  return report;
+  return partition_report_all({&backend}, module, options);
 }
 
 /// The child holding every partitioned method's regions, lowered once to the backend (lower<B>'s
@@ -334,56 +388,65 @@ inline torch::jit::Module lower_regions(const backend_lowering& lowering, const 
                        max_replans);
 }
 
-/// Partially lowers `module` (not modified): a copy sharing its parameters, whose partitioned
-/// methods call their regions in a child module lowered by lower_regions. The report is stored
-/// with the module (delegation_report_of reads it, after save/load too).
-inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, const torch::jit::Module& module,
-                                            const partition_options& options, const c10::impl::GenericDict& spec_by_method) {
-  check_submodule_paths(lowering, module, options);
+/// Partially lowers `module` (not modified) to a priority list of backends: a copy sharing its
+/// parameters, whose partitioned methods call their regions in one child per backend (the
+/// first's `__delegate`, the others' `__delegate_<backend>`), each lowered by lower_regions with
+/// that backend's `specs` entry. The report is stored with the module (delegation_report_of
+/// reads it, after save/load too).
+inline torch::jit::Module lower_partitioned(const backend_list& backends, const torch::jit::Module& module,
+                                            const partition_options& options,
+                                            const std::vector<c10::impl::GenericDict>& specs) {
+  check_submodule_paths(*backends.front(), module, options);
   // A copy with new class types that shares every parameter, buffer and attribute value.
   torch::jit::Module result = module.clone(/*inplace=*/true);
-  delegation_report report{std::string(lowering.name()), module.type()->name()->qualifiedName(), {}};
-  // First every method's regions, then one child module holding the regions of all methods,
-  // lowered once (one backend object, one payload: named data shared by every region), then
-  // each method rewritten to call its regions on it.
-  std::vector<partitioned_method> partitioned = partition_methods(lowering, result, options);
-  const std::string attribute(names::delegate_attribute);
-  torch::jit::Module child(names::regions_class(lowering.name()));
-  std::map<std::string, std::string> method_of_region;
-  input_specs recorded;  // per region, from example inputs
-  for (partitioned_method& p : partitioned)
-    for (std::size_t i = 0; i < p.regions.size(); ++i) {
-      std::unordered_map<const torch::jit::Value*, c10::IValue> owned;
-      if (lowering.partition.owns_parameters) owned = take_owned_inputs(result, p.regions[i]);
-      const std::string& name = p.entry.regions[i].name;
-      auto function = child._ivalue()->compilation_unit()->create_function(
-          c10::QualifiedName(*child.type()->name(), name), region_graph(p.regions[i], child.type(), owned));
-      // The method's schema says Tensor, not the shapes recorded from example inputs (those are
-      // the region's input specs, checked with their own error).
-      const c10::FunctionSchema& inferred = function->getSchema();
-      std::vector<c10::Argument> arguments, returns;
-      for (const c10::Argument& a : inferred.arguments()) arguments.push_back(a.cloneWithType(c10::unshapedType(a.type())));
-      for (const c10::Argument& r : inferred.returns()) returns.push_back(r.cloneWithType(c10::unshapedType(r.type())));
-      function->setSchema(inferred.cloneWithArguments(std::move(arguments)).cloneWithReturns(std::move(returns)));
-      child.type()->addMethod(function);
-      method_of_region.emplace(name, p.method);
-      // Input specs only from example inputs (a traced graph has complete types too: those of
-      // the trace, which its calls need not keep).
-      if (!options.example_inputs.count(p.method)) continue;
-      std::vector<std::optional<tensor_spec>> specs;
-      bool any = false;
-      for (const torch::jit::Value* input : p.regions[i].inputs) {
-        specs.push_back(recorded_spec(input));
-        any = any || specs.back().has_value();
+  delegation_report report{names_of(backends), module.type()->name()->qualifiedName(), {}};
+  // First every method's regions, then per backend one child module holding its regions of all
+  // methods, lowered once (one backend object, one payload: named data shared by its regions),
+  // then each method rewritten to call its regions on them.
+  std::vector<partitioned_method> partitioned = partition_methods(backends, result, options);
+  std::vector<std::string> attributes;
+  for (std::size_t k = 0; k < backends.size(); ++k) attributes.push_back(names::delegate_attribute_of(k, backends[k]->name()));
+  const std::int64_t max_replans =
+      options.on_other_shapes == other_shapes::replan ? static_cast<std::int64_t>(options.max_replans) : 0;
+  input_specs recorded_all;  // every backend's regions' specs, for on_other_shapes = torchscript
+  for (std::size_t k = 0; k < backends.size(); ++k) {
+    const backend_lowering& lowering = *backends[k];
+    torch::jit::Module child(names::regions_class(lowering.name()));
+    std::map<std::string, std::string> method_of_region;
+    input_specs recorded;  // per region, from example inputs
+    for (partitioned_method& p : partitioned)
+      for (std::size_t i = 0; i < p.regions.size(); ++i) {
+        if (p.backend_of[i] != k) continue;
+        std::unordered_map<const torch::jit::Value*, c10::IValue> owned;
+        if (lowering.partition.owns_parameters) owned = take_owned_inputs(result, p.regions[i]);
+        const std::string& name = p.entry.regions[i].name;
+        auto function = child._ivalue()->compilation_unit()->create_function(
+            c10::QualifiedName(*child.type()->name(), name), region_graph(p.regions[i], child.type(), owned));
+        // The method's schema says Tensor, not the shapes recorded from example inputs (those are
+        // the region's input specs, checked with their own error).
+        const c10::FunctionSchema& inferred = function->getSchema();
+        std::vector<c10::Argument> arguments, returns;
+        for (const c10::Argument& a : inferred.arguments()) arguments.push_back(a.cloneWithType(c10::unshapedType(a.type())));
+        for (const c10::Argument& r : inferred.returns()) returns.push_back(r.cloneWithType(c10::unshapedType(r.type())));
+        function->setSchema(inferred.cloneWithArguments(std::move(arguments)).cloneWithReturns(std::move(returns)));
+        child.type()->addMethod(function);
+        method_of_region.emplace(name, p.method);
+        // Input specs only from example inputs (a traced graph has complete types too: those of
+        // the trace, which its calls need not keep).
+        if (!options.example_inputs.count(p.method)) continue;
+        std::vector<std::optional<tensor_spec>> specs_of_region;
+        bool any = false;
+        for (const torch::jit::Value* input : p.regions[i].inputs) {
+          specs_of_region.push_back(recorded_spec(input));
+          any = any || specs_of_region.back().has_value();
+        }
+        if (any) recorded.emplace(name, std::move(specs_of_region));
       }
-      if (any) recorded.emplace(name, std::move(specs));
-    }
-  if (!method_of_region.empty())
-    result.register_module(attribute, lower_regions(lowering, child, method_of_region, spec_by_method,
-                                                    options.fallback_when_unavailable, recorded,
-                                                    options.on_other_shapes == other_shapes::replan
-                                                        ? static_cast<std::int64_t>(options.max_replans)
-                                                        : 0));
+    if (!method_of_region.empty())
+      result.register_module(attributes[k], lower_regions(lowering, child, method_of_region, specs[k],
+                                                          options.fallback_when_unavailable, recorded, max_replans));
+    recorded_all.insert(recorded.begin(), recorded.end());
+  }
 
   for (partitioned_method& p : partitioned) {
     const std::string& method = p.method;
@@ -391,16 +454,18 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
     const std::vector<region>& regions = p.regions;
     method_delegation& entry = p.entry;
     if (!regions.empty()) {
-      // With fallback, the method asks once, on entry, whether the regions can run in the backend.
-      torch::jit::Value* available = nullptr;
-      if (options.fallback_when_unavailable) {
-        torch::jit::WithInsertPoint at_entry(graph->block()->nodes().front());
-        torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attribute);
-        torch::jit::Node* ask = graph->insertNode(graph->create(c10::prim::CallMethod, {delegate}, 1));
-        ask->s_(c10::attr::name, std::string(names::is_available_method));
-        ask->output()->setType(c10::BoolType::get());
-        available = ask->output();
-      }
+      // With fallback, the method asks once, on entry, whether each backend its regions go to
+      // can run them.
+      std::vector<torch::jit::Value*> available(backends.size(), nullptr);
+      if (options.fallback_when_unavailable)
+        for (std::size_t k : std::set<std::size_t>(p.backend_of.begin(), p.backend_of.end())) {
+          torch::jit::WithInsertPoint at_entry(graph->block()->nodes().front());
+          torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attributes[k]);
+          torch::jit::Node* ask = graph->insertNode(graph->create(c10::prim::CallMethod, {delegate}, 1));
+          ask->s_(c10::attr::name, std::string(names::is_available_method));
+          ask->output()->setType(c10::BoolType::get());
+          available[k] = ask->output();
+        }
 
       // Each region's nodes replaced by a call of its method on the child. A region's input may be
       // an output of an earlier region, replaced (and destroyed) by then: `replaced` maps it.
@@ -422,10 +487,11 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
         // With fallback: if available: <call the region> else: <the region's own nodes>. With
         // on_other_shapes = torchscript, the condition also asks whether the inputs have the
         // recorded dtypes and sizes.
-        torch::jit::Value* condition = available;
+        const std::size_t k = p.backend_of[i];
+        torch::jit::Value* condition = available[k];
         if (options.on_other_shapes == other_shapes::torchscript) {
-          const auto specs = recorded.find(entry.regions[i].name);
-          if (specs != recorded.end()) {
+          const auto specs = recorded_all.find(entry.regions[i].name);
+          if (specs != recorded_all.end()) {
             torch::jit::WithInsertPoint before(formed.nodes.front());
             std::vector<torch::jit::Value*> inputs;
             for (torch::jit::Value* input : formed.inputs) {
@@ -444,7 +510,7 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
           choice->addBlock();
         }
         torch::jit::WithInsertPoint insert(choice ? choice->blocks()[0]->return_node() : formed.nodes.front());
-        torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attribute);
+        torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attributes[k]);
         std::vector<torch::jit::Value*> arguments{delegate};
         for (torch::jit::Value* input : formed.inputs) {
           auto found = replaced.find(input);
@@ -513,10 +579,9 @@ inline torch::jit::Module lower_partitioned(const backend_lowering& lowering, co
   return result;
 }
 
-TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
-                                                            const partition_options& options,
-                                                            const c10::impl::GenericDict& spec_by_method) {
-  require_partitions(lowering);
+/// The compile spec's keys of one backend's entry: method names, each a partitioned method.
+inline void check_spec_methods(const backend_lowering& lowering, const c10::impl::GenericDict& spec_by_method,
+                               const partition_options& options) {
   std::vector<std::string> option_methods;
   for (const auto& entry : spec_by_method) {
     if (!entry.key().isString())
@@ -524,7 +589,23 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_loweri
     option_methods.push_back(entry.key().toStringRef());
   }
   check_option_methods(lowering.name(), option_methods, options);
-  return lower_partitioned(lowering, module, options, spec_by_method);
+}
+
+TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_list& backends, const torch::jit::Module& module,
+                                                                const partition_options& options,
+                                                                const std::vector<c10::impl::GenericDict>& specs) {
+  check_backend_list(backends);
+  if (specs.size() != backends.size())
+    fail({backends.front()->name(), {}}, "one compile spec per backend: " + std::to_string(backends.size()) + " backends, " +
+                                             std::to_string(specs.size()) + " specs");
+  for (std::size_t k = 0; k < backends.size(); ++k) check_spec_methods(*backends[k], specs[k], options);
+  return lower_partitioned(backends, module, options, specs);
+}
+
+TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
+                                                            const partition_options& options,
+                                                            const c10::impl::GenericDict& spec_by_method) {
+  return lower_partially_with_all({&lowering}, module, options, {spec_by_method});
 }
 
 }  // namespace detail

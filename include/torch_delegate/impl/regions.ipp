@@ -62,16 +62,18 @@ struct partitioner {
   bool generic;
   std::size_t min_size;
   method_delegation& report;
+  const std::unordered_set<const torch::jit::Node*>* taken;
   std::vector<region> regions;
 
   partitioner(const backend_lowering& b, const partition_options& o, std::shared_ptr<torch::jit::Graph> graph,
-              method_delegation& r)
+              method_delegation& r, const std::unordered_set<const torch::jit::Node*>* t)
       : backend(b),
         options(o),
         alias(std::move(graph)),
         generic(has_generic_execute(b.signatures())),
         min_size(o.min_region_size ? o.min_region_size : std::max<std::size_t>(b.partition.min_region_size, 1)),
-        report(r) {}
+        report(r),
+        taken(t) {}
 
   void keep(const torch::jit::Node* node, kept_reason reason, std::string detail, int depth) {
     model_location where = locate_in_model(node);
@@ -197,6 +199,15 @@ struct partitioner {
         if (!run.empty()) reads.push_back(node);
         continue;
       }
+      if (taken && taken->count(node)) {
+        // In an earlier backend's region: called there, as a node kept here would be.
+        if (!run.empty() && can_pass(node)) {
+          for (const torch::jit::Value* output : node->outputs()) passed.insert(output);
+          continue;
+        }
+        restart();
+        continue;
+      }
       if (auto refused = refusal(node)) {
         keep(node, refused->first, std::move(refused->second), depth);
         if (!run.empty() && can_pass(node)) {
@@ -250,8 +261,8 @@ inline model_location region_location(const std::vector<torch::jit::Node*>& node
 
 TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                         const std::shared_ptr<torch::jit::Graph>& graph, const std::string& method,
-                                        method_delegation& report) {
-  partitioner p(backend, options, graph, report);
+                                        method_delegation& report, const std::unordered_set<const torch::jit::Node*>* taken) {
+  partitioner p(backend, options, graph, report, taken);
   p.partition(graph->block(), 0);
   std::vector<region> accepted;
   for (region& formed : p.regions) {
@@ -278,8 +289,12 @@ TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& bac
       continue;
     }
     model_location where = region_location(formed.nodes);
-    region_report entry{names::region_method(method, report.regions.size()), 0, {}, std::move(where.line), formed.depth,
-                        std::move(where.submodule), {}};
+    region_report entry;
+    entry.name = names::region_method(method, report.regions.size());
+    entry.location = std::move(where.line);
+    entry.depth = formed.depth;
+    entry.submodule = std::move(where.submodule);
+    entry.backend = std::string(backend.name());
     for (const torch::jit::Node* node : formed.nodes) {
       ++entry.node_count;
       const std::string kind = node->kind().toQualString();

@@ -21,21 +21,30 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
     case kept_reason::refused_by_backend: return "refused by the backend";
     case kept_reason::attribute_read: return "attribute read";
     case kept_reason::result_tuple: return "result tuple";
+    case kept_reason::slower_on_backend: return "slower on the backend";
   }
   return "?";
 }
 
 TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
   std::ostringstream out;
-  out << "delegation of " << module << " to backend '" << backend << "'\n";
+  const bool several = backend.find(", ") != std::string::npos;
+  out << "delegation of " << module << (several ? " to backends " : " to backend '") << backend << (several ? "\n" : "'\n");
   for (const method_delegation& method : methods) {
     out << "  " << method.method << ": " << method.regions.size() << (method.regions.size() == 1 ? " region, " : " regions, ")
         << method.delegated_nodes() << " nodes delegated, " << method.kept.size() << " kept in TorchScript\n";
     for (const region_report& region : method.regions) {
       out << "    region " << region.name << ": " << region.node_count << " nodes (";
       out << detail::comma_separated(region.kinds);
-      out << ")" << (region.submodule.empty() ? "" : " in " + region.submodule)
-          << (region.location.empty() ? "" : " at " + region.location) << "\n";
+      out << ")" << (several ? " on " + region.backend : "") << (region.submodule.empty() ? "" : " in " + region.submodule)
+          << (region.location.empty() ? "" : " at " + region.location);
+      if (region.backend_ms >= 0 && region.torchscript_ms >= 0) {
+        std::ostringstream timing;
+        timing.precision(3);
+        timing << ": " << region.backend_ms << " ms on " << region.backend << ", " << region.torchscript_ms << " ms in TorchScript";
+        out << timing.str();
+      }
+      out << "\n";
       for (const std::string& conversion : region.conversions) out << "      conversion: " << conversion << "\n";
     }
     for (const kept_node& node : method.kept) {

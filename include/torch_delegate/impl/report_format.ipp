@@ -1,4 +1,4 @@
-// Definitions for report_format.hpp: the saved delegation report, versions 1 to 4.
+// Definitions for report_format.hpp: the saved delegation report, versions 1 to 5.
 #pragma once
 
 #include <torch_delegate/report_format.hpp>
@@ -9,7 +9,7 @@
 namespace torch_delegate::detail {
 
 /// Each reason with its stable token. Never change a token: saved reports (version 3) hold them.
-inline constexpr std::array<std::pair<kept_reason, std::string_view>, 10> reason_tokens{{
+inline constexpr std::array<std::pair<kept_reason, std::string_view>, 11> reason_tokens{{
     {kept_reason::unsupported_kind, "unsupported_kind"},
     {kept_reason::excluded_by_user, "excluded_by_user"},
     {kept_reason::outside_selection, "outside_selection"},
@@ -20,6 +20,7 @@ inline constexpr std::array<std::pair<kept_reason, std::string_view>, 10> reason
     {kept_reason::refused_by_backend, "refused_by_backend"},
     {kept_reason::attribute_read, "attribute_read"},
     {kept_reason::result_tuple, "result_tuple"},
+    {kept_reason::slower_on_backend, "slower_on_backend"},
 }};
 
 /// The labels versions 1 and 2 saved, frozen here (the labels of to_string may change).
@@ -55,6 +56,11 @@ TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version) {
                                    c10::StringType::get(), c10::IntType::get()};
   if (version >= 2) fields.push_back(c10::StringType::get());  // submodule
   if (version >= 4) fields.push_back(c10::ListType::ofStrings());  // conversions
+  if (version >= 5) {
+    fields.push_back(c10::StringType::get());  // backend
+    fields.push_back(c10::FloatType::get());   // backend_ms
+    fields.push_back(c10::FloatType::get());   // torchscript_ms
+  }
   return c10::TupleType::create(std::move(fields));
 }
 
@@ -84,7 +90,8 @@ TORCH_DELEGATE_DECL c10::IValue encode_report(const delegation_report& report) {
       regions.push_back(c10::ivalue::Tuple::create({region.name, static_cast<std::int64_t>(region.node_count),
                                                     c10::List<std::string>(region.kinds), region.location,
                                                     static_cast<std::int64_t>(region.depth), region.submodule,
-                                                    c10::List<std::string>(region.conversions)}));
+                                                    c10::List<std::string>(region.conversions), region.backend,
+                                                    region.backend_ms, region.torchscript_ms}));
     c10::impl::GenericList kept(kept_data_type(version));
     for (const kept_node& node : method.kept)
       kept.push_back(c10::ivalue::Tuple::create({node.kind, std::string(token_of(node.reason)), node.detail, node.location,
@@ -123,8 +130,18 @@ inline std::optional<delegation_report> decode_report_checked(const c10::IValue&
       const auto region = region_value.toTupleRef().elements().vec();
       const std::optional<std::size_t> nodes = count(region[1].toInt());
       if (!nodes) return std::nullopt;
-      region_report read{region[0].toStringRef(), *nodes, {}, region[3].toStringRef(), static_cast<int>(region[4].toInt()),
-                         version >= 2 ? region[5].toStringRef() : std::string(), {}};
+      region_report read;
+      read.name = region[0].toStringRef();
+      read.node_count = *nodes;
+      read.location = region[3].toStringRef();
+      read.depth = static_cast<int>(region[4].toInt());
+      if (version >= 2) read.submodule = region[5].toStringRef();
+      read.backend = report.backend;  // before version 5: the report's one backend
+      if (version >= 5) {
+        read.backend = region[7].toStringRef();
+        read.backend_ms = region[8].toDouble();
+        read.torchscript_ms = region[9].toDouble();
+      }
       for (const c10::IValue& kind : region[2].toListRef()) {
         if (!kind.isString()) return std::nullopt;
         read.kinds.push_back(kind.toStringRef());
