@@ -10,6 +10,8 @@
 #include <torch_delegate/detail/regions.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -1423,5 +1425,83 @@ def forward(self, x, h):
     CHECK_THROWS_WITH((torch_delegate::lower_partially<ReferenceBackend, ReferenceBackend>(module)),
                       doctest::Contains("the backend is listed twice in the priority list (td_partition_reference, "
                                         "td_partition_reference)"));
+  }
+}
+
+namespace {
+/// ReferenceBackend that takes 3 ms more per call: measured, it always loses to TorchScript.
+struct SlowReference : ReferenceBackend {
+  static constexpr std::string_view name = "td_partition_slow_reference";
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    return ReferenceBackend::execute(handle, inputs);
+  }
+};
+}  // namespace
+
+TEST_CASE("measured partitioning: a region slower on its backend stays in TorchScript; a plan replays decisions") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x * h + x
+    b = torch.relu(a)
+    return b - h
+)");
+  const at::Tensor x = torch::randn({8}), h = torch::randn({8});
+  const at::Tensor want = torch::jit::Module(module).forward({x, h}).toTensor();
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x, h};
+  options.measure = true;
+
+  SUBCASE("slower: kept, with both times; the report says why") {
+    const auto plan = torch_delegate::delegation_plan<SlowReference>(module, options);
+    CHECK(plan.methods[0].regions.empty());
+    std::size_t slower = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::slower_on_backend) {
+        ++slower;
+        CHECK(node.detail.find(" ms on td_partition_slow_reference, ") != std::string::npos);
+        CHECK(node.detail.find(" ms in TorchScript") != std::string::npos);
+      }
+    CHECK(slower == 3);  // mul, add; sub (relu is not supported)
+    CHECK(torch_delegate::lower_partially<SlowReference>(module, options).forward({x, h}).toTensor().allclose(want));
+  }
+  SUBCASE("with a priority list, the next backend gets what the first lost") {
+    const auto plan = torch_delegate::delegation_plan<SlowReference, ReferenceBackend>(module, options);
+    for (const auto& region : plan.methods[0].regions) {
+      CHECK(region.backend == "td_partition_reference");
+      CHECK(region.backend_ms >= 0);
+      CHECK(region.backend_ms <= region.torchscript_ms);  // delegated only where faster
+    }
+  }
+  SUBCASE("every measured region has both times, and is delegated only where its backend is faster") {
+    const auto plan = torch_delegate::delegation_plan<ReferenceBackend>(module, options);
+    for (const auto& region : plan.methods[0].regions) {
+      CHECK(region.backend_ms >= 0);
+      CHECK(region.backend_ms <= region.torchscript_ms);
+    }
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::slower_on_backend) CHECK(!node.detail.empty());
+  }
+  SUBCASE("replay: the regions of an earlier report, nothing timed, whatever the backend's speed") {
+    options.measure = false;
+    const auto rule = torch_delegate::delegation_plan<SlowReference>(module, options);  // by the rules: delegated
+    REQUIRE(rule.methods[0].regions.size() == 2);
+    torch_delegate::delegation_report earlier = rule;
+    earlier.methods[0].regions.erase(earlier.methods[0].regions.begin());  // the first region was "slower"
+    earlier.methods[0].regions[0].backend_ms = 0.5;
+    earlier.methods[0].regions[0].torchscript_ms = 0.75;
+    options.replay = earlier;
+    const auto replayed = torch_delegate::delegation_plan<SlowReference>(module, options);
+    REQUIRE(replayed.methods[0].regions.size() == 1);
+    CHECK(replayed.methods[0].regions[0].kinds == rule.methods[0].regions[1].kinds);
+    CHECK(replayed.methods[0].regions[0].backend_ms == 0.5);
+    bool dropped = false;
+    for (const auto& node : replayed.methods[0].kept)
+      dropped |= node.reason == torch_delegate::kept_reason::slower_on_backend && node.detail == "not delegated in the replayed plan";
+    CHECK(dropped);
+    auto lowered = torch_delegate::lower_partially<SlowReference>(module, options);
+    CHECK(lowered.forward({x, h}).toTensor().allclose(want));
+    const bool same_regions = torch_delegate::delegation_report_data_of(lowered)->methods[0].regions == replayed.methods[0].regions;
+    CHECK(same_regions);
   }
 }

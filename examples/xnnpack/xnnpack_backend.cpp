@@ -112,7 +112,10 @@ bool XnnpackBackend::supports(const torch::jit::Node* node) {
            known_at_lowering(node->input(4));
   if (is(node, "aten::linear")) {
     auto sizes = known_sizes(node->input(0));
-    return known_at_lowering(node->input(1)) && known_at_lowering(node->input(2)) && (!sizes || sizes->size() == 2);
+    // [N, C] or [N, T, C] (a transformer's tokens: XNNPACK's fully-connected takes every leading
+    // dimension as batch); not 4-d, which is NHWC inside.
+    return known_at_lowering(node->input(1)) && known_at_lowering(node->input(2)) &&
+           (!sizes || sizes->size() == 2 || sizes->size() == 3);
   }
   if (is(node, "aten::add") || is(node, "aten::mul")) {
     // Two float tensors of one rank (numpy broadcasting, NHWC inside), add's alpha 1.

@@ -65,6 +65,17 @@ struct partition_options {
   /// With other_shapes::replan: how many other shapes each region keeps compiled (the least
   /// recently used is dropped beyond it, and compiled again if it comes back).
   std::size_t max_replans = 4;
+  /// With example inputs: time each candidate region on its backend and as TorchScript, in this
+  /// process, on the values the example inputs give it (interleaved blocks of calls, medians),
+  /// and delegate it only where the backend is faster; the report gives both times. A region a
+  /// backend loses is offered to the next backend of a priority list. Off by default: lowering
+  /// then compiles each region twice, and its decisions depend on the machine (`replay` repeats
+  /// them).
+  bool measure = false;
+  /// The decisions of an earlier report (a measured plan, or a lowered module's report): a
+  /// candidate region is delegated if and only if the report's method has a region of the same
+  /// backend, kinds, node count, location and depth (its times are copied). Nothing is timed.
+  std::optional<delegation_report> replay;
   /// Availability fallback: where the backend is not available (at load or at call time), each
   /// region runs its original TorchScript instead of raising "Backend is not available.".
   /// Off by default (strict: LibTorch's behaviour and texts).
@@ -118,16 +129,21 @@ const backend_lowering& partition_backend_checked() {
 /// Dry run: what lower_partially<B> would delegate, and why the rest would stay in TorchScript.
 template <class B>
 delegation_report delegation_plan(const torch::jit::Module& module, const partition_options& options = {}) {
-  return detail::partition_report(detail::partition_backend_checked<B>(), module, options);
+  const detail::backend_lowering& lowering = detail::partition_backend_checked<B>();
+  register_backend<B>();  // a measured plan compiles and runs regions
+  return detail::partition_report(lowering, module, options);
 }
 
 /// Dry run for a priority list of backends: what lower_partially<B1, B2, ...> would delegate, and
 /// to which backend.
 template <class B1, class B2, class... More>
 delegation_report delegation_plan(const torch::jit::Module& module, const partition_options& options = {}) {
-  return detail::partition_report_all({&detail::partition_backend_checked<B1>(), &detail::partition_backend_checked<B2>(),
-                                       &detail::partition_backend_checked<More>()...},
-                                      module, options);
+  const detail::backend_list backends{&detail::partition_backend_checked<B1>(), &detail::partition_backend_checked<B2>(),
+                                      &detail::partition_backend_checked<More>()...};
+  register_backend<B1>();
+  register_backend<B2>();
+  (register_backend<More>(), ...);
+  return detail::partition_report_all(backends, module, options);
 }
 
 /// Delegates the regions of `options.methods` that B supports; the rest stays TorchScript. The

@@ -134,6 +134,31 @@ td::input_specs input_specs_of(const py::dict& given) {
   return specs;
 }
 
+/// Measured partitioning: `measure`, and `replay`, a torch_delegate.Report (or None) whose
+/// regions' decisions are repeated (only its regions are read, by field name).
+void set_measuring(td::partition_options& options, bool measure, const py::object& replay) {
+  options.measure = measure;
+  if (replay.is_none()) return;
+  td::delegation_report report{replay.attr("backend").cast<std::string>(), replay.attr("module").cast<std::string>(), {}};
+  for (py::handle method : replay.attr("methods")) {
+    td::method_delegation entry{method.attr("method").cast<std::string>(), {}, {}};
+    for (py::handle region : method.attr("regions")) {
+      td::region_report read;
+      read.name = region.attr("name").cast<std::string>();
+      read.node_count = region.attr("node_count").cast<std::size_t>();
+      read.kinds = region.attr("kinds").cast<std::vector<std::string>>();
+      read.location = region.attr("location").cast<std::string>();
+      read.depth = region.attr("depth").cast<int>();
+      read.backend = region.attr("backend").cast<std::string>();
+      read.backend_ms = region.attr("backend_ms").cast<double>();
+      read.torchscript_ms = region.attr("torchscript_ms").cast<double>();
+      entry.regions.push_back(std::move(read));
+    }
+    report.methods.push_back(std::move(entry));
+  }
+  options.replay = std::move(report);
+}
+
 td::partition_options partition_options_of(const std::vector<std::string>& methods, std::size_t min_region_size,
                                             const std::vector<std::string>& keep_kinds,
                                             const std::vector<std::string>& keep_submodules,
@@ -241,7 +266,7 @@ PYBIND11_MODULE(_C, m) {
            const std::vector<std::string>& methods, std::size_t min_region_size, const std::vector<std::string>& keep_kinds,
            const std::vector<std::string>& keep_submodules, const std::vector<std::string>& lower_submodules,
            bool require_full, bool fallback, const py::dict& example_inputs, const std::string& on_other_shapes,
-           std::size_t max_replans) {
+           std::size_t max_replans, bool measure, const py::object& replay) {
           // Pointers to the registry's records (guarded returns by value: not a reference to one).
           const td::detail::backend_list lowerings = guarded([&] {
             td::detail::backend_list found;
@@ -251,19 +276,22 @@ PYBIND11_MODULE(_C, m) {
           std::vector<c10::impl::GenericDict> converted;
           for (std::size_t k = 0; k < backends.size(); ++k)
             converted.push_back(compile_spec(*lowerings[k], k < specs.size() ? specs[k] : py::dict(), methods, false));
-          const td::partition_options options =
+          td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback,
                                    example_inputs, on_other_shapes, max_replans);
+          set_measuring(options, measure, replay);  // reads Python objects: not in guarded (no GIL there)
           return guarded([&] { return td::detail::lower_partially_with_all(lowerings, module, options, converted); });
         });
 
   m.def("plan",
         [](const torch::jit::Module& module, const std::vector<std::string>& backends, const std::vector<std::string>& methods,
            std::size_t min_region_size, const std::vector<std::string>& keep_kinds, const std::vector<std::string>& keep_submodules,
-           const std::vector<std::string>& lower_submodules, bool require_full, const py::dict& example_inputs) {
-          const td::partition_options options =
+           const std::vector<std::string>& lower_submodules, bool require_full, const py::dict& example_inputs, bool measure,
+           const py::object& replay) {
+          td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false,
                                    example_inputs);
+          set_measuring(options, measure, replay);  // reads Python objects: not in guarded (no GIL there)
           const td::delegation_report report = guarded([&] {
             td::detail::backend_list lowerings;
             for (const std::string& backend : backends)

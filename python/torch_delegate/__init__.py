@@ -148,7 +148,7 @@ class TensorSpec:
 
 
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs", "on_other_shapes", "max_replans")
+                  "example_inputs", "on_other_shapes", "max_replans", "measure", "replay")
 
 
 def _example_inputs(example_inputs, methods, who):
@@ -243,7 +243,9 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
           input_specs: Optional[Mapping[str, Sequence[Any]]] = None,
           example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
           on_other_shapes: str = "error",
-          max_replans: int = 4) -> torch.jit.ScriptModule:
+          max_replans: int = 4,
+          measure: bool = False,
+          replay: Optional["Report"] = None) -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
 
     backend: a backend's name, or (partial=True) a priority list of names, ["xnnpack",
@@ -272,6 +274,11 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         compiles the region again for the new shapes, for a backend that can: xnnpack can).
     max_replans: with on_other_shapes="replan", how many other shapes each region keeps
         compiled (the least recently used is dropped beyond it).
+    measure: with example_inputs, time each candidate region on its backend and as TorchScript
+        and delegate it only where the backend is faster (the report gives both times; a
+        region one backend loses is offered to the next).
+    replay: a Report (a measured plan, or report(lowered)) whose decisions are repeated: a
+        candidate region is delegated if and only if the report has it. Nothing is timed.
 
     Returns a torch.jit.ScriptModule that saves and loads like any other. Raises TypeError or
     ValueError for a bad argument, torch_delegate.Error for what the backend or lowering refuses.
@@ -312,7 +319,8 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         result = _C.lower_partially(cpp_module, backends, specs, method_names, min_region_size,
                                     _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                                     _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
-                                    _example_inputs(example_inputs, method_names, who), on_other_shapes, max_replans)
+                                    _example_inputs(example_inputs, method_names, who), on_other_shapes, max_replans,
+                                    bool(measure), _replayed(replay, who))
     else:
         given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
                  "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
@@ -320,6 +328,8 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         given["example_inputs"] = example_inputs is not None
         given["on_other_shapes"] = on_other_shapes != "error"
         given["max_replans"] = max_replans != 4
+        given["measure"] = bool(measure)
+        given["replay"] = replay is not None
         knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
         if knobs:
             raise ValueError(f"{who}: {', '.join(knobs)} {'is a' if len(knobs) == 1 else 'are'} partial-lowering "
@@ -337,7 +347,9 @@ def plan(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], *,
          keep_submodules: Iterable[str] = (),
          lower_submodules: Iterable[str] = (),
          require_full: bool = False,
-         example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None) -> Report:
+         example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
+         measure: bool = False,
+         replay: Optional["Report"] = None) -> Report:
     """Dry run of lower(..., partial=True): what would be delegated and why the rest would stay
     in TorchScript. Nothing is lowered."""
     who = "torch_delegate.plan"
@@ -347,7 +359,8 @@ def plan(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], *,
     return _report_of(_C.plan(cpp_module, _backend_names(backend, who), _names(methods, "methods", who), min_region_size,
                               _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                               _names(lower_submodules, "lower_submodules", who), bool(require_full),
-                              _example_inputs(example_inputs, _names(methods, "methods", who), who)))
+                              _example_inputs(example_inputs, _names(methods, "methods", who), who), bool(measure),
+                              _replayed(replay, who)))
 
 
 def report(module: torch.jit.ScriptModule) -> Optional[Report]:
@@ -370,6 +383,13 @@ def load(path: str, map_location: Optional[Union[str, torch.device]] = None) -> 
 def backends_needed(path: str) -> List[str]:
     """The backends a saved module delegates to, read from its code without loading it."""
     return list(_C.backends_needed(str(path)))
+
+
+def _replayed(replay, who: str):
+    if replay is not None and not isinstance(replay, Report):
+        raise TypeError(f"{who}: replay must be a torch_delegate.Report (plan(..., measure=True) or report(lowered)), "
+                        f"got {type(replay).__name__}")
+    return replay
 
 
 def _backend_names(backend, who: str) -> List[str]:

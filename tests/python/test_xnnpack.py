@@ -453,6 +453,26 @@ class SeveralBackends(unittest.TestCase):
         self.assertEqual((xnnpack_available, pointwise_available), ("False", "True"))
         self.assertLess(float(error), 1e-4)
 
+    def test_measured_then_replayed(self):
+        """measure=True: each candidate region timed on its backend and in TorchScript, delegated only
+        where the backend is faster; replay= repeats a plan's decisions without timing."""
+        plan = torch_delegate.plan(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], example_inputs=(self.x,),
+                                   measure=True)
+        for region in plan.methods[0].regions:
+            self.assertGreaterEqual(region.backend_ms, 0)
+            self.assertLessEqual(region.backend_ms, region.torchscript_ms)
+        for node in plan.methods[0].kept:
+            if node.reason == "slower on the backend":
+                self.assertIn("ms in TorchScript", node.detail)
+        low = self.lowered(replay=plan)
+        self.assertEqual(torch_delegate.report(low).methods[0].regions, plan.methods[0].regions)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(self.x), self.want), 1e-4)
+        with self.assertRaises(TypeError):
+            self.lowered(replay="a plan")
+        with self.assertRaises(ValueError):  # a partial-lowering knob
+            torch_delegate.lower(torch.jit.script(self.model), "xnnpack", measure=True)
+
     def test_errors(self):
         with self.assertRaises(ValueError) as raised:
             torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"])

@@ -8,11 +8,14 @@
 #include <torch_delegate/detail/regions.hpp>
 #include <torch_delegate/report_format.hpp>
 
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
 // DepthFirstGraphNodeIterator: from impl/canonical_graph.ipp (graph_iterator.h has no include guard).
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -114,6 +117,21 @@ inline std::shared_ptr<torch::jit::Graph> region_graph(const region& formed, con
   return graph;
 }
 
+/// Adds `formed` to `child` as its method `name` (region_graph), typed as written: its schema
+/// says Tensor, not the shapes recorded from example inputs (those are the region's input specs,
+/// checked with their own error).
+inline void add_region_method(torch::jit::Module& child, const std::string& name, const region& formed,
+                              const std::unordered_map<const torch::jit::Value*, c10::IValue>& owned) {
+  auto function = child._ivalue()->compilation_unit()->create_function(c10::QualifiedName(*child.type()->name(), name),
+                                                                       region_graph(formed, child.type(), owned));
+  const c10::FunctionSchema& inferred = function->getSchema();
+  std::vector<c10::Argument> arguments, returns;
+  for (const c10::Argument& a : inferred.arguments()) arguments.push_back(a.cloneWithType(c10::unshapedType(a.type())));
+  for (const c10::Argument& r : inferred.returns()) returns.push_back(r.cloneWithType(c10::unshapedType(r.type())));
+  function->setSchema(inferred.cloneWithArguments(std::move(arguments)).cloneWithReturns(std::move(returns)));
+  child.type()->addMethod(function);
+}
+
 /// require_full: attribute reads and the nodes outside lower_submodules may stay in TorchScript.
 inline void check_full(const partition_options& options, const backend_lowering& backend, const method_delegation& report) {
   if (!options.require_full) return;
@@ -179,6 +197,18 @@ inline std::optional<tensor_spec> recorded_spec(const torch::jit::Value* value) 
   tensor_spec spec{*tensor->sizes().concrete_sizes(), *tensor->scalarType()};
   spec.memory_format = std::nullopt;
   return spec;
+}
+
+/// A region's input specs (recorded_spec per input), or nothing when none is recorded.
+inline std::optional<std::vector<std::optional<tensor_spec>>> recorded_specs(const region& formed) {
+  std::vector<std::optional<tensor_spec>> specs;
+  bool any = false;
+  for (const torch::jit::Value* input : formed.inputs) {
+    specs.push_back(recorded_spec(input));
+    any = any || specs.back().has_value();
+  }
+  if (!any) return std::nullopt;
+  return specs;
 }
 
 /// For a backend whose regions work in channels-last (B::channels_last): which conversions the
@@ -282,6 +312,141 @@ struct partitioned_method {
   method_delegation entry;
 };
 
+/// The child holding every partitioned method's regions, lowered once to the backend (lower<B>'s
+/// funnel, lower_methods): each region with the spec of the method it comes from in
+/// `spec_by_method`, or the backend's defaults; one lowered module, so named data is shared by all.
+inline torch::jit::Module lower_regions(const backend_lowering& lowering, const torch::jit::Module& regions,
+                                        const std::map<std::string, std::string>& method_of_region,
+                                        const c10::impl::GenericDict& spec_by_method, bool fallback_when_unavailable,
+                                        const input_specs& recorded, std::int64_t max_replans) {
+  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& region : regions.get_methods()) {
+    const auto given = spec_by_method.find(method_of_region.at(region.name()));
+    spec.insert(region.name(), given == spec_by_method.end() ? lowering.default_spec() : given->value());
+  }
+  return lower_methods(lowering, regions, spec, fallback_when_unavailable, recorded.empty() ? nullptr : &recorded,
+                       max_replans);
+}
+
+/// Every value the top level of `graph` (a method's canonical graph) makes, as the method makes
+/// it from `inputs` (its example inputs): what a measured region is called with.
+inline std::unordered_map<const torch::jit::Value*, c10::IValue> example_values(const torch::jit::Module& module,
+                                                                                const std::shared_ptr<torch::jit::Graph>& graph,
+                                                                                const std::vector<c10::IValue>& inputs) {
+  // A copy whose outputs are every top-level value: the same nodes in the same order.
+  std::shared_ptr<torch::jit::Graph> probe = graph->copy();
+  std::vector<const torch::jit::Value*> recorded;
+  for (std::size_t i = 1; i < graph->inputs().size(); ++i) recorded.push_back(graph->inputs()[i]);
+  for (std::size_t i = 1; i < probe->inputs().size(); ++i) probe->registerOutput(probe->inputs()[i]);
+  auto original = graph->nodes().begin();
+  for (auto copy = probe->nodes().begin(); copy != probe->nodes().end(); ++copy, ++original)
+    for (std::size_t k = 0; k < copy->outputs().size(); ++k) {
+      recorded.push_back(original->outputs()[k]);
+      probe->registerOutput(copy->outputs()[k]);
+    }
+  torch::jit::Stack stack{module._ivalue()};
+  stack.insert(stack.end(), inputs.begin(), inputs.end());
+  {
+    c10::NoGradGuard no_grad;
+    torch::jit::Code code(probe, "example_values");
+    torch::jit::InterpreterState(code).run(stack);
+  }
+  std::unordered_map<const torch::jit::Value*, c10::IValue> values;
+  const std::size_t first = stack.size() - recorded.size();
+  for (std::size_t i = 0; i < recorded.size(); ++i) values.emplace(recorded[i], stack[first + i]);
+  return values;
+}
+
+/// A region's two times, in ms: one call on its backend, one as TorchScript.
+struct region_timing {
+  double backend_ms;
+  double torchscript_ms;
+};
+
+/// Times `formed` on `backend` (lowered alone, as lower_partitioned would lower it) and as
+/// TorchScript (its own graph, in the interpreter), called with `values`: blocks of calls of
+/// each, interleaved, the first call of each block dropped (it pays for what the other left
+/// behind, such as ATen's spinning OpenMP workers), medians. Nothing when a value it takes is
+/// not known (a region in an if or loop body).
+inline std::optional<region_timing> time_region(const backend_lowering& backend, const torch::jit::Module& module,
+                                                const std::string& method, const region& formed, const std::string& name,
+                                                const std::unordered_map<const torch::jit::Value*, c10::IValue>& values,
+                                                const c10::impl::GenericDict& spec_by_method, bool record_specs) {
+  std::vector<c10::IValue> all_inputs{module._ivalue()};
+  for (const torch::jit::Value* input : formed.inputs) {
+    const auto found = values.find(input);
+    if (found == values.end()) return std::nullopt;
+    all_inputs.push_back(found->second);
+  }
+  // The backend's side: the region lowered alone, its owned inputs taken as constants.
+  region alone = formed;
+  std::unordered_map<const torch::jit::Value*, c10::IValue> owned;
+  if (backend.partition.owns_parameters) owned = take_owned_inputs(module, alone);
+  torch::jit::Module child(names::regions_class(backend.name()));
+  add_region_method(child, name, alone, owned);
+  input_specs recorded;
+  if (record_specs)
+    if (auto specs = recorded_specs(alone)) recorded.emplace(name, std::move(*specs));
+  torch::jit::Module lowered = lower_regions(backend, child, {{name, method}}, spec_by_method, false, recorded, 0);
+  torch::jit::Method delegated = lowered.get_method(name);
+  std::vector<c10::IValue> backend_inputs;
+  for (const torch::jit::Value* input : alone.inputs) backend_inputs.push_back(values.at(input));
+  // TorchScript's side: the region's own graph.
+  torch::jit::GraphFunction script(name, region_graph(formed, module.type(), {}), nullptr);
+
+  c10::NoGradGuard no_grad;
+  using clock = std::chrono::steady_clock;
+  auto time = [](auto&& call) {
+    const auto start = clock::now();
+    call();
+    return std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  };
+  auto run_backend = [&] { delegated(backend_inputs); };
+  auto run_script = [&] {
+    torch::jit::Stack stack = all_inputs;
+    script.run(stack);
+  };
+  run_backend();  // warm-up: first calls allocate, set up, optimise
+  run_script();
+  run_script();
+  std::vector<double> on_backend, in_script;
+  constexpr int rounds = 3, calls = 5;
+  for (int round = 0; round < rounds; ++round) {
+    for (int call = 0; call < calls; ++call) {
+      const double ms = time(run_script);
+      if (call > 0) in_script.push_back(ms);
+    }
+    for (int call = 0; call < calls; ++call) {
+      const double ms = time(run_backend);
+      if (call > 0) on_backend.push_back(ms);
+    }
+  }
+  auto median = [](std::vector<double>& times) {
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+    return times[times.size() / 2];
+  };
+  return region_timing{median(on_backend), median(in_script)};
+}
+
+/// The region of `replayed` (a method of an earlier report) that `candidate` is, or nullptr: the
+/// same backend, kinds, node count, location and depth.
+inline const region_report* replayed_region(const method_delegation* replayed, const region_report& candidate) {
+  if (!replayed) return nullptr;
+  for (const region_report& region : replayed->regions)
+    if (region.backend == candidate.backend && region.kinds == candidate.kinds && region.node_count == candidate.node_count &&
+        region.location == candidate.location && region.depth == candidate.depth)
+      return &region;
+  return nullptr;
+}
+
+/// "0.0412 ms on xnnpack, 0.0275 ms in TorchScript"
+inline std::string timing_text(const region_report& region) {
+  std::ostringstream text;
+  text.precision(3);
+  text << region.backend_ms << " ms on " << region.backend << ", " << region.torchscript_ms << " ms in TorchScript";
+  return text.str();
+}
+
 /// "xnnpack, pointwise_fusion": a priority list's names, as reports give them.
 inline std::string names_of(const backend_list& backends) {
   std::vector<std::string> names;
@@ -306,8 +471,10 @@ inline void check_backend_list(const backend_list& backends) {
 /// to the first backend that takes it), place the layout conversions, apply require_full. (The
 /// callers check the submodule paths first, on the user's module: errors name its class, not a
 /// copy's.) A node every backend passes on is reported with the last backend's reason.
+/// `specs` (lowering): each backend's {method: spec}, which measured regions are compiled with.
 inline std::vector<partitioned_method> partition_methods(const backend_list& backends, const torch::jit::Module& module,
-                                                         const partition_options& options) {
+                                                         const partition_options& options,
+                                                         const std::vector<c10::impl::GenericDict>* specs = nullptr) {
   const backend_lowering& first = *backends.front();
   if (options.on_other_shapes != other_shapes::error && options.example_inputs.empty())
     fail({first.name(), {}}, "on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given");
@@ -332,10 +499,47 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
         module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, first.name(), owns_parameters);
     partitioned_method p{method, graph, {}, {}, method_delegation{method, {}, {}}};
     std::unordered_set<const torch::jit::Node*> taken;
+    // Measured (or replayed) decisions: which candidate regions each backend keeps.
+    const method_delegation* replayed = nullptr;
+    if (options.replay)
+      for (const method_delegation& earlier : options.replay->methods)
+        if (earlier.method == method) replayed = &earlier;
+    const bool measuring = !options.replay && options.measure && examples != options.example_inputs.end();
+    std::optional<std::unordered_map<const torch::jit::Value*, c10::IValue>> values;  // computed once, when needed
     for (std::size_t k = 0; k < backends.size(); ++k) {
       method_delegation pass{method, {}, {}};
       std::vector<region> regions = form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr);
+      std::vector<bool> loses(regions.size(), false);
+      for (std::size_t i = 0; i < regions.size() && (measuring || options.replay); ++i) {
+        region_report& candidate = pass.regions[i];
+        std::string why;
+        if (options.replay) {
+          if (const region_report* earlier = replayed_region(replayed, candidate)) {
+            candidate.backend_ms = earlier->backend_ms;
+            candidate.torchscript_ms = earlier->torchscript_ms;
+          } else {
+            why = "not delegated in the replayed plan";
+          }
+        } else {
+          if (!values) values = example_values(module, graph, examples->second);
+          const c10::impl::GenericDict none(c10::StringType::get(), c10::AnyType::get());
+          const std::optional<region_timing> timing =
+              time_region(*backends[k], module, method, regions[i], candidate.name, *values, specs ? (*specs)[k] : none, true);
+          if (!timing) continue;  // not measurable (in an if or loop body): delegated by the rules
+          candidate.backend_ms = timing->backend_ms;
+          candidate.torchscript_ms = timing->torchscript_ms;
+          if (timing->backend_ms > timing->torchscript_ms) why = timing_text(candidate);
+        }
+        if (why.empty()) continue;
+        loses[i] = true;
+        for (const torch::jit::Node* node : regions[i].nodes) {
+          model_location where = locate_in_model(node);
+          pass.kept.push_back({node->kind().toQualString(), kept_reason::slower_on_backend, why, std::move(where.line),
+                               regions[i].depth, std::move(where.submodule)});
+        }
+      }
       for (std::size_t i = 0; i < regions.size(); ++i) {
+        if (loses[i]) continue;
         pass.regions[i].name = names::region_method(method, p.entry.regions.size());  // numbered across backends
         taken.insert(regions[i].nodes.begin(), regions[i].nodes.end());
         p.entry.regions.push_back(std::move(pass.regions[i]));
@@ -372,22 +576,6 @@ TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& b
   return partition_report_all({&backend}, module, options);
 }
 
-/// The child holding every partitioned method's regions, lowered once to the backend (lower<B>'s
-/// funnel, lower_methods): each region with the spec of the method it comes from in
-/// `spec_by_method`, or the backend's defaults; one lowered module, so named data is shared by all.
-inline torch::jit::Module lower_regions(const backend_lowering& lowering, const torch::jit::Module& regions,
-                                        const std::map<std::string, std::string>& method_of_region,
-                                        const c10::impl::GenericDict& spec_by_method, bool fallback_when_unavailable,
-                                        const input_specs& recorded, std::int64_t max_replans) {
-  c10::impl::GenericDict spec(c10::StringType::get(), c10::AnyType::get());
-  for (const auto& region : regions.get_methods()) {
-    const auto given = spec_by_method.find(method_of_region.at(region.name()));
-    spec.insert(region.name(), given == spec_by_method.end() ? lowering.default_spec() : given->value());
-  }
-  return lower_methods(lowering, regions, spec, fallback_when_unavailable, recorded.empty() ? nullptr : &recorded,
-                       max_replans);
-}
-
 /// Partially lowers `module` (not modified) to a priority list of backends: a copy sharing its
 /// parameters, whose partitioned methods call their regions in one child per backend (the
 /// first's `__delegate`, the others' `__delegate_<backend>`), each lowered by lower_regions with
@@ -403,7 +591,7 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
   // First every method's regions, then per backend one child module holding its regions of all
   // methods, lowered once (one backend object, one payload: named data shared by its regions),
   // then each method rewritten to call its regions on them.
-  std::vector<partitioned_method> partitioned = partition_methods(backends, result, options);
+  std::vector<partitioned_method> partitioned = partition_methods(backends, result, options, &specs);
   std::vector<std::string> attributes;
   for (std::size_t k = 0; k < backends.size(); ++k) attributes.push_back(names::delegate_attribute_of(k, backends[k]->name()));
   const std::int64_t max_replans =
@@ -420,27 +608,12 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
         std::unordered_map<const torch::jit::Value*, c10::IValue> owned;
         if (lowering.partition.owns_parameters) owned = take_owned_inputs(result, p.regions[i]);
         const std::string& name = p.entry.regions[i].name;
-        auto function = child._ivalue()->compilation_unit()->create_function(
-            c10::QualifiedName(*child.type()->name(), name), region_graph(p.regions[i], child.type(), owned));
-        // The method's schema says Tensor, not the shapes recorded from example inputs (those are
-        // the region's input specs, checked with their own error).
-        const c10::FunctionSchema& inferred = function->getSchema();
-        std::vector<c10::Argument> arguments, returns;
-        for (const c10::Argument& a : inferred.arguments()) arguments.push_back(a.cloneWithType(c10::unshapedType(a.type())));
-        for (const c10::Argument& r : inferred.returns()) returns.push_back(r.cloneWithType(c10::unshapedType(r.type())));
-        function->setSchema(inferred.cloneWithArguments(std::move(arguments)).cloneWithReturns(std::move(returns)));
-        child.type()->addMethod(function);
+        add_region_method(child, name, p.regions[i], owned);
         method_of_region.emplace(name, p.method);
         // Input specs only from example inputs (a traced graph has complete types too: those of
         // the trace, which its calls need not keep).
         if (!options.example_inputs.count(p.method)) continue;
-        std::vector<std::optional<tensor_spec>> specs_of_region;
-        bool any = false;
-        for (const torch::jit::Value* input : p.regions[i].inputs) {
-          specs_of_region.push_back(recorded_spec(input));
-          any = any || specs_of_region.back().has_value();
-        }
-        if (any) recorded.emplace(name, std::move(specs_of_region));
+        if (auto specs_of_region = recorded_specs(p.regions[i])) recorded.emplace(name, std::move(*specs_of_region));
       }
     if (!method_of_region.empty())
       result.register_module(attributes[k], lower_regions(lowering, child, method_of_region, specs[k],

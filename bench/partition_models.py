@@ -1,0 +1,226 @@
+"""Several backends and measured partitioning (issue 28): torchvision's models and two transformers
+lowered to ["xnnpack", "pointwise_fusion"] with measure=True, against LibTorch's CPU paths, side by
+side in one process, interleaved (round after round, every variant once per round; medians).
+
+Variants: eager, scripted, torch.jit.optimize_for_inference (oneDNN) and the lowered model.
+LibTorch runs Linears on the system BLAS: Debian's default reference BLAS is 25-75x slower than
+OpenBLAS, so LibTorch's variants are timed twice, in a process with the default BLAS and in one
+with OpenBLAS (libopenblas0-openmp, by LD_LIBRARY_PATH, as bench/run does for the feed-forward
+block), and each goal is judged against the faster. The lowered model is timed in the OpenBLAS
+process (what it leaves in TorchScript uses the BLAS too). Batch 1, 2 threads, default
+environment. Also: the time measured partitioning takes on a 10,000-node method (in a process
+with an unlimited stack: LibTorch's interpreter recurses per node).
+
+Usage: PYTHONPATH=<build>/python bench/partition_models.py <libxnnpack_backend.so> <libpointwise_fusion.so> <doc.md> [--quick]
+(the table goes between the doc's `<!-- partition table -->` and `<!-- end partition table -->` lines)
+"""
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+xnnpack_library, pointwise_library, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+quick = "--quick" in sys.argv
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_0",
+          "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "swin_t", "vit_b_16"]
+TRANSFORMERS = ["vit_b_16", "bert_base_encoder"]
+
+
+class EncoderLayer(nn.Module):
+    """A BERT-base encoder layer, written out: attention (q, k, v, out Linears, scaled matmuls,
+    softmax), GELU feed-forward, residual adds, post-LayerNorms."""
+
+    def __init__(self, d=768, heads=12, ff=3072):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.ff1 = nn.Linear(d, ff)
+        self.ff2 = nn.Linear(ff, d)
+        self.norm1 = nn.LayerNorm(d)
+        self.norm2 = nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        attention = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads)), dim=-1)
+        context = torch.matmul(attention, v).transpose(1, 2).reshape(b, t, d)
+        x = self.norm1(x + self.out(context))
+        return self.norm2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+class Encoder(nn.Module):
+    def __init__(self, layers=12):
+        super().__init__()
+        self.layers = nn.ModuleList([EncoderLayer() for _ in range(layers)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def model_and_input(name):
+    import torchvision
+    torch.manual_seed(0)
+    if name == "bert_base_encoder":
+        return Encoder().eval(), torch.rand(1, 128, 768)
+    return getattr(torchvision.models, name)(weights=None).eval(), torch.rand(1, 3, 224, 224)
+
+
+def timed(function, x):
+    start = time.perf_counter()
+    function(x)
+    return time.perf_counter() - start
+
+
+def measure(variants, x):
+    """Medians of steady calls, interleaved: each round runs every variant `calls` times in a row
+    and keeps all but its first call (which pays for what the previous variant left behind)."""
+    with torch.no_grad():
+        first = {name: timed(function, x) for name, function in variants.items()}  # warm-up, and a size
+        slow = max(first.values()) > 1.0
+        rounds, calls = (1, 2) if slow else ((3, 3) if quick else (5, 4))
+        steady = {name: [] for name in variants}
+        for _ in range(rounds):
+            for name, function in variants.items():
+                times = [timed(function, x) for _ in range(calls)]
+                steady[name].extend(times[1:])
+    return {name: statistics.median(values) for name, values in steady.items()}
+
+
+def probe(blas):
+    """One process: each model's variants, as JSON lines."""
+    torch.set_num_threads(2)
+    torch.ops.load_library(xnnpack_library)
+    torch.ops.load_library(pointwise_library)
+    import torch_delegate
+    for name in VISION + ["bert_base_encoder"]:
+        model, x = model_and_input(name)
+        scripted = torch.jit.script(model)
+        variants = {"eager": model, "scripted": scripted,
+                    "oneDNN": torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))}
+        row = {"name": name, "blas": blas}
+        if blas == "openblas":
+            start = time.perf_counter()
+            lowered = torch_delegate.lower(torch.jit.script(model), ["xnnpack", "pointwise_fusion"], partial=True,
+                                           example_inputs=(x,), measure=True)
+            row["lowering_s"] = time.perf_counter() - start
+            variants["lowered"] = lowered
+            report = torch_delegate.report(lowered)
+            row["regions"] = {}
+            for region in report.methods[0].regions:
+                row["regions"][region.backend] = row["regions"].get(region.backend, 0) + 1
+            row["slower"] = sum(1 for node in report.methods[0].kept if node.reason == "slower on the backend")
+            with torch.no_grad():
+                want = model(x)
+                row["error"] = float((lowered(x) - want).abs().max() / want.abs().max())
+        row.update({k: v * 1e3 for k, v in measure(variants, x).items()})
+        print(json.dumps(row), flush=True)
+        print(name, blas, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
+
+
+def big_method():
+    """Measured partitioning of a 10,000-node method ([xnnpack, pointwise_fusion]), in seconds."""
+    resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    torch.ops.load_library(xnnpack_library)
+    torch.ops.load_library(pointwise_library)
+    import torch_delegate
+    lines = ["def forward(self, x):"]
+    # 5,000 blocks of two nodes, a tanh and a mul by a constant (pointwise_fusion takes both), and
+    # every 50th block a floor_divide, which neither backend takes: 100 candidate regions.
+    for i in range(5000):
+        lines.append(f"    x = torch.tanh(x) * {1.0 + (i % 7) * 1e-3}")
+        if i % 50 == 49:
+            lines.append("    x = torch.floor_divide(x, 1.0)")
+    lines.append("    return x")
+    scripted = torch.jit.script(nn.Module())
+    scripted.define("\n".join(lines) + "\n")
+    x = torch.rand(64)
+    nodes = len(list(scripted.graph.nodes()))
+    start = time.perf_counter()
+    report = torch_delegate.plan(scripted, ["xnnpack", "pointwise_fusion"], example_inputs=(x,), measure=True)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"nodes": nodes, "seconds": seconds, "regions": len(report.methods[0].regions)}))
+
+
+if "--probe" in sys.argv:
+    probe(sys.argv[sys.argv.index("--probe") + 1])
+    sys.exit(0)
+if "--big" in sys.argv:
+    big_method()
+    sys.exit(0)
+
+
+def run_probe(blas):
+    env = dict(os.environ)
+    if blas == "openblas":
+        env["LD_LIBRARY_PATH"] = OPENBLAS + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    out = subprocess.run([sys.executable, __file__, xnnpack_library, pointwise_library, out_path, "--probe", blas] +
+                         (["--quick"] if quick else []), env=env, stdout=subprocess.PIPE, text=True, check=True)
+    return {row["name"]: row for row in map(json.loads, out.stdout.splitlines())}
+
+
+openblas = run_probe("openblas")
+default = run_probe("default")
+big = json.loads(subprocess.run([sys.executable, __file__, xnnpack_library, pointwise_library, out_path, "--big"],
+                                stdout=subprocess.PIPE, text=True, check=True).stdout)
+
+lines = ["| model | eager | scripted | oneDNN | eager (ref. BLAS) | scripted (ref. BLAS) | oneDNN (ref. BLAS) | "
+         "**[xnnpack, pointwise_fusion]** | vs fastest LibTorch | vs scripted | regions (xnnpack + pointwise) | "
+         "regions lost to TorchScript (nodes) | lowering (s) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+ratios, versus_scripted, transformer_ratios = {}, {}, {}
+for name in VISION + ["bert_base_encoder"]:
+    o, d = openblas[name], default[name]
+    fastest = min(o["eager"], o["scripted"], o["oneDNN"], d["eager"], d["scripted"], d["oneDNN"])
+    scripted = min(o["scripted"], d["scripted"])
+    ratios[name] = fastest / o["lowered"]
+    versus_scripted[name] = scripted / o["lowered"]
+    regions = o["regions"]
+    lines.append(f"| {name} | {o['eager']:.1f} | {o['scripted']:.1f} | {o['oneDNN']:.1f} | {d['eager']:.1f} | "
+                 f"{d['scripted']:.1f} | {d['oneDNN']:.1f} | **{o['lowered']:.1f}** | {ratios[name]:.2f}x | "
+                 f"{versus_scripted[name]:.2f}x | {regions.get('xnnpack', 0)} + {regions.get('pointwise_fusion', 0)} | "
+                 f"{o['slower']} | {o['lowering_s']:.1f} |")
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+vision = [ratios[name] for name in VISION]
+summary = [
+    "",
+    f"Batch 1, 2 threads, ms (medians). Geometric mean over the {len(VISION)} torchvision models: "
+    f"{geomean(vision):.2f}x the fastest LibTorch path (goal >= 1.3x); slowest {min(vision):.2f}x "
+    f"({VISION[vision.index(min(vision))]}; goal >= 1.0x each); against scripted: "
+    f"{min(versus_scripted.values()):.2f}x to {max(versus_scripted.values()):.2f}x (goal >= 0.98x each). "
+    f"Transformers: " + ", ".join(f"{name} {ratios[name]:.2f}x" for name in TRANSFORMERS) + " (goal >= 1.2x).",
+    "",
+    f"Measured partitioning of a {big['nodes']}-node method ([xnnpack, pointwise_fusion], {big['regions']} regions "
+    f"delegated): {big['seconds']:.1f} s (goal <= 10 s).",
+    "",
+    "Largest relative error of a lowered model against eager: "
+    f"{max(openblas[name]['error'] for name in openblas):.1e}.",
+]
+text = "\n".join(lines + summary) + "\n"
+print(text)
+begin, end = "<!-- partition table -->\n", "<!-- end partition table -->"
+doc = open(out_path).read()
+if begin not in doc or end not in doc:
+    raise SystemExit(f"partition_models: {out_path} has no '{begin.strip()}' ... '{end}' markers")
+stamp = f"Measured {time.strftime('%Y-%m-%d')} by bench/partition_models.py ({'--quick' if quick else 'full run'}; bench/run runs it).\n\n"
+with open(out_path, "w") as out:
+    out.write(doc[:doc.index(begin) + len(begin)] + stamp + text + doc[doc.index(end):])
