@@ -146,7 +146,11 @@ bool XnnpackBackend::supports(const torch::jit::Node* node) {
     return constant_is(node->input(1), c10::IValue(std::int64_t{1})) && constant_is(node->input(2), c10::IValue(std::int64_t{-1})) &&
            (!sizes || sizes->size() == 2 || (sizes->size() == 4 && (*sizes)[2] == 1 && (*sizes)[3] == 1));
   }
-  if (is(node, "aten::dropout")) return known_at_lowering(node->input(2));
+  if (is(node, "aten::dropout")) {
+    // The identity in eval mode, or with p = 0 in any mode (Swin's attention dropout is called
+    // with its default training=True and p=0.0).
+    return constant_is(node->input(2), false) || constant_is(node->input(1), c10::IValue(0.0));
+  }
   if (is(node, "aten::softmax")) {
     auto sizes = known_sizes(node->input(0));
     return constant_is(node->input(2), c10::IValue()) && (!sizes || sizes->size() == 2);
@@ -413,7 +417,8 @@ struct subgraph_builder {
       return;
     }
     if (is(node, "aten::dropout")) {
-      if (region.argument<bool>(node, "train")) region.reject(node, "xnnpack: dropout in training mode");
+      if (region.argument<bool>(node, "train") && region.argument<double>(node, "p") != 0.0)
+        region.reject(node, "xnnpack: dropout in training mode");
       return alias(node);
     }
     if (is(node, "aten::linear")) {

@@ -473,6 +473,40 @@ class SeveralBackends(unittest.TestCase):
         with self.assertRaises(ValueError):  # a partial-lowering knob
             torch_delegate.lower(torch.jit.script(self.model), "xnnpack", measure=True)
 
+    def test_transformer_layer(self):
+        """A BERT-shaped encoder layer, written out: its Linears go to xnnpack, GELU to
+        pointwise_fusion, attention's matmuls and the layer norms stay in TorchScript."""
+        class Layer(nn.Module):
+            def __init__(self, d=32, heads=4, ff=64):
+                super().__init__()
+                self.heads = heads
+                self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+                self.ff1, self.ff2 = nn.Linear(d, ff), nn.Linear(ff, d)
+                self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+            def forward(self, x):
+                b, t, d = x.shape
+                q, k, v = self.qkv(x).chunk(3, dim=-1)
+                q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                attention = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * 0.25, dim=-1)
+                x = self.norm1(x + self.out(torch.matmul(attention, v).transpose(1, 2).reshape(b, t, d)))
+                return self.norm2(x + self.ff2(F.gelu(self.ff1(x))))
+
+        model, x = Layer().eval(), torch.rand(2, 10, 32)
+        low = torch_delegate.lower(torch.jit.script(model), ["xnnpack", "pointwise_fusion"], partial=True,
+                                   example_inputs=(x,))
+        by_backend = {}
+        for region in torch_delegate.report(low).methods[0].regions:
+            by_backend.setdefault(region.backend, set()).update(region.kinds)
+        self.assertIn("aten::linear", by_backend["xnnpack"])
+        self.assertIn("aten::gelu", by_backend["pointwise_fusion"])
+        self.assertIn("aten::matmul", kept_kinds(low))
+        self.assertIn("aten::layer_norm", kept_kinds(low))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+
     def test_errors(self):
         with self.assertRaises(ValueError) as raised:
             torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"])
@@ -507,6 +541,26 @@ class KeptWithTheirReason(unittest.TestCase):
                          "unsupported kind")
         self.assertEqual(str(kept["aten::cat"]), "unsupported kind")
         self.assertIn("aten::conv2d", delegated_kinds(low))
+
+    def test_dropout_in_training_mode(self):
+        """p = 0 is the identity in any mode (Swin calls its attention dropout so): delegated; p > 0
+        in training mode is random: kept."""
+        class Model(nn.Module):
+            def __init__(self, p):
+                super().__init__()
+                self.p = p
+                self.conv = nn.Conv2d(3, 4, 3)
+
+            def forward(self, x):
+                return torch.relu(F.dropout(self.conv(x), self.p, True))
+
+        x = torch.rand(1, 3, 8, 8)
+        identity = Model(0.0).eval()
+        low = lowered(identity, x)
+        self.assertIn("aten::dropout", delegated_kinds(low))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), identity(x)), 1e-4)
+        self.assertEqual(str(kept_kinds(lowered(Model(0.5).eval(), x))["aten::dropout"]), "unsupported kind")
 
 
 if __name__ == "__main__":
