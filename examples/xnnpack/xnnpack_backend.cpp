@@ -159,6 +159,13 @@ bool XnnpackBackend::supports(const torch::jit::Node* node) {
 }
 
 bool XnnpackBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+  // In an if or loop body (nn.MultiheadAttention's branches), example inputs give no shapes:
+  // such a region is refused rather than failing at preprocess (at the top level, preprocess's
+  // error asks for example inputs).
+  if (!region.empty() && region.front()->owningBlock() != region.front()->owningGraph()->block())
+    for (const torch::jit::Node* node : region)
+      for (const torch::jit::Value* output : node->outputs())
+        if (output->type()->kind() == c10::TypeKind::TensorType && !known_sizes(output)) return false;
   return std::any_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
     return is(node, "aten::conv2d") || is(node, "aten::linear") || is(node, "aten::max_pool2d") ||
            is(node, "aten::adaptive_avg_pool2d");

@@ -562,6 +562,28 @@ class KeptWithTheirReason(unittest.TestCase):
             self.assertLess(relative_error(low(x), identity(x)), 1e-4)
         self.assertEqual(str(kept_kinds(lowered(Model(0.5).eval(), x))["aten::dropout"]), "unsupported kind")
 
+    def test_region_in_a_branch_without_shapes_is_refused(self):
+        """Example inputs give shapes to the top level only: a linear in an if body (as in
+        nn.MultiheadAttention) is refused with its reason instead of failing the lowering."""
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = nn.Linear(8, 8)
+                self.outer = nn.Linear(8, 8)
+
+            def forward(self, x, flag: bool):
+                if flag:
+                    x = self.inner(x)
+                return self.outer(x)
+
+        model, x = Model().eval(), torch.rand(2, 8)
+        low = torch_delegate.lower(torch.jit.script(model), "xnnpack", partial=True, example_inputs=(x, True))
+        self.assertEqual(str(kept_kinds(low)["aten::linear"]), "refused by the backend")
+        self.assertIn("aten::linear", delegated_kinds(low))  # the top-level one
+        with torch.no_grad():
+            for flag in (True, False):
+                self.assertLess(relative_error(low(x, flag), model(x, flag)), 1e-4)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
