@@ -364,10 +364,9 @@ struct region_timing {
 };
 
 /// Times `formed` on `backend` (lowered alone, as lower_partitioned would lower it) and as
-/// TorchScript (its own graph, in the interpreter), called with `values`: blocks of calls of
-/// each, interleaved, the first call of each block dropped (it pays for what the other left
-/// behind, such as ATen's spinning OpenMP workers), medians. Nothing when a value it takes is
-/// not known (a region in an if or loop body).
+/// TorchScript (its own graph, in the interpreter), called with `values`, each between two
+/// TorchScript calls and charged for what it costs the call after it; medians. Nothing when a
+/// value it takes is not known (a region in an if or loop body).
 inline std::optional<region_timing> time_region(const backend_lowering& backend, const torch::jit::Module& module,
                                                 const std::string& method, const region& formed, const std::string& name,
                                                 const std::unordered_map<const torch::jit::Value*, c10::IValue>& values,
@@ -409,23 +408,34 @@ inline std::optional<region_timing> time_region(const backend_lowering& backend,
   run_backend();  // warm-up: first calls allocate, set up, optimise
   run_script();
   run_script();
-  std::vector<double> on_backend, in_script;
-  constexpr int rounds = 3, calls = 5;
-  for (int round = 0; round < rounds; ++round) {
-    for (int call = 0; call < calls; ++call) {
-      const double ms = time(run_script);
-      if (call > 0) in_script.push_back(ms);
-    }
-    for (int call = 0; call < calls; ++call) {
-      const double ms = time(run_backend);
-      if (call > 0) on_backend.push_back(ms);
-    }
-  }
-  auto median = [](std::vector<double>& times) {
+  // In a method, a region sits between TorchScript ops: it pays for what they leave behind
+  // (ATen's OpenMP workers spin for a while after a parallel region, on the cores a backend's own
+  // threads need), and they pay for what it leaves (a backend's pool spins too). So each path is
+  // timed as the region's call preceded and followed by a TorchScript call (the region's own
+  // graph stands in for its neighbours), and its cost is the region's call plus what the
+  // following call took beyond its usual time. Rounds alternate the two paths; at least 5, up to
+  // 15, stopping early once the medians are more than 20 % apart.
+  std::vector<double> kept, delegated_path, after_kept;
+  auto median = [](std::vector<double> times) {
     std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
     return times[times.size() / 2];
   };
-  return region_timing{median(on_backend), median(in_script)};
+  constexpr int min_rounds = 5, max_rounds = 15;
+  for (int round = 0; round < max_rounds; ++round) {
+    const double script_ms = time(run_script);
+    const double following_script = time(run_script);
+    const double backend_ms = time(run_backend);
+    const double following_backend = time(run_script);
+    kept.push_back(script_ms + following_script);
+    after_kept.push_back(following_script);
+    delegated_path.push_back(backend_ms + following_backend);
+    if (round + 1 >= min_rounds) {
+      const double a = median(kept), b = median(delegated_path);
+      if (std::max(a, b) > 1.2 * std::min(a, b)) break;
+    }
+  }
+  const double usual_following = median(after_kept);
+  return region_timing{std::max(0.0, median(delegated_path) - usual_following), std::max(0.0, median(kept) - usual_following)};
 }
 
 /// The region of `replayed` (a method of an earlier report) that `candidate` is, or nullptr: the
