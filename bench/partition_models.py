@@ -132,7 +132,9 @@ def probe(blas):
             row["slower"] = sum(1 for node in report.methods[0].kept if node.reason == "slower on the backend")
             with torch.no_grad():
                 want = model(x)
-                row["error"] = float((lowered(x) - want).abs().max() / want.abs().max())
+                # torchvision's ViT with weights=None has a zero classifier head: an output of
+                # zeros, against which the relative error would be 0/0.
+                row["error"] = float((lowered(x) - want).abs().max() / max(float(want.abs().max()), 1e-6))
         row.update({k: v * 1e3 for k, v in measure(variants, x).items()})
         print(json.dumps(row), flush=True)
         print(name, blas, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
@@ -211,7 +213,13 @@ def geomean(values):
 
 
 vision = [ratios[name] for name in VISION if name in ratios]
+flags = open("/proc/cpuinfo").read()
+model_name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
+machine = (f"Machine: {model_name}, {os.cpu_count()} cores, " +
+           ("AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2") + ".")
 summary = [
+    "",
+    machine,
     "",
     f"Batch 1, 2 threads, ms (medians). Geometric mean over the {len(VISION)} torchvision models: "
     f"{geomean(vision):.2f}x the fastest LibTorch path (goal >= 1.3x); slowest {min(vision):.2f}x "

@@ -66,11 +66,13 @@ struct partition_options {
   /// recently used is dropped beyond it, and compiled again if it comes back).
   std::size_t max_replans = 4;
   /// With example inputs: time each candidate region on its backend and as TorchScript, in this
-  /// process, on the values the example inputs give it (interleaved blocks of calls, medians),
-  /// and delegate it only where the backend is faster; the report gives both times. A region a
-  /// backend loses is offered to the next backend of a priority list. Off by default: lowering
-  /// then compiles each region twice, and its decisions depend on the machine (`replay` repeats
-  /// them).
+  /// process, on the values the example inputs give it (between TorchScript calls where it has
+  /// computing neighbours, in blocks otherwise; medians), and delegate it only where the backend
+  /// is faster; the report gives both times. A region a backend loses is offered to the next
+  /// backend of a priority list. Lowering then times each method whole, original against
+  /// lowered, and takes out the regions of least gain while the lowered one is slower than
+  /// 1.02x. Off by default: lowering then compiles each region twice, and its decisions depend
+  /// on the machine (`replay` repeats them).
   bool measure = false;
   /// The decisions of an earlier report (a measured plan, or a lowered module's report): a
   /// candidate region is delegated if and only if the report's method has a region of the same

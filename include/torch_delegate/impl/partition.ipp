@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <numeric>
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -357,6 +359,29 @@ inline std::unordered_map<const torch::jit::Value*, c10::IValue> example_values(
   return values;
 }
 
+/// Whether a node computes on tensors (not a view, a size or an interpreter op): what leaves
+/// ATen's OpenMP workers spinning, or waits for a backend's pool to sleep.
+inline bool computes(const torch::jit::Node* node) {
+  static const std::unordered_set<std::string> views{"aten::view", "aten::reshape", "aten::flatten", "aten::squeeze",
+                                                     "aten::unsqueeze", "aten::transpose", "aten::permute", "aten::select",
+                                                     "aten::slice", "aten::expand", "aten::t", "aten::detach",
+                                                     "aten::size", "aten::dim", "aten::len", "aten::__getitem__"};
+  if (node->kind().is_prim() || views.count(node->kind().toQualString())) return false;
+  return std::any_of(node->outputs().begin(), node->outputs().end(),
+                     [](const torch::jit::Value* value) { return value->type()->cast<c10::TensorType>() != nullptr; });
+}
+
+/// Whether a TorchScript node that computes makes one of `formed`'s inputs or reads one of its
+/// outputs: then, in the method, the region runs right after or before ATen's parallel work.
+inline bool has_computing_neighbour(const region& formed) {
+  for (const torch::jit::Value* input : formed.inputs)
+    if (computes(input->node())) return true;
+  for (const torch::jit::Value* output : formed.outputs)
+    for (const torch::jit::Use& use : output->uses())
+      if (computes(use.user)) return true;
+  return false;
+}
+
 /// A region's two times, in ms: one call on its backend, one as TorchScript.
 struct region_timing {
   double backend_ms;
@@ -408,27 +433,38 @@ inline std::optional<region_timing> time_region(const backend_lowering& backend,
   run_backend();  // warm-up: first calls allocate, set up, optimise
   run_script();
   run_script();
-  // In a method, a region sits between TorchScript ops: it pays for what they leave behind
-  // (ATen's OpenMP workers spin for a while after a parallel region, on the cores a backend's own
-  // threads need), and they pay for what it leaves (a backend's pool spins too). So each path is
-  // timed as the region's call preceded and followed by a TorchScript call (the region's own
-  // graph stands in for its neighbours), and its cost is the region's call plus what the
-  // following call took beyond its usual time. Rounds alternate the two paths; at least 5, up to
-  // 15, stopping early once the medians are more than 20 % apart.
+  // A region between TorchScript ops that compute (a layer norm before a Linear) pays for what
+  // they leave behind (ATen's OpenMP workers spin for a while after a parallel region, on the
+  // cores a backend's own threads need), and they pay for what it leaves (a backend's pool spins
+  // too). Such a region is timed that way: its call between two calls of its own graph in
+  // TorchScript (standing in for its neighbours), charged with what the call after it took
+  // beyond its usual time. A region with no such neighbour (a CNN's whole body, between the
+  // method's arguments and its return) runs after itself in steady calls: it is timed in blocks
+  // of calls of one kind, the first of each block dropped. Rounds alternate the two paths; at
+  // least 5, up to 15, stopping early once the medians are more than 20 % apart.
   std::vector<double> kept, delegated_path, after_kept;
   auto median = [](std::vector<double> times) {
     std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
     return times[times.size() / 2];
   };
   constexpr int min_rounds = 5, max_rounds = 15;
+  const bool between_compute = has_computing_neighbour(formed);
   for (int round = 0; round < max_rounds; ++round) {
-    const double script_ms = time(run_script);
-    const double following_script = time(run_script);
-    const double backend_ms = time(run_backend);
-    const double following_backend = time(run_script);
-    kept.push_back(script_ms + following_script);
-    after_kept.push_back(following_script);
-    delegated_path.push_back(backend_ms + following_backend);
+    if (between_compute) {
+      const double script_ms = time(run_script);
+      const double following_script = time(run_script);
+      const double backend_ms = time(run_backend);
+      const double following_backend = time(run_script);
+      kept.push_back(script_ms + following_script);
+      after_kept.push_back(following_script);
+      delegated_path.push_back(backend_ms + following_backend);
+    } else {
+      run_script();  // dropped: it pays for what the backend left behind
+      kept.push_back(time(run_script));
+      after_kept.push_back(0.0);
+      run_backend();
+      delegated_path.push_back(time(run_backend));
+    }
     if (round + 1 >= min_rounds) {
       const double a = median(kept), b = median(delegated_path);
       if (std::max(a, b) > 1.2 * std::min(a, b)) break;
@@ -439,13 +475,21 @@ inline std::optional<region_timing> time_region(const backend_lowering& backend,
 }
 
 /// The region of `replayed` (a method of an earlier report) that `candidate` is, or nullptr: the
-/// same backend, kinds, node count, location and depth.
-inline const region_report* replayed_region(const method_delegation* replayed, const region_report& candidate) {
+/// first one not matched yet (`matched`) with the same backend, kinds, node count, location and
+/// depth. Candidates come in program order, as the report's regions do: regions alike (the
+/// layers of a loop share a source line) pair up in order, and each is matched once.
+inline const region_report* replayed_region(const method_delegation* replayed, const region_report& candidate,
+                                            std::vector<bool>& matched) {
   if (!replayed) return nullptr;
-  for (const region_report& region : replayed->regions)
-    if (region.backend == candidate.backend && region.kinds == candidate.kinds && region.node_count == candidate.node_count &&
-        region.location == candidate.location && region.depth == candidate.depth)
+  matched.resize(replayed->regions.size(), false);
+  for (std::size_t i = 0; i < replayed->regions.size(); ++i) {
+    const region_report& region = replayed->regions[i];
+    if (!matched[i] && region.backend == candidate.backend && region.kinds == candidate.kinds &&
+        region.node_count == candidate.node_count && region.location == candidate.location && region.depth == candidate.depth) {
+      matched[i] = true;
       return &region;
+    }
+  }
   return nullptr;
 }
 
@@ -516,6 +560,7 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
         if (earlier.method == method) replayed = &earlier;
     const bool measuring = !options.replay && options.measure && examples != options.example_inputs.end();
     std::optional<std::unordered_map<const torch::jit::Value*, c10::IValue>> values;  // computed once, when needed
+    std::vector<bool> matched;  // the replayed regions already paired with a candidate
     for (std::size_t k = 0; k < backends.size(); ++k) {
       method_delegation pass{method, {}, {}};
       std::vector<region> regions = form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr);
@@ -524,11 +569,19 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
         region_report& candidate = pass.regions[i];
         std::string why;
         if (options.replay) {
-          if (const region_report* earlier = replayed_region(replayed, candidate)) {
+          if (const region_report* earlier = replayed_region(replayed, candidate, matched)) {
             candidate.backend_ms = earlier->backend_ms;
             candidate.torchscript_ms = earlier->torchscript_ms;
           } else {
             why = "not delegated in the replayed plan";
+            // A region the replayed report kept as slower (measured, or dropped by the method's
+            // check) keeps that reason and its figures.
+            for (const kept_node& earlier : replayed ? replayed->kept : std::vector<kept_node>{})
+              if (earlier.reason == kept_reason::slower_on_backend && !candidate.kinds.empty() &&
+                  earlier.kind == candidate.kinds.front() && earlier.location == candidate.location) {
+                why = earlier.detail;
+                break;
+              }
           }
         } else {
           if (!values) values = example_values(module, graph, examples->second);
@@ -774,6 +827,103 @@ inline void check_spec_methods(const backend_lowering& lowering, const c10::impl
   check_option_methods(lowering.name(), option_methods, options);
 }
 
+/// Medians of calls of `method` on `original` and on `lowered` with `inputs`, in ms: interleaved
+/// blocks of 3 calls each (the first dropped), 5 rounds.
+inline std::pair<double, double> time_methods(const torch::jit::Module& original, const torch::jit::Module& lowered,
+                                              const std::string& method, const std::vector<c10::IValue>& inputs) {
+  c10::NoGradGuard no_grad;
+  torch::jit::Method a = original.get_method(method), b = lowered.get_method(method);
+  auto time = [&](torch::jit::Method& call) {
+    const auto start = std::chrono::steady_clock::now();
+    call(inputs);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int warm = 0; warm < 2; ++warm) {  // the profiling executor optimises after its first calls
+    a(inputs);
+    b(inputs);
+  }
+  std::vector<double> on_a, on_b;
+  for (int round = 0; round < 5; ++round) {
+    for (int call = 0; call < 3; ++call) {
+      const double ms = time(a);
+      if (call > 0) on_a.push_back(ms);
+    }
+    for (int call = 0; call < 3; ++call) {
+      const double ms = time(b);
+      if (call > 0) on_b.push_back(ms);
+    }
+  }
+  auto median = [](std::vector<double> times) {
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+    return times[times.size() / 2];
+  };
+  return {median(on_a), median(on_b)};
+}
+
+/// The method's check of a measured partition. Regions are timed one at a time; what counts is
+/// the method, where they also pay for what their neighbours leave behind (and the neighbours for
+/// them). Each method with example inputs is timed whole, original against lowered; while the
+/// lowered one is slower than 1.02x the original, the delegated regions of the smallest measured
+/// gain (half of them, at least one) are taken out and the module is lowered again, replaying
+/// the rest. A region taken out is kept with kept_reason::slower_on_backend and both methods'
+/// times.
+inline torch::jit::Module checked_whole(const backend_list& backends, const torch::jit::Module& module,
+                                        const partition_options& options, const std::vector<c10::impl::GenericDict>& specs,
+                                        torch::jit::Module lowered) {
+  std::optional<delegation_report> report = delegation_report_data_of(lowered);
+  if (!report) return lowered;
+  for (const auto& example : options.example_inputs) {
+    const std::string& method = example.first;
+    const std::vector<c10::IValue> arguments(example.second.begin(), example.second.end());
+    for (std::size_t previous = std::numeric_limits<std::size_t>::max();;) {
+      auto entry = std::find_if(report->methods.begin(), report->methods.end(),
+                                [&](const method_delegation& m) { return m.method == method; });
+      // Stop when nothing is left to take out, or when taking out did not reduce the regions.
+      if (entry == report->methods.end() || entry->regions.empty() || entry->regions.size() >= previous) break;
+      previous = entry->regions.size();
+      const auto [original_ms, lowered_ms] = time_methods(module, lowered, method, arguments);
+      if (lowered_ms <= 1.02 * original_ms) break;
+      // Smallest gain first; a region not measured (in an if or loop body) counts as no gain.
+      std::vector<std::size_t> order(entry->regions.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      auto gain = [&](std::size_t i) {
+        const region_report& r = entry->regions[i];
+        return r.backend_ms > 0 && r.torchscript_ms >= 0 ? r.torchscript_ms / r.backend_ms : 1.0;
+      };
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return gain(x) < gain(y); });
+      const std::size_t dropped = std::max<std::size_t>(1, order.size() / 2);
+      std::ostringstream why;
+      why.precision(3);
+      why << "slower in the method: " << method << " took " << lowered_ms << " ms lowered, " << original_ms
+          << " ms as TorchScript; the regions of least measured gain are kept";
+      std::vector<bool> drop(entry->regions.size(), false);
+      for (std::size_t i = 0; i < dropped; ++i) drop[order[i]] = true;
+      std::vector<region_report> remaining;
+      for (std::size_t i = 0; i < entry->regions.size(); ++i) {
+        region_report& r = entry->regions[i];
+        if (!drop[i]) {
+          remaining.push_back(std::move(r));
+          continue;
+        }
+        std::ostringstream detail;
+        detail.precision(3);
+        detail << why.str();
+        if (r.backend_ms >= 0) detail << " (alone: " << timing_text(r) << ")";
+        entry->kept.push_back({r.kinds.empty() ? std::string() : r.kinds.front(), kept_reason::slower_on_backend, detail.str(),
+                               r.location, r.depth, r.submodule});
+      }
+      entry->regions = std::move(remaining);
+      partition_options again = options;
+      again.measure = false;
+      again.replay = *report;
+      lowered = lower_partitioned(backends, module, again, specs);
+      report = delegation_report_data_of(lowered);
+      if (!report) break;
+    }
+  }
+  return lowered;
+}
+
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_list& backends, const torch::jit::Module& module,
                                                                 const partition_options& options,
                                                                 const std::vector<c10::impl::GenericDict>& specs) {
@@ -782,7 +932,9 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
     fail({backends.front()->name(), {}}, "one compile spec per backend: " + std::to_string(backends.size()) + " backends, " +
                                              std::to_string(specs.size()) + " specs");
   for (std::size_t k = 0; k < backends.size(); ++k) check_spec_methods(*backends[k], specs[k], options);
-  return lower_partitioned(backends, module, options, specs);
+  torch::jit::Module lowered = lower_partitioned(backends, module, options, specs);
+  if (!options.measure || options.replay || options.example_inputs.empty()) return lowered;
+  return checked_whole(backends, module, options, specs, std::move(lowered));
 }
 
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
