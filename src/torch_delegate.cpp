@@ -27,3 +27,4 @@
 #include <torch_delegate/impl/report_format.ipp>
 #include <torch_delegate/impl/runtime_objects.ipp>
 #include <torch_delegate/impl/signature.ipp>
+#include <torch_delegate/impl/version.ipp>

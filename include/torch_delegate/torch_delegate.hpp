@@ -14,3 +14,4 @@
 #include <torch_delegate/preprocess.hpp>
 #include <torch_delegate/registration.hpp>
 #include <torch_delegate/runtime.hpp>
+#include <torch_delegate/version.hpp>

@@ -8,6 +8,7 @@
 #include <torch_delegate/load.hpp>
 #include <torch_delegate/lower.hpp>
 #include <torch_delegate/partition.hpp>
+#include <torch_delegate/version.hpp>
 
 #include <c10/util/Type.h>
 #include <torch/csrc/Dtype.h>
@@ -234,10 +235,25 @@ py::dict backend_description(const td::detail::backend_lowering& lowering) {
   return described;
 }
 
+/// The refusal of a libtorch_delegate of another version than the one this extension was built
+/// against ("" when they agree): a mismatched library would misread what the extension hands it.
+std::string version_mismatch(const std::string& extension, const std::string& library) {
+  if (extension == library) return "";
+  return "torch_delegate: the extension torch_delegate._C was built for libtorch_delegate " + extension +
+         ", but the libtorch_delegate.so loaded in this process is version " + library +
+         ". Install one version of the package (pip install --no-build-isolation --force-reinstall .) or put the "
+         "matching build first on LD_LIBRARY_PATH.";
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_delegate's C++ bindings; use the torch_delegate package, not this module.";
+  if (const std::string refused = version_mismatch(TORCH_DELEGATE_VERSION, td::library_version()); !refused.empty())
+    throw py::import_error(refused);
+  m.attr("version") = TORCH_DELEGATE_VERSION;
+  m.def("library_version", [] { return std::string(td::library_version()); });
+  m.def("version_mismatch", &version_mismatch, py::arg("extension"), py::arg("library"));
   py::register_exception<delegate_error>(m, "Error", PyExc_RuntimeError);
 
   m.def("backends", [] {

@@ -16,30 +16,37 @@ See docs/python.md.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import torch
 
 from . import _C
+from ._backends import ENTRY_POINT_GROUP, InstalledBackend, available_backends, load_backend
+from ._backends import require_registered as _require_registered
 
 __all__ = [
     "Backend",
+    "ENTRY_POINT_GROUP",
     "Error",
+    "InstalledBackend",
     "KeptNode",
     "MethodReport",
     "OptionInfo",
     "Region",
     "Report",
     "TensorSpec",
+    "available_backends",
     "backends",
     "backends_needed",
     "load",
+    "load_backend",
     "lower",
     "plan",
     "report",
 ]
 
-__version__ = "0.1.0"
+__version__: str = _C.version  #: the version of torch-delegate this package and its extension are
 
 #: The error torch-delegate raises (a RuntimeError), with the text of the C++ error: what was
 #: wrong, where (backend, method, the model's source line), what was expected and what given.
@@ -128,6 +135,19 @@ class Report:
     @property
     def region_count(self) -> int:
         return sum(len(method.regions) for method in self.methods)
+
+    def to_dot(self, module: Optional[torch.jit.ScriptModule] = None) -> str:
+        """The partition as a Graphviz dot graph: each region a box in a cluster coloured by its
+        backend (its node count, kinds, line, measured times), each kept node grey with its
+        reason. With `module`, the partially lowered module this report is of, the method's graph
+        with its data edges; without, the report's regions and kept nodes alone."""
+        from ._dot import to_dot
+        return to_dot(self, module)
+
+    def to_svg(self, module: Optional[torch.jit.ScriptModule] = None) -> str:
+        """to_dot() rendered as SVG by Graphviz's dot program (Debian's graphviz)."""
+        from ._dot import svg
+        return svg(self.to_dot(module))
 
     def __str__(self) -> str:
         return self.text
@@ -245,7 +265,8 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
           on_other_shapes: str = "error",
           max_replans: int = 4,
           measure: bool = False,
-          replay: Optional["Report"] = None) -> torch.jit.ScriptModule:
+          replay: Optional["Report"] = None,
+          load_backends: bool = False) -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
 
     backend: a backend's name, or (partial=True) a priority list of names, ["xnnpack",
@@ -276,9 +297,12 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         compiled (the least recently used is dropped beyond it).
     measure: with example_inputs, time each candidate region on its backend and as TorchScript
         and delegate it only where the backend is faster (the report gives both times; a
-        region one backend loses is offered to the next).
+        region one backend loses is offered to the next); then the method is timed whole and
+        regions of least gain are taken out while it is slower than the original.
     replay: a Report (a measured plan, or report(lowered)) whose decisions are repeated: a
         candidate region is delegated if and only if the report has it. Nothing is timed.
+    load_backends: load a named backend that is installed (available_backends()) but not yet
+        loaded, instead of raising an error that says how to load it.
 
     Returns a torch.jit.ScriptModule that saves and loads like any other. Raises TypeError or
     ValueError for a bad argument, torch_delegate.Error for what the backend or lowering refuses.
@@ -286,6 +310,7 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
     who = "torch_delegate.lower"
     cpp_module = _script_module(module, who)
     backends = _backend_names(backend, who)
+    _require_registered(backends, who, load_backends)
     if len(backends) > 1:
         if not partial:
             raise ValueError(f"{who}: several backends ({', '.join(backends)}) need partial=True: each node goes to the "
@@ -349,11 +374,13 @@ def plan(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], *,
          require_full: bool = False,
          example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
          measure: bool = False,
-         replay: Optional["Report"] = None) -> Report:
+         replay: Optional["Report"] = None,
+         load_backends: bool = False) -> Report:
     """Dry run of lower(..., partial=True): what would be delegated and why the rest would stay
-    in TorchScript. Nothing is lowered."""
+    in TorchScript. Nothing is lowered. load_backends: as for lower()."""
     who = "torch_delegate.plan"
     cpp_module = _script_module(module, who)
+    _require_registered(_backend_names(backend, who), who, load_backends)
     if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
         raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
     return _report_of(_C.plan(cpp_module, _backend_names(backend, who), _names(methods, "methods", who), min_region_size,
@@ -370,12 +397,16 @@ def report(module: torch.jit.ScriptModule) -> Optional[Report]:
     return None if data is None else _report_of(data)
 
 
-def load(path: str, map_location: Optional[Union[str, torch.device]] = None) -> torch.jit.ScriptModule:
+def load(path: str, map_location: Optional[Union[str, torch.device]] = None, *,
+         load_backends: bool = False) -> torch.jit.ScriptModule:
     """torch.jit.load, after checking that every backend the saved module delegates to is
     registered in this process and still has the execute signatures it was lowered for: a missing
-    one is a torch_delegate.Error that names it and says how to register it."""
+    one is a torch_delegate.Error that names it and says how to register it (for an installed
+    backend: torch_delegate.load_backend(name), or load_backends=True to load it here)."""
     if not isinstance(path, str):
         path = str(path)
+    if os.path.isfile(path):
+        _require_registered(_C.backends_needed(path), "torch_delegate.load", load_backends)
     _C.check_loadable(path)
     return torch.jit.load(path, map_location=map_location)
 
