@@ -45,8 +45,8 @@ class InstalledBackend:
     loaded: bool  #: registered in this process already
 
 
-def _registered() -> Dict[str, bool]:
-    return {described["name"]: True for described in _C.backends()}
+def _registered() -> set:
+    return {described["name"] for described in _C.backends()}
 
 
 def _shipped_library(name: str) -> Optional[tuple]:

@@ -359,6 +359,12 @@ inline std::unordered_map<const torch::jit::Value*, c10::IValue> example_values(
   return values;
 }
 
+/// The median of timed calls (the upper one of an even count).
+inline double median(std::vector<double> times) {
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
 /// Whether a node computes on tensors (not a view, a size or an interpreter op): what leaves
 /// ATen's OpenMP workers spinning, or waits for a backend's pool to sleep.
 inline bool computes(const torch::jit::Node* node) {
@@ -443,10 +449,6 @@ inline std::optional<region_timing> time_region(const backend_lowering& backend,
   // of calls of one kind, the first of each block dropped. Rounds alternate the two paths; at
   // least 5, up to 15, stopping early once the medians are more than 20 % apart.
   std::vector<double> kept, delegated_path, after_kept;
-  auto median = [](std::vector<double> times) {
-    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-    return times[times.size() / 2];
-  };
   constexpr int min_rounds = 5, max_rounds = 15;
   const bool between_compute = has_computing_neighbour(formed);
   for (int round = 0; round < max_rounds; ++round) {
@@ -853,10 +855,6 @@ inline std::pair<double, double> time_methods(const torch::jit::Module& original
       if (call > 0) on_b.push_back(ms);
     }
   }
-  auto median = [](std::vector<double> times) {
-    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-    return times[times.size() / 2];
-  };
   return {median(on_a), median(on_b)};
 }
 
