@@ -9,6 +9,9 @@
 #include <torch_delegate/report_format.hpp>
 #include <torch_delegate/detail/regions.hpp>
 
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/frontend/sugared_value.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -1503,5 +1506,106 @@ def forward(self, x, h):
     CHECK(lowered.forward({x, h}).toTensor().allclose(want));
     const bool same_regions = torch_delegate::delegation_report_data_of(lowered)->methods[0].regions == replayed.methods[0].regions;
     CHECK(same_regions);
+  }
+}
+
+namespace {
+/// td_test_partition::slow_add: an add that takes 4 ms more in TorchScript and none on
+/// SwitchingBackend (as an accelerator runs an op the CPU runs slowly).
+thread_local bool on_switching_backend = false;
+at::Tensor slow_add(const at::Tensor& a, const at::Tensor& b) {
+  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  return a + b;
+}
+TORCH_LIBRARY(td_test_partition, m) { m.def("slow_add(Tensor a, Tensor b) -> Tensor", slow_add); }
+
+/// A backend fast alone and slow in a method: each region runs slow_add at no cost, but a call
+/// of another region than the last one pays 15 ms (as a device that reloads its program or its
+/// weights when it switches regions). Timed alone, each region wins; in a method with two of
+/// them, every call switches. Deterministic: sleeps, not speeds.
+struct SwitchingBackend : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_switching";
+  static inline thread_local const void* last = nullptr;
+  static inline std::atomic<int> switches{0};
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind().toQualString() == std::string("td_test_partition::slow_add") || node->kind() == c10::prim::Constant;
+  }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    if (last != handle.function.get()) {
+      last = handle.function.get();
+      ++switches;
+      std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    }
+    on_switching_backend = true;
+    auto outputs = GenericBackend::execute(handle, inputs);
+    on_switching_backend = false;
+    return outputs;
+  }
+};
+
+/// Resolves td_test_partition.<op> in TorchScript source (Module::define knows only torch.*).
+struct CustomOpsResolver : torch::jit::Resolver {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction& function,
+                                                         const torch::jit::SourceRange& range) override {
+    if (name == "td_test_partition") return std::make_shared<torch::jit::BuiltinModule>("td_test_partition");
+    return torch::jit::nativeResolver()->resolveValue(name, function, range);
+  }
+  c10::TypePtr resolveType(const std::string&, const torch::jit::SourceRange&) override { return nullptr; }
+};
+}  // namespace
+
+TEST_CASE("measured partitioning: the method decides last (regions fast alone, slower together, are taken out)") {
+  torch::jit::Module module("m");
+  module.define(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    b = torch.relu(a)
+    c = td_test_partition.slow_add(b, x)
+    return torch.relu(c)
+)", std::make_shared<CustomOpsResolver>());
+  const at::Tensor x = torch::randn({16});
+  const at::Tensor want = torch::relu(torch::relu(x + x) + x);
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+
+  SUBCASE("without measuring, both regions are delegated and every call switches") {
+    auto lowered = torch_delegate::lower_partially<SwitchingBackend>(module, options);
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->methods[0].regions.size() == 2);
+    SwitchingBackend::switches = 0;
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(SwitchingBackend::switches == 4);
+  }
+  SUBCASE("measured: each region wins alone (about 0 against 4 ms), so the plan delegates both") {
+    options.measure = true;
+    const auto plan = torch_delegate::delegation_plan<SwitchingBackend>(module, options);
+    REQUIRE(plan.methods[0].regions.size() == 2);
+    for (const auto& region : plan.methods[0].regions) CHECK(region.backend_ms < region.torchscript_ms);
+  }
+  SUBCASE("measured and lowered: the method (about 30 against 8 ms) takes one region out; the rest is faster") {
+    options.measure = true;
+    auto lowered = torch_delegate::lower_partially<SwitchingBackend>(module, options);
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    REQUIRE(report.methods[0].regions.size() == 1);
+    std::size_t taken_out = 0;
+    for (const auto& node : report.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::slower_on_backend) {
+        ++taken_out;
+        CHECK(node.kind == "td_test_partition::slow_add");
+        CHECK(node.detail.find("slower in the method: forward took ") != std::string::npos);
+        CHECK(node.detail.find(" ms as TorchScript; the regions of least measured gain are kept (alone: ") != std::string::npos);
+      }
+    CHECK(taken_out == 1);
+    SwitchingBackend::switches = 0;
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(SwitchingBackend::switches <= 1);  // one region left: it switches at most once, from another module
+    // Saved and loaded, the decision stays (nothing is timed at load).
+    const std::string path = temp_path("method_check.pt");
+    lowered.save(path);
+    auto loaded = torch::jit::load(path);
+    CHECK(torch_delegate::delegation_report_data_of(loaded)->methods[0].regions.size() == 1);
+    CHECK(loaded.forward({x}).toTensor().allclose(want));
+    std::remove(path.c_str());
   }
 }
