@@ -1,13 +1,15 @@
 """Several backends and measured partitioning (issue 28): torchvision's models and two transformers
-lowered to ["xnnpack", "pointwise_fusion"] with measure=True, against LibTorch's CPU paths, side by
+lowered to ["xnnpack", "onednn", "pointwise_fusion"] with measure=True, against LibTorch's CPU paths, side by
 side in one process, interleaved (round after round, every variant once per round; medians).
 
 Variants: eager, scripted, torch.jit.optimize_for_inference (oneDNN) and the lowered model.
 LibTorch runs Linears on the system BLAS: Debian's default reference BLAS is 25-75x slower than
 OpenBLAS, so LibTorch's variants are timed twice, in a process with the default BLAS and in one
 with OpenBLAS (libopenblas0-openmp, by LD_LIBRARY_PATH, as bench/run does for the feed-forward
-block), and each goal is judged against the faster. The lowered model is timed in the OpenBLAS
-process (what it leaves in TorchScript uses the BLAS too). Batch 1, 2 threads, default
+block), and each goal is judged against the faster. The lowered model is lowered and timed in
+each process beside LibTorch's variants (what it leaves in TorchScript uses that BLAS too), and
+each ratio is taken within the process whose fastest LibTorch variant is faster: machine drift
+between two processes is larger than the 2 % the guarantee allows. Batch 1, 2 threads, default
 environment. Also: the time measured partitioning takes on a 10,000-node method (in a process
 with an unlimited stack: LibTorch's interpreter recurses per node).
 
@@ -28,6 +30,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 xnnpack_library, pointwise_library, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+# The priority list: xnnpack first (whole CNN bodies where it is faster), onednn for the regions
+# it loses (dense convolutions on CPUs where oneDNN is faster), pointwise_fusion for elementwise
+# chains. onednn is loaded by name (torch_delegate.load_backend: this build tree's library).
+BACKENDS = ["xnnpack", "onednn", "pointwise_fusion"]
 quick = "--quick" in sys.argv
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_0",
@@ -107,16 +113,27 @@ def probe(blas):
     torch.ops.load_library(xnnpack_library)
     torch.ops.load_library(pointwise_library)
     import torch_delegate
+    torch_delegate.load_backend("onednn")
     for name in VISION + ["bert_base_encoder"]:
         model, x = model_and_input(name)
         scripted = torch.jit.script(model)
         variants = {"eager": model, "scripted": scripted,
                     "oneDNN": torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))}
         row = {"name": name, "blas": blas}
-        if blas == "openblas":
+        with torch.no_grad():
+            start = time.perf_counter()
+            scripted(x)
+            scripted(x)
+            slow = time.perf_counter() - start > 2.0
+        # Lowered in both processes, and timed there beside LibTorch's variants: each ratio is
+        # taken within one process (machine drift between processes is larger than the 2 % the
+        # guarantee allows). Not where a scripted call takes over a second (the transformers with
+        # the reference BLAS): measured partitioning would time seconds-long Linears dozens of
+        # times, and LibTorch is not fastest in that process anyway.
+        if not slow:
             start = time.perf_counter()
             try:
-                lowered = torch_delegate.lower(torch.jit.script(model), ["xnnpack", "pointwise_fusion"], partial=True,
+                lowered = torch_delegate.lower(torch.jit.script(model), BACKENDS, partial=True,
                                                example_inputs=(x,), measure=True)
             except Exception as error:  # reported in the table, the other models still run
                 row["failed"] = str(error).splitlines()[0]
@@ -186,26 +203,40 @@ default = run_probe("default")
 big = json.loads(subprocess.run([sys.executable, __file__, xnnpack_library, pointwise_library, out_path, "--big"],
                                 stdout=subprocess.PIPE, text=True, check=True).stdout)
 
-lines = ["| model | eager | scripted | oneDNN | eager (ref. BLAS) | scripted (ref. BLAS) | oneDNN (ref. BLAS) | "
-         "**[xnnpack, pointwise_fusion]** | vs fastest LibTorch | vs scripted | regions (xnnpack + pointwise) | "
+lines = ["| model | eager | scripted | oneDNN | **lowered** | eager (ref. BLAS) | scripted (ref. BLAS) | oneDNN (ref. BLAS) | "
+         "**lowered (ref. BLAS)** | vs fastest LibTorch | vs scripted | regions (xnnpack + onednn + pointwise) | "
          "regions lost to TorchScript (nodes) | lowering (s) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-ratios, versus_scripted, transformer_ratios = {}, {}, {}
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+ratios, versus_scripted, across_processes = {}, {}, {}
+
+
+def cell(row, key):
+    return f"{row[key]:.1f}" if key in row else "-"
+
+
 for name in VISION + ["bert_base_encoder"]:
     o, d = openblas[name], default[name]
-    fastest = min(o["eager"], o["scripted"], o["oneDNN"], d["eager"], d["scripted"], d["oneDNN"])
-    if "failed" in o:
-        lines.append(f"| {name} | {o['eager']:.1f} | {o['scripted']:.1f} | {o['oneDNN']:.1f} | {d['eager']:.1f} | "
-                     f"{d['scripted']:.1f} | {d['oneDNN']:.1f} | lowering failed: {o['failed']} | | | | | |")
+    # The process where LibTorch's fastest variant is faster is the one each goal is judged in;
+    # the ratios are taken within it, against the lowered model timed beside LibTorch there.
+    fastest = {p: min(row["eager"], row["scripted"], row["oneDNN"]) for p, row in (("openblas", o), ("default", d))}
+    judged = min((p for p in fastest if "lowered" in (o if p == "openblas" else d)), key=fastest.get, default=None)
+    failed = o.get("failed") or d.get("failed")
+    if judged is None or failed:
+        lines.append(f"| {name} | {cell(o, 'eager')} | {cell(o, 'scripted')} | {cell(o, 'oneDNN')} | - | {cell(d, 'eager')} | "
+                     f"{cell(d, 'scripted')} | {cell(d, 'oneDNN')} | - | lowering failed: {failed} | | | | |")
         continue
-    scripted = min(o["scripted"], d["scripted"])
-    ratios[name] = fastest / o["lowered"]
-    versus_scripted[name] = scripted / o["lowered"]
-    regions = o["regions"]
-    lines.append(f"| {name} | {o['eager']:.1f} | {o['scripted']:.1f} | {o['oneDNN']:.1f} | {d['eager']:.1f} | "
-                 f"{d['scripted']:.1f} | {d['oneDNN']:.1f} | **{o['lowered']:.1f}** | {ratios[name]:.2f}x | "
-                 f"{versus_scripted[name]:.2f}x | {regions.get('xnnpack', 0)} + {regions.get('pointwise_fusion', 0)} | "
-                 f"{o['slower']} | {o['lowering_s']:.1f} |")
+    row = o if judged == "openblas" else d
+    ratios[name] = fastest[judged] / row["lowered"]
+    versus_scripted[name] = row["scripted"] / row["lowered"]
+    # For the record: against the faster scripted time of the two processes (drift included).
+    across_processes[name] = min(o["scripted"], d["scripted"]) / row["lowered"]
+    regions = row["regions"]
+    bold = {"openblas": ("**", ""), "default": ("", "**")}[judged]
+    lines.append(f"| {name} | {o['eager']:.1f} | {o['scripted']:.1f} | {o['oneDNN']:.1f} | {bold[0]}{cell(o, 'lowered')}{bold[0]} | "
+                 f"{d['eager']:.1f} | {d['scripted']:.1f} | {d['oneDNN']:.1f} | {bold[1]}{cell(d, 'lowered')}{bold[1]} | "
+                 f"{ratios[name]:.2f}x | {versus_scripted[name]:.2f}x | "
+                 f"{regions.get('xnnpack', 0)} + {regions.get('onednn', 0)} + {regions.get('pointwise_fusion', 0)} | "
+                 f"{row['slower']} | {row['lowering_s']:.1f} |")
 
 
 def geomean(values):
@@ -224,14 +255,19 @@ summary = [
     f"Batch 1, 2 threads, ms (medians). Geometric mean over the {len(VISION)} torchvision models: "
     f"{geomean(vision):.2f}x the fastest LibTorch path (goal >= 1.3x); slowest {min(vision):.2f}x "
     f"({min(ratios, key=ratios.get)}; goal >= 1.0x each); against scripted: "
-    f"{min(versus_scripted.values()):.2f}x to {max(versus_scripted.values()):.2f}x (goal >= 0.98x each). "
+    f"{min(versus_scripted.values()):.2f}x to {max(versus_scripted.values()):.2f}x, interleaved in one process (goal >= 0.98x "
+    f"each; against the faster scripted time of either process, drift between processes included: "
+    f"{min(across_processes.values()):.2f}x to {max(across_processes.values()):.2f}x). "
     f"Transformers: " + ", ".join(f"{name} {ratios[name]:.2f}x" for name in TRANSFORMERS if name in ratios) + " (goal >= 1.2x).",
     "",
     f"Measured partitioning of a {big['nodes']}-node method ([xnnpack, pointwise_fusion], {big['regions']} regions "
     f"delegated): {big['seconds']:.1f} s (goal <= 10 s).",
     "",
+    "Each ratio is taken in one process, against the lowered model timed beside LibTorch there: the process "
+    "(OpenBLAS or Debian's default reference BLAS) whose fastest LibTorch variant is faster; its lowered column is bold.",
+    "",
     "Largest relative error of a lowered model against eager: "
-    f"{max(row['error'] for row in openblas.values() if 'error' in row):.1e}.",
+    f"{max(row['error'] for row in list(openblas.values()) + list(default.values()) if 'error' in row):.1e}.",
 ]
 text = "\n".join(lines + summary) + "\n"
 print(text)

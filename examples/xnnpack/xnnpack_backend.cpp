@@ -4,6 +4,7 @@
 #include "xnnpack_backend.hpp"
 
 #include <torch_delegate/named_data.hpp>
+#include <torch_delegate/node_queries.hpp>
 
 #include <ATen/Parallel.h>
 #include <ATen/ATen.h>
@@ -45,26 +46,10 @@ constexpr double inf = std::numeric_limits<double>::infinity();
 
 bool is(const torch::jit::Node* node, const char* kind) { return node->kind() == c10::Symbol::fromQualString(kind); }
 
-/// Sizes of a value when its type is complete (recorded from example inputs).
-std::optional<std::vector<std::int64_t>> known_sizes(const torch::jit::Value* value) {
-  const auto tensor = value->type()->cast<c10::TensorType>();
-  if (!tensor) return std::nullopt;
-  auto sizes = tensor->sizes().concrete_sizes();
-  if (!sizes) return std::nullopt;
-  return *sizes;
-}
-
-std::optional<c10::IValue> constant_of(const torch::jit::Value* value) { return torch::jit::toIValue(value); }
-
-bool constant_is(const torch::jit::Value* value, const c10::IValue& expected) {
-  const auto known = constant_of(value);
-  return known && *known == expected;
-}
-
-/// A constant that is known (a constant node) or an attribute read (an owned parameter).
-bool known_at_lowering(const torch::jit::Value* value) {
-  return value->node()->kind() == c10::prim::Constant || value->node()->kind() == c10::prim::GetAttr;
-}
+using torch_delegate::constant_is;
+using torch_delegate::constant_of;
+using torch_delegate::known_at_lowering;
+using torch_delegate::known_sizes;
 
 /// Activations XNNPACK runs as a clamp: [min, max], or nullopt for another node.
 std::optional<std::pair<double, double>> clamp_range(const torch::jit::Node* node) {

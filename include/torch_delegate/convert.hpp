@@ -184,12 +184,14 @@ struct ivalue_caster<std::tuple<Ts...>, std::enable_if_t<(convertible_to_ivalue<
   static constexpr auto name = "Tuple[" + detail::join(ivalue_caster<Ts>::name...) + "]";
   static bool check(const c10::IValue& v) {
     if (!v.isTuple()) return false;
-    const auto& elements = v.toTupleRef().elements();
+    // Indexed through an ArrayRef: indexing TupleElements itself (three elements inline) makes
+    // GCC's -Warray-bounds see index 4 of the inline array in optimised builds.
+    const c10::ArrayRef<c10::IValue> elements = v.toTupleRef().elements().asArrayRef();
     if (elements.size() != sizeof...(Ts)) return false;
     return check_elements(elements, std::index_sequence_for<Ts...>{});
   }
   static std::tuple<Ts...> load(const c10::IValue& v) {
-    const auto& elements = v.toTupleRef().elements();
+    const c10::ArrayRef<c10::IValue> elements = v.toTupleRef().elements().asArrayRef();
     return load_elements(elements, std::index_sequence_for<Ts...>{});
   }
   static c10::IValue cast(std::tuple<Ts...> values) {

@@ -10,6 +10,7 @@
 #include <torch_delegate/input_spec.hpp>
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/named_data.hpp>
+#include <torch_delegate/node_queries.hpp>
 #include <torch_delegate/options.hpp>
 #include <torch_delegate/preprocess.hpp>
 #include <torch_delegate/registration.hpp>

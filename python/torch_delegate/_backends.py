@@ -26,6 +26,7 @@ ENTRY_POINT_GROUP = "torch_delegate.backends"
 _SHIPPED = {
     "pointwise_fusion": ("libpointwise_fusion.so", "examples/pointwise_fusion"),
     "xnnpack": ("libxnnpack_backend.so", "examples/xnnpack"),
+    "onednn": ("libonednn_backend.so", "examples/onednn"),
     "packed_linear": ("libpacked_linear.so", "."),
 }
 

@@ -77,7 +77,7 @@ class BackendsByName(unittest.TestCase):
             print(names, [b.name for b in td.backends()], all(not b.loaded for b in td.available_backends()))
         """)
         self.assertEqual(code, 0, err)
-        self.assertEqual(out.strip(), "['pointwise_fusion', 'xnnpack', 'packed_linear'] [] True")
+        self.assertEqual(out.strip(), "['pointwise_fusion', 'xnnpack', 'onednn', 'packed_linear'] [] True")
 
     def test_lower_says_how_to_load_an_installed_backend(self):
         code, out, err = child("""
@@ -124,7 +124,7 @@ class BackendsByName(unittest.TestCase):
         self.assertEqual(td.load_backend("packed_linear"), library)  # again: nothing to do
         self.assertTrue([b for b in td.available_backends() if b.name == "packed_linear"][0].loaded)
         with self.assertRaisesRegex(td.Error, r"^torch_delegate.load_backend: no backend named 'tpu' is installed "
-                                              r"\(installed: 'pointwise_fusion', 'xnnpack', 'packed_linear'\)\. A third-party "
+                                              r"\(installed: 'pointwise_fusion', 'xnnpack', 'onednn', 'packed_linear'\)\. A third-party "
                                               r"backend declares itself in the entry-point group 'torch_delegate.backends'$"):
             td.load_backend("tpu")
         with self.assertRaisesRegex(TypeError, "name must be a str, got int"):
@@ -186,7 +186,7 @@ class CommandLine(unittest.TestCase):
         code, out, err = cli("backends", "--json")
         self.assertEqual(code, 0, err)
         rows = json.loads(out)
-        self.assertEqual([row["name"] for row in rows], ["pointwise_fusion", "xnnpack", "packed_linear"])
+        self.assertEqual([row["name"] for row in rows], ["pointwise_fusion", "xnnpack", "onednn", "packed_linear"])
         self.assertEqual({row["source"] for row in rows}, {"build tree"})
         code, out, err = cli("backends")
         self.assertEqual(code, 0, err)
@@ -232,7 +232,7 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(cli("plan", pickled, "xnnpack")[0], 4)
         self.assertIn("torch.save writes those", cli("plan", pickled, "xnnpack")[2])
         code, _, err = cli("plan", self.scripted_file, "tpu")
-        self.assertEqual((code, err), (5, "torch_delegate plan: unknown backend 'tpu' (installed: packed_linear, "
+        self.assertEqual((code, err), (5, "torch_delegate plan: unknown backend 'tpu' (installed: onednn, packed_linear, "
                                           "pointwise_fusion, xnnpack)\n"))
         self.assertEqual(cli("frobnicate")[0], 2)
         self.assertEqual(cli("plan", self.scripted_file, "xnnpack", "--example-input", "1xthree")[0], 2)

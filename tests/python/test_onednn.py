@@ -1,0 +1,252 @@
+"""The onednn backend (examples/onednn) through torch_delegate.lower(..., partial=True): each op
+against eager over random parameters (scripted and frozen), torchvision's ResNets end to end in
+one region, what it leaves in TorchScript and why, save/load in stock Python and the lite
+interpreter, fallback where it is unavailable, and a priority list with xnnpack where a replayed
+plan sends a region xnnpack lost to onednn.
+
+Environment: PYTHONPATH (the built package), TD_ONEDNN_LIBRARY (libonednn_backend.so),
+TD_XNNPACK_LIBRARY (optional), TD_WORKDIR (a scratch directory).
+"""
+import io
+import os
+import subprocess
+import sys
+import unittest
+
+import torch
+import torch.nn as nn
+
+import torch_delegate
+
+LIBRARY = os.environ["TD_ONEDNN_LIBRARY"]
+WORKDIR = os.environ.get("TD_WORKDIR", ".")
+torch.ops.load_library(LIBRARY)
+torch.set_num_threads(2)
+
+
+def lowered(model, x, frozen=False, backends="onednn", **knobs):
+    scripted = torch.jit.script(model.eval())
+    if frozen:
+        scripted = torch.jit.freeze(scripted)
+    return torch_delegate.lower(scripted, backends, partial=True, example_inputs=(x,), **knobs)
+
+
+def kept(module):
+    return {node.kind: node.reason for method in torch_delegate.report(module).methods for node in method.kept}
+
+
+def regions(module):
+    return torch_delegate.report(module).methods[0].regions
+
+
+def relative_error(got, want):
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
+
+
+class Residual(nn.Module):
+    """conv-BN-relu, conv-BN, the sum with the block's input (or a strided 1x1 projection), relu."""
+
+    def __init__(self, channels, stride=1, groups=1, dilation=1):
+        super().__init__()
+        out = channels * stride
+        self.conv1 = nn.Conv2d(channels, out, 3, stride, padding=dilation, dilation=dilation, groups=groups, bias=False)
+        self.bn1 = nn.BatchNorm2d(out)
+        self.conv2 = nn.Conv2d(out, out, 3, 1, 1, bias=True)
+        self.bn2 = nn.BatchNorm2d(out)
+        self.project = nn.Conv2d(channels, out, 1, stride) if stride > 1 else None
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        shortcut = self.project(x) if self.project is not None else x
+        return torch.relu(y + shortcut)
+
+
+def randomized(model):
+    """Random BatchNorm statistics and affine parameters, so that folding them is checked."""
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.uniform_(-0.5, 0.5)
+    return model.eval()
+
+
+class Ops(unittest.TestCase):
+    def check(self, model, x, regions_expected=1):
+        with torch.no_grad():
+            want = model(x)
+        for frozen in (False, True):
+            with self.subTest(frozen=frozen):
+                low = lowered(model, x, frozen=frozen)
+                given = x.clone()
+                with torch.no_grad():
+                    got = low(given)
+                    again = low(given)
+                self.assertLess(relative_error(got, want), 1e-4)
+                self.assertLess(relative_error(again, want), 1e-4)
+                self.assertTrue(torch.equal(given, x), "the region wrote into its input")
+                self.assertEqual(len(regions(low)), regions_expected, kept(low))
+                self.assertTrue(all(r.backend == "onednn" for r in regions(low)))
+
+    def test_residual_blocks_over_random_parameters(self):
+        torch.manual_seed(0)
+        for stride, groups, dilation in [(1, 1, 1), (2, 1, 1), (1, 4, 1), (1, 1, 2)]:
+            with self.subTest(stride=stride, groups=groups, dilation=dilation):
+                model = randomized(nn.Sequential(Residual(8, stride, groups, dilation), Residual(8 * stride)))
+                self.check(model, torch.randn(2, 8, 15, 17))
+
+    def test_stem_pooling_and_head(self):
+        torch.manual_seed(1)
+        model = randomized(nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                                         nn.MaxPool2d(3, 2, 1), nn.Conv2d(16, 16, 1), nn.MaxPool2d(2, ceil_mode=True),
+                                         nn.AdaptiveAvgPool2d(1)))
+        self.check(model, torch.rand(1, 3, 45, 45))
+
+    def test_what_stays_in_torchscript(self):
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.norm = nn.BatchNorm2d(4)  # not after a convolution: nothing to fold it into
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+                self.bias = nn.Parameter(torch.randn(1, 4, 1, 1))
+
+            def forward(self, x):
+                y = self.conv(self.norm(x))
+                y = y + self.bias  # broadcasting: oneDNN's sum takes one shape
+                return torch.max_pool2d(y, 2, 2, 0, 2)  # dilation
+
+        model = randomized(Model())
+        x = torch.rand(1, 4, 12, 12)
+        low = lowered(model, x)
+        reasons = kept(low)
+        for kind in ("aten::batch_norm", "aten::add", "aten::max_pool2d"):
+            self.assertEqual(reasons.get(kind), "unsupported kind", reasons)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+        self.assertEqual([r.kinds for r in regions(low)], [["aten::conv2d"]])
+
+
+class Models(unittest.TestCase):
+    def test_resnets_in_one_region(self):
+        import torchvision
+        for name in ["resnet18", "resnet50"]:
+            for frozen in (False, True):
+                with self.subTest(model=name, frozen=frozen):
+                    torch.manual_seed(0)
+                    model = getattr(torchvision.models, name)(weights=None).eval()
+                    x = torch.rand(1, 3, 224, 224)
+                    low = lowered(model, x, frozen=frozen)
+                    with torch.no_grad():
+                        self.assertLess(relative_error(low(x), model(x)), 1e-4)
+                    # The body, stem to global pooling, is one region; flatten and fc stay.
+                    self.assertEqual(len(regions(low)), 1, kept(low))
+                    self.assertNotIn("aten::conv2d", kept(low))
+                    self.assertLessEqual(set(kept(low)), {"aten::flatten", "aten::linear", "prim::GetAttr"})
+
+
+class SavedAndElsewhere(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(3)
+        self.model = randomized(nn.Sequential(Residual(4), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)))
+        self.x = torch.rand(1, 4, 10, 10)
+        with torch.no_grad():
+            self.want = self.model(self.x)
+
+    def test_save_load_stock_package_and_lite(self):
+        low = lowered(self.model, self.x)
+        path = os.path.join(WORKDIR, "onednn_small.pt")
+        low.save(path)
+        self.assertEqual(torch_delegate.backends_needed(path), ["onednn"])
+        for load in (torch.jit.load, torch_delegate.load):
+            with self.subTest(load=load.__module__), torch.no_grad():
+                self.assertLess(relative_error(load(path)(self.x), self.want), 1e-4)
+        from torch.jit.mobile import _load_for_lite_interpreter
+        low._save_for_lite_interpreter(path + "l")
+        with torch.no_grad():
+            self.assertLess(relative_error(_load_for_lite_interpreter(path + "l")(self.x), self.want), 1e-4)
+        # Loaded, the region keeps only its reordered weights: the module cannot be saved again.
+        with self.assertRaises(RuntimeError) as raised:
+            torch_delegate.load(path).save(os.path.join(WORKDIR, "onednn_again.pt"))
+        self.assertIn("cannot save this lowered module: its backend released the named data", str(raised.exception))
+
+    def test_the_file_holds_each_weight_once(self):
+        model = randomized(nn.Sequential(Residual(64), Residual(64)))
+        x = torch.rand(1, 64, 8, 8)
+        frozen = torch.jit.freeze(torch.jit.script(model))
+        low = torch_delegate.lower(frozen, "onednn", partial=True, example_inputs=(x,))
+        sizes = []
+        for module in (frozen, low):
+            buffer = io.BytesIO()
+            torch.jit.save(module, buffer)
+            sizes.append(len(buffer.getvalue()))
+        self.assertLessEqual(sizes[1], 1.05 * sizes[0], sizes)
+
+    def test_concurrent_calls_on_one_module(self):
+        import threading
+        low = lowered(self.model, self.x)
+        inputs = [torch.rand(1, 4, 10, 10) for _ in range(4)]
+        with torch.no_grad():
+            wants = [self.model(x) for x in inputs]
+        errors = []
+
+        def run(k):
+            with torch.no_grad():
+                for _ in range(20):
+                    errors.append(relative_error(low(inputs[k]), wants[k]))
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(len(errors), 80)
+        self.assertLess(max(errors), 1e-4)
+
+    def test_fallback_where_the_backend_is_unavailable(self):
+        low = lowered(self.model, self.x, fallback=True)
+        path = os.path.join(WORKDIR, "onednn_fallback.pt")
+        low.save(path)
+        torch.save(self.x, os.path.join(WORKDIR, "onednn_x.pt"))
+        torch.save(self.want, os.path.join(WORKDIR, "onednn_want.pt"))
+        script = ("import sys, torch; torch.ops.load_library(sys.argv[1]); m = torch.jit.load(sys.argv[2]); "
+                  "x = torch.load(sys.argv[3]); print(m.__delegate.td_is_available(), float((m(x) - torch.load(sys.argv[4])).abs().max()))")
+        out = subprocess.run([sys.executable, "-c", script, LIBRARY, path, os.path.join(WORKDIR, "onednn_x.pt"),
+                              os.path.join(WORKDIR, "onednn_want.pt")], env=dict(os.environ, TD_ONEDNN_UNAVAILABLE="1"),
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        available, error = out.stdout.split()
+        self.assertEqual(available, "False")
+        self.assertLess(float(error), 1e-4)
+        # Without fallback, the text LibTorch users match on.
+        strict = lowered(self.model, self.x)
+        strict.save(path)
+        out = subprocess.run([sys.executable, "-c", script, LIBRARY, path, os.path.join(WORKDIR, "onednn_x.pt"),
+                              os.path.join(WORKDIR, "onednn_want.pt")], env=dict(os.environ, TD_ONEDNN_UNAVAILABLE="1"),
+                             capture_output=True, text=True)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("Backend is not available.", out.stderr)
+
+
+@unittest.skipUnless(os.environ.get("TD_XNNPACK_LIBRARY"), "TD_XNNPACK_LIBRARY not set")
+class WithXnnpack(unittest.TestCase):
+    """["xnnpack", "onednn"]: xnnpack takes what it supports first; a region it loses (here by a
+    replayed plan, as measuring decides on a machine where oneDNN is faster) goes to onednn."""
+
+    def test_a_region_xnnpack_lost_goes_to_onednn(self):
+        torch.ops.load_library(os.environ["TD_XNNPACK_LIBRARY"])
+        torch.manual_seed(4)
+        model = randomized(nn.Sequential(Residual(8), Residual(8)))
+        x = torch.rand(1, 8, 16, 16)
+        both = ["xnnpack", "onednn"]
+        by_rule = torch_delegate.plan(torch.jit.script(model), both, example_inputs=(x,))
+        self.assertEqual([r.backend for r in by_rule.methods[0].regions], ["xnnpack"])
+        lost = torch_delegate.plan(torch.jit.script(model), "onednn", example_inputs=(x,))  # xnnpack's region lost
+        low = torch_delegate.lower(torch.jit.script(model), both, partial=True, example_inputs=(x,), replay=lost)
+        self.assertEqual([r.backend for r in regions(low)], ["onednn"])
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
