@@ -3,6 +3,8 @@
 // and execute (inputs to oneDNN tensors, the steps, outputs back to dense tensors).
 #include "onednn_backend.hpp"
 
+#include "../common/folded_conv2d.hpp"
+
 #include <torch_delegate/named_data.hpp>
 #include <torch_delegate/node_queries.hpp>
 
@@ -131,35 +133,17 @@ struct step_builder {
   }
 
   void conv2d(const torch::jit::Node* node) {
-    at::Tensor weight = region.argument<at::Tensor>(node, "weight").to(at::kFloat);
-    auto bias = region.argument<std::optional<at::Tensor>>(node, "bias");
-    const auto stride = region.argument<std::vector<std::int64_t>>(node, "stride");
-    const auto padding = region.argument<std::vector<std::int64_t>>(node, "padding");
-    const auto dilation = region.argument<std::vector<std::int64_t>>(node, "dilation");
-    const std::int64_t groups = region.argument<std::int64_t>(node, "groups");
-    if (weight.dim() != 4 || stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
-      region.reject(node, "onednn: only 2-d convolutions with two strides, paddings and dilations");
-    at::Tensor b = bias ? bias->to(at::kFloat) : at::zeros({weight.size(0)}, weight.options());
-    const torch::jit::Value* output = node->output();
-    if (output->uses().size() == 1 && !outputs.count(output) && is(output->uses()[0].user, "aten::batch_norm")) {
-      const torch::jit::Node* norm = output->uses()[0].user;
-      if (region.argument<bool>(norm, "training")) region.reject(norm, "onednn: batch_norm in training mode");
-      at::Tensor scale = (region.argument<at::Tensor>(norm, "running_var").to(at::kFloat) + region.argument<double>(norm, "eps")).rsqrt();
-      if (auto gamma = region.argument<std::optional<at::Tensor>>(norm, "weight")) scale = scale * gamma->to(at::kFloat);
-      at::Tensor shift = -region.argument<at::Tensor>(norm, "running_mean").to(at::kFloat) * scale;
-      if (auto beta = region.argument<std::optional<at::Tensor>>(norm, "bias")) shift = shift + beta->to(at::kFloat);
-      weight = weight * scale.reshape({-1, 1, 1, 1});
-      b = b * scale + shift;
-      folded.insert(norm);
-      output = norm->output();
-    }
+    const cnn_common::folded_conv2d conv = cnn_common::read_conv2d(
+        region, node, [&](const torch::jit::Value* value) { return outputs.count(value) != 0; }, folded, "onednn");
+    const auto& [stride, padding, dilation] = std::tie(conv.stride, conv.padding, conv.dilation);
+    const torch::jit::Value* output = conv.output;
     const std::int64_t input = id(node->input(0));
     const bool then_relu = fused_relu(output);
     steps.push_back({convolution,
-                     {input, define(output), stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups,
+                     {input, define(output), stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], conv.groups,
                       then_relu ? 1 : 0},
-                     constant(weight),
-                     constant(b)});
+                     constant(conv.weight),
+                     constant(conv.bias)});
   }
 
   void add_node(const torch::jit::Node* node) {
@@ -178,10 +162,10 @@ struct step_builder {
       const std::int64_t a = id(node->input(0)), b = id(node->input(1));
       const torch::jit::Value* output = node->output();
       const bool then_relu = fused_relu(output);
-      // In place into its first operand when nothing else reads it (a residual's convolution output).
+      // In place into its first operand when nothing else reads it (a residual's convolution
+      // output; a region input is a oneDNN copy made per call, so the caller's tensor is not it).
       const torch::jit::Value* first = node->input(0);
-      const bool in_place = first->uses().size() == 1 && !outputs.count(first) && first->node()->kind() != c10::prim::Param &&
-                            node->input(1) != first;
+      const bool in_place = first->uses().size() == 1 && !outputs.count(first);
       steps.push_back({add, {a, b, define(output), (then_relu ? 1 : 0) | (in_place ? 2 : 0)}, "", ""});
       return;
     }

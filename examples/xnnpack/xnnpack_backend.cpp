@@ -3,6 +3,8 @@
 // execute (set up when pointers change, invoke).
 #include "xnnpack_backend.hpp"
 
+#include "../common/folded_conv2d.hpp"
+
 #include <torch_delegate/named_data.hpp>
 #include <torch_delegate/node_queries.hpp>
 
@@ -224,27 +226,13 @@ struct subgraph_builder {
   }
 
   void convolution(const torch::jit::Node* node) {
-    at::Tensor weight = region.argument<at::Tensor>(node, "weight").to(at::kFloat);
-    auto bias = region.argument<std::optional<at::Tensor>>(node, "bias");
-    const auto stride = region.argument<std::vector<std::int64_t>>(node, "stride");
-    const auto padding = region.argument<std::vector<std::int64_t>>(node, "padding");
-    const auto dilation = region.argument<std::vector<std::int64_t>>(node, "dilation");
-    const std::int64_t groups = region.argument<std::int64_t>(node, "groups");
-    if (weight.dim() != 4 || stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
-      region.reject(node, "xnnpack: only 2-d convolutions with two strides, paddings and dilations");
+    const cnn_common::folded_conv2d conv = cnn_common::read_conv2d(
+        region, node, [&](const torch::jit::Value* value) { return output_ids.count(value) != 0; }, folded, "xnnpack");
+    const at::Tensor& weight = conv.weight;
+    const auto& [stride, padding, dilation] = std::tie(conv.stride, conv.padding, conv.dilation);
+    const std::int64_t groups = conv.groups;
     const std::int64_t out_channels = weight.size(0);
-    at::Tensor b = bias ? bias->to(at::kFloat) : at::zeros({out_channels}, weight.options());
-    const torch::jit::Value* output = node->output();
-    // BatchNorm after it, and only after it: folded into the weights.
-    if (output->uses().size() == 1 && !output_ids.count(output) && is(output->uses()[0].user, "aten::batch_norm") &&
-        output->uses()[0].offset == 0) {
-      const torch::jit::Node* norm = output->uses()[0].user;
-      const auto [scale, shift] = batch_norm_affine(norm);
-      weight = weight * scale.reshape({-1, 1, 1, 1});
-      b = b * scale + shift;
-      folded.insert(norm);
-      output = norm->output();
-    }
+    const torch::jit::Value* output = conv.output;
     const auto [low, high] = fused_activation(output);
     const std::int64_t input = id(node->input(0));
     const std::int64_t in_channels = region.sizes(node->input(0))[1];
@@ -255,7 +243,7 @@ struct subgraph_builder {
       filter = constant(weight.permute({1, 2, 3, 0}), {1, kh, kw, out_channels});
     else  // [O, I/g, kh, kw] -> [O, kh, kw, I/g]
       filter = constant(weight.permute({0, 2, 3, 1}), {out_channels, kh, kw, weight.size(1)});
-    const std::int64_t bias_id = constant(b, {out_channels});
+    const std::int64_t bias_id = constant(conv.bias, {out_channels});
     const std::int64_t out = define(output);
     std::vector<std::int64_t> ints{input, filter, bias_id, out, padding[0], padding[1], padding[0], padding[1], kh, kw,
                                    stride[0], stride[1], dilation[0], dilation[1]};
@@ -266,21 +254,6 @@ struct subgraph_builder {
       ints.insert(ints.end(), {groups, in_channels / groups, out_channels / groups});
       nodes.push_back(node_record{conv2d, std::move(ints), std::vector<double>{low, high}});
     }
-  }
-
-  /// A BatchNorm in eval mode as y = x * scale + shift, per channel.
-  std::pair<at::Tensor, at::Tensor> batch_norm_affine(const torch::jit::Node* norm) {
-    if (region.argument<bool>(norm, "training")) region.reject(norm, "xnnpack: batch_norm in training mode");
-    const at::Tensor mean = region.argument<at::Tensor>(norm, "running_mean").to(at::kFloat);
-    const at::Tensor var = region.argument<at::Tensor>(norm, "running_var").to(at::kFloat);
-    const auto gamma = region.argument<std::optional<at::Tensor>>(norm, "weight");
-    const auto beta = region.argument<std::optional<at::Tensor>>(norm, "bias");
-    const double eps = region.argument<double>(norm, "eps");
-    at::Tensor scale = (var + eps).rsqrt();
-    if (gamma) scale = scale * gamma->to(at::kFloat);
-    at::Tensor shift = -mean * scale;
-    if (beta) shift = shift + beta->to(at::kFloat);
-    return {scale, shift};
   }
 
   void binary(const torch::jit::Node* node, op code) {
@@ -366,7 +339,7 @@ struct subgraph_builder {
       return;
     }
     if (is(node, "aten::batch_norm")) {
-      const auto [scale, shift] = batch_norm_affine(node);
+      const auto [scale, shift] = cnn_common::batch_norm_affine(region, node, "xnnpack");
       const std::int64_t scaled = with_constant(id(node->input(0)), multiply2, scale, nullptr);
       with_constant(scaled, add2, shift, node->output());
       return;

@@ -96,6 +96,27 @@ class Ops(unittest.TestCase):
                 model = randomized(nn.Sequential(Residual(8, stride, groups, dilation), Residual(8 * stride)))
                 self.check(model, torch.randn(2, 8, 15, 17))
 
+    def test_an_add_in_place_into_a_region_input_leaves_the_callers_tensor(self):
+        # x is read once, by the add: the sum goes in place into the region's oneDNN copy of x.
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+            def forward(self, x, y):
+                return x + self.conv(y)
+
+        torch.manual_seed(5)
+        model = Model().eval()
+        x, y = torch.rand(1, 4, 8, 8), torch.rand(1, 4, 8, 8)
+        low = torch_delegate.lower(torch.jit.script(model), "onednn", partial=True, example_inputs=(x, y))
+        self.assertEqual([sorted(r.kinds) for r in regions(low)], [["aten::add", "aten::conv2d"]])
+        given = x.clone()
+        with torch.no_grad():
+            self.assertLess(relative_error(low(given, y), model(x, y)), 1e-4)
+            self.assertLess(relative_error(low(given, y), model(x, y)), 1e-4)
+        self.assertTrue(torch.equal(given, x), "the add wrote into the caller's tensor")
+
     def test_stem_pooling_and_head(self):
         torch.manual_seed(1)
         model = randomized(nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),

@@ -1,0 +1,76 @@
+// What the CNN example backends (xnnpack, onednn) both read at preprocess: a conv2d's arguments,
+// with the eval-mode BatchNorm that alone reads its output folded into its weight and bias.
+#pragma once
+
+#include <torch_delegate/preprocess.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace cnn_common {
+
+/// An eval-mode BatchNorm as y = x * scale + shift, per channel; `backend` names who rejects
+/// one in training mode.
+inline std::pair<at::Tensor, at::Tensor> batch_norm_affine(const torch_delegate::method_to_lower& region,
+                                                           const torch::jit::Node* norm, const std::string& backend) {
+  if (region.argument<bool>(norm, "training")) region.reject(norm, backend + ": batch_norm in training mode");
+  const at::Tensor mean = region.argument<at::Tensor>(norm, "running_mean").to(at::kFloat);
+  const at::Tensor var = region.argument<at::Tensor>(norm, "running_var").to(at::kFloat);
+  const auto gamma = region.argument<std::optional<at::Tensor>>(norm, "weight");
+  const auto beta = region.argument<std::optional<at::Tensor>>(norm, "bias");
+  at::Tensor scale = (var + region.argument<double>(norm, "eps")).rsqrt();
+  if (gamma) scale = scale * gamma->to(at::kFloat);
+  at::Tensor shift = -mean * scale;
+  if (beta) shift = shift + beta->to(at::kFloat);
+  return {scale, shift};
+}
+
+/// A 2-d convolution as preprocess folds it: float weight [O, I/groups, kh, kw], bias (zeros
+/// when it has none), two strides, paddings and dilations, and the value it makes (the
+/// BatchNorm's output when one was folded in).
+struct folded_conv2d {
+  at::Tensor weight;
+  at::Tensor bias;
+  std::vector<std::int64_t> stride, padding, dilation;
+  std::int64_t groups = 1;
+  const torch::jit::Value* output = nullptr;
+};
+
+/// Reads `conv` (aten::conv2d) and folds the BatchNorm that is the only reader of its output
+/// (as its input), unless that output is one of the region's results (`is_result`). A folded
+/// BatchNorm is added to `folded`: the caller skips it.
+template <class IsResult>
+folded_conv2d read_conv2d(const torch_delegate::method_to_lower& region, const torch::jit::Node* conv, IsResult is_result,
+                          std::unordered_set<const torch::jit::Node*>& folded, const std::string& backend) {
+  folded_conv2d read;
+  read.weight = region.argument<at::Tensor>(conv, "weight").to(at::kFloat);
+  const auto bias = region.argument<std::optional<at::Tensor>>(conv, "bias");
+  read.stride = region.argument<std::vector<std::int64_t>>(conv, "stride");
+  read.padding = region.argument<std::vector<std::int64_t>>(conv, "padding");
+  read.dilation = region.argument<std::vector<std::int64_t>>(conv, "dilation");
+  read.groups = region.argument<std::int64_t>(conv, "groups");
+  if (read.weight.dim() != 4 || read.stride.size() != 2 || read.padding.size() != 2 || read.dilation.size() != 2)
+    region.reject(conv, backend + ": only 2-d convolutions with two strides, paddings and dilations");
+  read.bias = bias ? bias->to(at::kFloat) : at::zeros({read.weight.size(0)}, read.weight.options());
+  read.output = conv->output();
+  const auto& uses = read.output->uses();
+  if (uses.size() == 1 && !is_result(read.output) && uses[0].offset == 0 &&
+      uses[0].user->kind() == c10::Symbol::fromQualString("aten::batch_norm")) {
+    const torch::jit::Node* norm = uses[0].user;
+    const auto [scale, shift] = batch_norm_affine(region, norm, backend);
+    read.weight = read.weight * scale.reshape({-1, 1, 1, 1});
+    read.bias = read.bias * scale + shift;
+    folded.insert(norm);
+    read.output = norm->output();
+  }
+  return read;
+}
+
+}  // namespace cnn_common
