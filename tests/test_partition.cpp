@@ -13,6 +13,7 @@
 #include <torch/csrc/jit/frontend/sugared_value.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <thread>
 #include <cstdio>
@@ -1117,7 +1118,7 @@ TEST_CASE("report format: versions 1 to 5 read back; anything else is nullopt, n
   // The reason is saved as its token, not its label.
   const auto kept = saved.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toListRef();
   CHECK(kept[1].toTupleRef().elements()[1].toStringRef() == "outside_selection");
-  for (int r = 0; r <= static_cast<int>(kept_reason::slower_on_backend); ++r)
+  for (int r = 0; r <= static_cast<int>(kept_reason::gain_below_minimum); ++r)
     CHECK(reason_of_token(token_of(static_cast<kept_reason>(r))) == static_cast<kept_reason>(r));
 
   auto old_format = [](std::int64_t version, const std::string& reason, const std::string& detail, std::int64_t nodes = 2) {
@@ -1517,7 +1518,15 @@ at::Tensor slow_add(const at::Tensor& a, const at::Tensor& b) {
   if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(4));
   return a + b;
 }
-TORCH_LIBRARY(td_test_partition, m) { m.def("slow_add(Tensor a, Tensor b) -> Tensor", slow_add); }
+/// td_test_partition::sleepy: 10 ms in TorchScript, and no backend takes it.
+at::Tensor sleepy(const at::Tensor& a) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return a * 2;
+}
+TORCH_LIBRARY(td_test_partition, m) {
+  m.def("slow_add(Tensor a, Tensor b) -> Tensor", slow_add);
+  m.def("sleepy(Tensor a) -> Tensor", sleepy);
+}
 
 /// A backend fast alone and slow in a method: each region runs slow_add at no cost, but a call
 /// of another region than the last one pays 15 ms (as a device that reloads its program or its
@@ -1607,6 +1616,64 @@ def forward(self, x):
     CHECK(torch_delegate::delegation_report_data_of(loaded)->methods[0].regions.size() == 1);
     CHECK(loaded.forward({x}).toTensor().allclose(want));
     std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("measured partitioning: a region that saves less than min_gain of its method stays in TorchScript") {
+  // The region (slow_add) saves about 4 ms of a method of about 14 ms (sleepy stays in
+  // TorchScript): about 29 %.
+  torch::jit::Module module("m");
+  module.define(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return td_test_partition.sleepy(a)
+)", std::make_shared<CustomOpsResolver>());
+  const at::Tensor x = torch::randn({16});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.measure = true;
+
+  SUBCASE("min_gain 0.5: kept, with both times, the saving and the method's time") {
+    options.min_gain = 0.5;
+    const auto plan = torch_delegate::delegation_plan<SwitchingBackend>(module, options);
+    CHECK(plan.methods[0].regions.empty());
+    const auto kept_add = [](const torch_delegate::method_delegation& method) {
+      const auto found = std::find_if(method.kept.begin(), method.kept.end(),
+                                      [](const auto& node) { return node.kind == "td_test_partition::slow_add"; });
+      REQUIRE(found != method.kept.end());
+      return *found;
+    };
+    const auto node = kept_add(plan.methods[0]);
+    CHECK(node.reason == torch_delegate::kept_reason::gain_below_minimum);
+    CHECK(torch_delegate::to_string(node.reason) == "gain below the minimum");
+    CHECK(node.detail.find(" ms on td_partition_switching, ") != std::string::npos);
+    CHECK(node.detail.find(" ms in TorchScript: saves ") != std::string::npos);
+    CHECK(node.detail.find(" ms, less than 50 % of forward (") != std::string::npos);
+    CHECK(node.detail.find(" ms, min_gain)") != std::string::npos);
+    // A replayed plan keeps the reason and its detail; the lowered module saves them.
+    torch_delegate::partition_options replaying = options;
+    replaying.replay = plan;
+    auto lowered = torch_delegate::lower_partially<SwitchingBackend>(module, replaying);
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    CHECK(report.methods[0].regions.empty());
+    CHECK(kept_add(report.methods[0]).reason == torch_delegate::kept_reason::gain_below_minimum);
+    CHECK(kept_add(report.methods[0]).detail == node.detail);
+    CHECK(lowered.forward({x}).toTensor().allclose((x + x) * 2));
+  }
+  SUBCASE("min_gain 0.1 (or 0): delegated") {
+    for (double share : {0.1, 0.0}) {
+      options.min_gain = share;
+      const auto plan = torch_delegate::delegation_plan<SwitchingBackend>(module, options);
+      REQUIRE(plan.methods[0].regions.size() == 1);
+      CHECK(plan.methods[0].regions[0].backend_ms < plan.methods[0].regions[0].torchscript_ms);
+    }
+  }
+  SUBCASE("a min_gain outside [0, 1) is an error") {
+    for (double bad : {-0.1, 1.0, std::nan("")}) {
+      options.min_gain = bad;
+      CHECK_THROWS_WITH(torch_delegate::delegation_plan<SwitchingBackend>(module, options),
+                        doctest::Contains("min_gain is a share of the method's time, in [0, 1) (0.01: 1 %); got "));
+    }
   }
 }
 

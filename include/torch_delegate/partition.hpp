@@ -74,6 +74,12 @@ struct partition_options {
   /// 1.02x. Off by default: lowering then compiles each region twice, and its decisions depend
   /// on the machine (`replay` repeats them).
   bool measure = false;
+  /// With measure: the least a region must save to be delegated, as a share of its method's time
+  /// (the original method, timed whole on the example inputs). A region that is faster on its
+  /// backend by less stays in TorchScript (kept_reason::gain_below_minimum): a gain below the
+  /// run-to-run noise of the method is not measurable, and each boundary costs something the
+  /// region's timing does not see. 0 delegates every region that is faster.
+  double min_gain = 0.01;
   /// The decisions of an earlier report (a measured plan, or a lowered module's report): a
   /// candidate region is delegated if and only if the report's method has a region of the same
   /// backend, kinds, node count, location and depth (its times are copied). Nothing is timed.

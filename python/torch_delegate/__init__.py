@@ -168,7 +168,7 @@ class TensorSpec:
 
 
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs", "on_other_shapes", "max_replans", "measure", "replay")
+                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "replay")
 
 
 def _example_inputs(example_inputs, methods, who):
@@ -265,6 +265,7 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
           on_other_shapes: str = "error",
           max_replans: int = 4,
           measure: bool = False,
+          min_gain: float = 0.01,
           replay: Optional["Report"] = None,
           load_backends: bool = False) -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
@@ -299,6 +300,9 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         and delegate it only where the backend is faster (the report gives both times; a
         region one backend loses is offered to the next); then the method is timed whole and
         regions of least gain are taken out while it is slower than the original.
+    min_gain: with measure, the least a region must save to be delegated, as a share of its
+        method's time (0.01: 1 %); a region that saves less stays in TorchScript ("gain below
+        the minimum"). 0 delegates every region that is faster.
     replay: a Report (a measured plan, or report(lowered)) whose decisions are repeated: a
         candidate region is delegated if and only if the report has it. Nothing is timed.
     load_backends: load a named backend that is installed (available_backends()) but not yet
@@ -345,7 +349,7 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
                                     _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                                     _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
                                     _example_inputs(example_inputs, method_names, who), on_other_shapes, max_replans,
-                                    bool(measure), _replayed(replay, who))
+                                    bool(measure), _min_gain(min_gain, who), _replayed(replay, who))
     else:
         given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
                  "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
@@ -354,6 +358,7 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         given["on_other_shapes"] = on_other_shapes != "error"
         given["max_replans"] = max_replans != 4
         given["measure"] = bool(measure)
+        given["min_gain"] = min_gain != 0.01
         given["replay"] = replay is not None
         knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
         if knobs:
@@ -374,6 +379,7 @@ def plan(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], *,
          require_full: bool = False,
          example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
          measure: bool = False,
+         min_gain: float = 0.01,
          replay: Optional["Report"] = None,
          load_backends: bool = False) -> Report:
     """Dry run of lower(..., partial=True): what would be delegated and why the rest would stay
@@ -387,7 +393,7 @@ def plan(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], *,
                               _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                               _names(lower_submodules, "lower_submodules", who), bool(require_full),
                               _example_inputs(example_inputs, _names(methods, "methods", who), who), bool(measure),
-                              _replayed(replay, who)))
+                              _min_gain(min_gain, who), _replayed(replay, who)))
 
 
 def report(module: torch.jit.ScriptModule) -> Optional[Report]:
@@ -414,6 +420,12 @@ def load(path: str, map_location: Optional[Union[str, torch.device]] = None, *,
 def backends_needed(path: str) -> List[str]:
     """The backends a saved module delegates to, read from its code without loading it."""
     return list(_C.backends_needed(str(path)))
+
+
+def _min_gain(min_gain, who: str) -> float:
+    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain < 1:
+        raise ValueError(f"{who}: min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got {min_gain!r}")
+    return float(min_gain)
 
 
 def _replayed(replay, who: str):

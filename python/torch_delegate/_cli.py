@@ -112,7 +112,7 @@ def _command_plan(arguments) -> int:
     module = torch.jit.load(arguments.model)
     inputs = _example_inputs(arguments.example_input)
     report = torch_delegate.plan(module, names if len(names) > 1 else names[0], example_inputs=inputs,
-                                 measure=arguments.measure)
+                                 measure=arguments.measure, min_gain=arguments.min_gain)
     drawn = None
     if arguments.svg:
         # The picture of the plan is the method as lowering would leave it: lowered here, in memory.
@@ -174,6 +174,8 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--example-input", action="append", metavar="SIZES",
                       help="an example input's sizes, 1x3x224x224 (random floats); once per argument")
     plan.add_argument("--measure", action="store_true", help="time each candidate region (needs --example-input)")
+    plan.add_argument("--min-gain", type=_share, default=0.01, metavar="SHARE",
+                      help="with --measure: the least share of the method's time a region must save (default 0.01)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--svg", metavar="OUT.svg", help="draw the partition (Graphviz)")
     plan.set_defaults(run=_command_plan)
@@ -188,6 +190,17 @@ def parser() -> argparse.ArgumentParser:
     needs.add_argument("--json", action="store_true")
     needs.set_defaults(run=_command_needs)
     return top
+
+
+def _share(text: str) -> float:
+    """--min-gain's value: a share of the method's time, in [0, 1) (argparse: exit code 2 otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"a share of the method's time in [0, 1) (0.01: 1 %), got {text!r}")
+    return value
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

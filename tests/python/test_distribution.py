@@ -218,6 +218,13 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(data["backend"], "xnnpack, pointwise_fusion")
         self.assertEqual([region["backend"] for region in data["methods"][0]["regions"]], ["xnnpack", "pointwise_fusion"])
         self.assertIn("aten::cat", [kept["kind"] for kept in data["methods"][0]["kept"]])
+        # Measured, with a minimum gain no region can reach: every region stays in TorchScript.
+        code, out, err = cli("plan", self.scripted_file, "xnnpack", "pointwise_fusion", "--example-input", "1x3x16x16",
+                             "--measure", "--min-gain", "0.99", "--json")
+        self.assertEqual(code, 0, err)
+        data = json.loads(out)
+        self.assertEqual(data["methods"][0]["regions"], [])
+        self.assertTrue({"gain below the minimum", "slower on the backend"} & {kept["reason"] for kept in data["methods"][0]["kept"]})
 
     def test_errors(self):
         missing = path("nothing_here.pt")
@@ -236,6 +243,9 @@ class CommandLine(unittest.TestCase):
                                           "pointwise_fusion, xnnpack)\n"))
         self.assertEqual(cli("frobnicate")[0], 2)
         self.assertEqual(cli("plan", self.scripted_file, "xnnpack", "--example-input", "1xthree")[0], 2)
+        code, _, err = cli("plan", self.scripted_file, "xnnpack", "--measure", "--min-gain", "5")
+        self.assertEqual(code, 2)
+        self.assertIn("argument --min-gain: a share of the method's time in [0, 1) (0.01: 1 %), got '5'", err)
 
 
 def svg_boxes(svg_text):

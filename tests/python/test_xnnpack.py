@@ -472,6 +472,33 @@ class SeveralBackends(unittest.TestCase):
             self.lowered(replay="a plan")
         with self.assertRaises(ValueError):  # a partial-lowering knob
             torch_delegate.lower(torch.jit.script(self.model), "xnnpack", measure=True)
+        with self.assertRaises(ValueError):
+            torch_delegate.lower(torch.jit.script(self.model), "xnnpack", min_gain=0.5)
+
+    def test_min_gain(self):
+        """min_gain: no region saves 99 % of its method, so each measured region stays in TorchScript,
+        as slower or as gaining too little, with the saving and the method's time."""
+        plan = torch_delegate.plan(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], example_inputs=(self.x,),
+                                   measure=True, min_gain=0.99)
+        self.assertEqual(plan.methods[0].regions, [])
+        # Each candidate region is measured; which of the two reasons keeps it depends on the
+        # machine (tests/test_partition.cpp checks the rule by sleeps).
+        self.assertTrue({"gain below the minimum", "slower on the backend"} & {node.reason for node in plan.methods[0].kept})
+        for node in plan.methods[0].kept:
+            if node.reason == "gain below the minimum":
+                self.assertRegex(node.detail, r" ms in TorchScript: saves [0-9.e-]+ ms, less than 99 % of forward "
+                                              r"\([0-9.e-]+ ms, min_gain\)$")
+        low = torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], partial=True,
+                                   example_inputs=(self.x,), replay=plan)
+        self.assertEqual(torch_delegate.report(low).methods[0].regions, [])
+        with torch.no_grad():
+            self.assertLess(relative_error(low(self.x), self.want), 1e-4)
+        for bad in (-0.1, 1.0, True, "1%"):
+            with self.assertRaises(ValueError) as caught:
+                torch_delegate.plan(torch.jit.script(self.model), "xnnpack", example_inputs=(self.x,), measure=True,
+                                    min_gain=bad)
+            self.assertEqual(str(caught.exception), "torch_delegate.plan: min_gain must be a share of the method's time "
+                                                    f"in [0, 1) (0.01: 1 %), got {bad!r}")
 
     def test_transformer_layer(self):
         """A BERT-shaped encoder layer, written out: its Linears go to xnnpack, GELU to

@@ -377,6 +377,23 @@ inline bool computes(const torch::jit::Node* node) {
                      [](const torch::jit::Value* value) { return value->type()->cast<c10::TensorType>() != nullptr; });
 }
 
+/// The median time of one call of the original `method` on its example `inputs`, in ms (two
+/// calls first: the profiling executor optimises after them): what partition_options::min_gain
+/// is a share of.
+inline double method_ms(const torch::jit::Module& module, const std::string& method, const std::vector<c10::IValue>& inputs) {
+  c10::NoGradGuard no_grad;
+  torch::jit::Method call = module.get_method(method);
+  const std::vector<c10::IValue> arguments(inputs.begin(), inputs.end());
+  for (int warm = 0; warm < 2; ++warm) call(arguments);
+  std::vector<double> times;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call(arguments);
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return median(std::move(times));
+}
+
 /// Whether a TorchScript node that computes makes one of `formed`'s inputs or reads one of its
 /// outputs: then, in the method, the region runs right after or before ATen's parallel work.
 inline bool has_computing_neighbour(const region& formed) {
@@ -539,6 +556,11 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
       fail({backend->name(), {}}, "on_other_shapes = replan: the backend does not re-plan regions (it has no "
                                   "'Handle replan(Handle&, const torch_delegate::given_inputs&)'); use other_shapes::torchscript "
                                   "(run the region's TorchScript for other shapes) or other_shapes::error");
+  if (!(options.min_gain >= 0.0 && options.min_gain < 1.0)) {
+    std::ostringstream given;
+    given << options.min_gain;
+    fail({first.name(), {}}, "min_gain is a share of the method's time, in [0, 1) (0.01: 1 %); got " + given.str());
+  }
   if (options.on_other_shapes == other_shapes::replan && options.max_replans == 0)
     fail({first.name(), {}}, "on_other_shapes = replan with max_replans = 0: no shape could be kept; give at least 1");
   for (const auto& [method, inputs] : options.example_inputs)
@@ -562,6 +584,7 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
         if (earlier.method == method) replayed = &earlier;
     const bool measuring = !options.replay && options.measure && examples != options.example_inputs.end();
     std::optional<std::unordered_map<const torch::jit::Value*, c10::IValue>> values;  // computed once, when needed
+    double whole_ms = -1;  // the original method's time (min_gain), measured once, when needed
     std::vector<bool> matched;  // the replayed regions already paired with a candidate
     for (std::size_t k = 0; k < backends.size(); ++k) {
       method_delegation pass{method, {}, {}};
@@ -570,18 +593,20 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
       for (std::size_t i = 0; i < regions.size() && (measuring || options.replay); ++i) {
         region_report& candidate = pass.regions[i];
         std::string why;
+        kept_reason reason = kept_reason::slower_on_backend;
         if (options.replay) {
           if (const region_report* earlier = replayed_region(replayed, candidate, matched)) {
             candidate.backend_ms = earlier->backend_ms;
             candidate.torchscript_ms = earlier->torchscript_ms;
           } else {
             why = "not delegated in the replayed plan";
-            // A region the replayed report kept as slower (measured, or dropped by the method's
-            // check) keeps that reason and its figures.
+            // A region the replayed report kept as slower or as gaining too little (measured, or
+            // dropped by the method's check) keeps that reason and its figures.
             for (const kept_node& earlier : replayed ? replayed->kept : std::vector<kept_node>{})
-              if (earlier.reason == kept_reason::slower_on_backend && !candidate.kinds.empty() &&
-                  earlier.kind == candidate.kinds.front() && earlier.location == candidate.location) {
+              if ((earlier.reason == kept_reason::slower_on_backend || earlier.reason == kept_reason::gain_below_minimum) &&
+                  !candidate.kinds.empty() && earlier.kind == candidate.kinds.front() && earlier.location == candidate.location) {
                 why = earlier.detail;
+                reason = earlier.reason;
                 break;
               }
           }
@@ -593,13 +618,26 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
           if (!timing) continue;  // not measurable (in an if or loop body): delegated by the rules
           candidate.backend_ms = timing->backend_ms;
           candidate.torchscript_ms = timing->torchscript_ms;
-          if (timing->backend_ms > timing->torchscript_ms) why = timing_text(candidate);
+          if (timing->backend_ms > timing->torchscript_ms) {
+            why = timing_text(candidate);
+          } else if (options.min_gain > 0) {
+            if (whole_ms < 0) whole_ms = method_ms(module, method, examples->second);
+            const double saved = timing->torchscript_ms - timing->backend_ms;
+            if (saved < options.min_gain * whole_ms) {
+              std::ostringstream text;
+              text.precision(3);
+              text << timing_text(candidate) << ": saves " << saved << " ms, less than " << 100 * options.min_gain << " % of "
+                   << method << " (" << whole_ms << " ms, min_gain)";
+              why = text.str();
+              reason = kept_reason::gain_below_minimum;
+            }
+          }
         }
         if (why.empty()) continue;
         loses[i] = true;
         for (const torch::jit::Node* node : regions[i].nodes) {
           model_location where = locate_in_model(node);
-          pass.kept.push_back({node->kind().toQualString(), kept_reason::slower_on_backend, why, std::move(where.line),
+          pass.kept.push_back({node->kind().toQualString(), reason, why, std::move(where.line),
                                regions[i].depth, std::move(where.submodule)});
         }
       }

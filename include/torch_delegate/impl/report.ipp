@@ -22,6 +22,7 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
     case kept_reason::attribute_read: return "attribute read";
     case kept_reason::result_tuple: return "result tuple";
     case kept_reason::slower_on_backend: return "slower on the backend";
+    case kept_reason::gain_below_minimum: return "gain below the minimum";
   }
   return "?";
 }
