@@ -1677,6 +1677,86 @@ def forward(self, x):
   }
 }
 
+namespace {
+/// Two backends that run slow_add (4 ms in TorchScript): one in 3 ms, one at no cost.
+struct SlowerAdds : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_slower_adds";
+  static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    on_switching_backend = true;
+    auto outputs = GenericBackend::execute(handle, inputs);
+    on_switching_backend = false;
+    return outputs;
+  }
+};
+struct FasterAdds : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_faster_adds";
+  static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    on_switching_backend = true;
+    auto outputs = GenericBackend::execute(handle, inputs);
+    on_switching_backend = false;
+    return outputs;
+  }
+};
+}  // namespace
+
+TEST_CASE("measured partitioning: choose_order keeps the fastest of the list's order and each other backend first") {
+  torch::jit::Module module("m");
+  module.define(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return torch.relu(a)
+)", std::make_shared<CustomOpsResolver>());
+  const at::Tensor x = torch::randn({16});
+  const at::Tensor want = torch::relu(x + x);
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.measure = true;
+  auto backend_of_region = [](const torch::jit::Module& lowered) {
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    REQUIRE(report.methods[0].regions.size() == 1);
+    return report.methods[0].regions[0].backend;
+  };
+
+  SUBCASE("the list's order: the first backend pays (3 against 4 ms) and takes the region") {
+    auto lowered = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    CHECK(backend_of_region(lowered) == "td_partition_slower_adds");
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_slower_adds, td_partition_faster_adds");
+  }
+  SUBCASE("choose_order: the other order is faster (0 against 3 ms) and is kept; the report names it") {
+    options.choose_order = true;
+    auto lowered = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_slower_adds");
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    // Saved and loaded, the order stays; replaying its report with the list's order repeats it.
+    const std::string path = temp_path("choose_order.pt");
+    lowered.save(path);
+    auto loaded = torch::jit::load(path);
+    CHECK(backend_of_region(loaded) == "td_partition_faster_adds");
+    CHECK(loaded.forward({x}).toTensor().allclose(want));
+    std::remove(path.c_str());
+    torch_delegate::partition_options replaying;
+    replaying.example_inputs = options.example_inputs;
+    replaying.replay = *torch_delegate::delegation_report_data_of(lowered);
+    CHECK(backend_of_region(torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, replaying)) == "td_partition_faster_adds");
+  }
+  SUBCASE("the list's order is kept when it is the fastest") {
+    options.choose_order = true;
+    auto lowered = torch_delegate::lower_partially<FasterAdds, SlowerAdds>(module, options);
+    CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_slower_adds");
+  }
+  SUBCASE("without measure, an error") {
+    options.measure = false;
+    options.choose_order = true;
+    CHECK_THROWS_WITH((torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options)),
+                      doctest::Contains("choose_order compares measured lowerings: set measure (with example_inputs) too"));
+  }
+}
+
 TEST_CASE("node queries: constants, values known at lowering, sizes from example inputs") {
   torch::jit::Module module("m");
   module.register_parameter("w", torch::ones({2, 3}), false);

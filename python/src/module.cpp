@@ -137,9 +137,10 @@ td::input_specs input_specs_of(const py::dict& given) {
 
 /// Measured partitioning: `measure`, and `replay`, a torch_delegate.Report (or None) whose
 /// regions' decisions are repeated (only its regions are read, by field name).
-void set_measuring(td::partition_options& options, bool measure, double min_gain, const py::object& replay) {
+void set_measuring(td::partition_options& options, bool measure, double min_gain, bool choose_order, const py::object& replay) {
   options.measure = measure;
   options.min_gain = min_gain;
+  options.choose_order = choose_order;
   if (replay.is_none()) return;
   td::delegation_report report{replay.attr("backend").cast<std::string>(), replay.attr("module").cast<std::string>(), {}};
   for (py::handle method : replay.attr("methods")) {
@@ -283,7 +284,7 @@ PYBIND11_MODULE(_C, m) {
            const std::vector<std::string>& methods, std::size_t min_region_size, const std::vector<std::string>& keep_kinds,
            const std::vector<std::string>& keep_submodules, const std::vector<std::string>& lower_submodules,
            bool require_full, bool fallback, const py::dict& example_inputs, const std::string& on_other_shapes,
-           std::size_t max_replans, bool measure, double min_gain, const py::object& replay) {
+           std::size_t max_replans, bool measure, double min_gain, bool choose_order, const py::object& replay) {
           // Pointers to the registry's records (guarded returns by value: not a reference to one).
           const td::detail::backend_list lowerings = guarded([&] {
             td::detail::backend_list found;
@@ -296,7 +297,7 @@ PYBIND11_MODULE(_C, m) {
           td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback,
                                    example_inputs, on_other_shapes, max_replans);
-          set_measuring(options, measure, min_gain, replay);  // reads Python objects: not in guarded (no GIL there)
+          set_measuring(options, measure, min_gain, choose_order, replay);  // reads Python objects: not in guarded (no GIL there)
           return guarded([&] { return td::detail::lower_partially_with_all(lowerings, module, options, converted); });
         });
 
@@ -308,7 +309,7 @@ PYBIND11_MODULE(_C, m) {
           td::partition_options options =
               partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false,
                                    example_inputs);
-          set_measuring(options, measure, min_gain, replay);  // reads Python objects: not in guarded (no GIL there)
+          set_measuring(options, measure, min_gain, false, replay);  // reads Python objects: not in guarded (no GIL there)
           const td::delegation_report report = guarded([&] {
             td::detail::backend_list lowerings;
             for (const std::string& backend : backends)

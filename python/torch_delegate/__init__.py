@@ -168,7 +168,7 @@ class TensorSpec:
 
 
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "replay")
+                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "replay")
 
 
 def _example_inputs(example_inputs, methods, who):
@@ -266,6 +266,7 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
           max_replans: int = 4,
           measure: bool = False,
           min_gain: float = 0.01,
+          choose_order: bool = False,
           replay: Optional["Report"] = None,
           load_backends: bool = False) -> torch.jit.ScriptModule:
     """Lowers a scripted or traced module to a registered backend; the original is not modified.
@@ -303,6 +304,11 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
     min_gain: with measure, the least a region must save to be delegated, as a share of its
         method's time (0.01: 1 %); a region that saves less stays in TorchScript ("gain below
         the minimum"). 0 delegates every region that is faster.
+    choose_order: with measure and several backends, also lower with each other backend first
+        (the rest in the list's order), time the methods whole side by side and keep the
+        fastest (the list's order unless another is faster by more than 2 %); the report's
+        backend names the order used. Lowering takes about as many times longer as there are
+        backends.
     replay: a Report (a measured plan, or report(lowered)) whose decisions are repeated: a
         candidate region is delegated if and only if the report has it. Nothing is timed.
     load_backends: load a named backend that is installed (available_backends()) but not yet
@@ -349,7 +355,7 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
                                     _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
                                     _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
                                     _example_inputs(example_inputs, method_names, who), on_other_shapes, max_replans,
-                                    bool(measure), _min_gain(min_gain, who), _replayed(replay, who))
+                                    bool(measure), _min_gain(min_gain, who), bool(choose_order), _replayed(replay, who))
     else:
         given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
                  "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
@@ -359,6 +365,7 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         given["max_replans"] = max_replans != 4
         given["measure"] = bool(measure)
         given["min_gain"] = min_gain != 0.01
+        given["choose_order"] = bool(choose_order)
         given["replay"] = replay is not None
         knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
         if knobs:

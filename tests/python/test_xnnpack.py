@@ -493,6 +493,17 @@ class SeveralBackends(unittest.TestCase):
         self.assertEqual(torch_delegate.report(low).methods[0].regions, [])
         with torch.no_grad():
             self.assertLess(relative_error(low(self.x), self.want), 1e-4)
+        # choose_order: the list's order, or another backend first, whichever runs the method faster.
+        low = torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], partial=True,
+                                   example_inputs=(self.x,), measure=True, choose_order=True)
+        self.assertIn(torch_delegate.report(low).backend, ("xnnpack, pointwise_fusion", "pointwise_fusion, xnnpack"))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(self.x), self.want), 1e-4)
+        with self.assertRaisesRegex(torch_delegate.Error, "choose_order compares measured lowerings: set measure"):
+            torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], partial=True,
+                                 example_inputs=(self.x,), choose_order=True)
+        with self.assertRaises(ValueError):  # a partial-lowering knob
+            torch_delegate.lower(torch.jit.script(self.model), "xnnpack", choose_order=True)
         for bad in (-0.1, 1.0, True, "1%"):
             with self.assertRaises(ValueError) as caught:
                 torch_delegate.plan(torch.jit.script(self.model), "xnnpack", example_inputs=(self.x,), measure=True,

@@ -867,33 +867,34 @@ inline void check_spec_methods(const backend_lowering& lowering, const c10::impl
   check_option_methods(lowering.name(), option_methods, options);
 }
 
-/// Medians of calls of `method` on `original` and on `lowered` with `inputs`, in ms: interleaved
-/// blocks of 3 calls each (the first dropped), 5 rounds.
+/// Medians of calls of `method` on each of `modules` with `inputs`, in ms: interleaved blocks of 3
+/// calls each (the first dropped), 5 rounds.
+inline std::vector<double> time_modules(const std::vector<const torch::jit::Module*>& modules, const std::string& method,
+                                        const std::vector<c10::IValue>& inputs) {
+  c10::NoGradGuard no_grad;
+  std::vector<torch::jit::Method> calls;
+  for (const torch::jit::Module* module : modules) calls.push_back(module->get_method(method));
+  for (int warm = 0; warm < 2; ++warm)  // the profiling executor optimises after its first calls
+    for (torch::jit::Method& call : calls) call(inputs);
+  std::vector<std::vector<double>> times(calls.size());
+  for (int round = 0; round < 5; ++round)
+    for (std::size_t m = 0; m < calls.size(); ++m)
+      for (int call = 0; call < 3; ++call) {
+        const auto start = std::chrono::steady_clock::now();
+        calls[m](inputs);
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (call > 0) times[m].push_back(ms);
+      }
+  std::vector<double> medians;
+  for (std::vector<double>& each : times) medians.push_back(median(std::move(each)));
+  return medians;
+}
+
+/// Medians of calls of `method` on `original` and on `lowered`, interleaved (time_modules).
 inline std::pair<double, double> time_methods(const torch::jit::Module& original, const torch::jit::Module& lowered,
                                               const std::string& method, const std::vector<c10::IValue>& inputs) {
-  c10::NoGradGuard no_grad;
-  torch::jit::Method a = original.get_method(method), b = lowered.get_method(method);
-  auto time = [&](torch::jit::Method& call) {
-    const auto start = std::chrono::steady_clock::now();
-    call(inputs);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  };
-  for (int warm = 0; warm < 2; ++warm) {  // the profiling executor optimises after its first calls
-    a(inputs);
-    b(inputs);
-  }
-  std::vector<double> on_a, on_b;
-  for (int round = 0; round < 5; ++round) {
-    for (int call = 0; call < 3; ++call) {
-      const double ms = time(a);
-      if (call > 0) on_a.push_back(ms);
-    }
-    for (int call = 0; call < 3; ++call) {
-      const double ms = time(b);
-      if (call > 0) on_b.push_back(ms);
-    }
-  }
-  return {median(on_a), median(on_b)};
+  const std::vector<double> medians = time_modules({&original, &lowered}, method, inputs);
+  return {medians[0], medians[1]};
 }
 
 /// The method's check of a measured partition. Regions are timed one at a time; what counts is
@@ -968,9 +969,35 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
     fail({backends.front()->name(), {}}, "one compile spec per backend: " + std::to_string(backends.size()) + " backends, " +
                                              std::to_string(specs.size()) + " specs");
   for (std::size_t k = 0; k < backends.size(); ++k) check_spec_methods(*backends[k], specs[k], options);
+  if (options.choose_order && !options.measure)
+    fail({backends.front()->name(), {}}, "choose_order compares measured lowerings: set measure (with example_inputs) too");
   torch::jit::Module lowered = lower_partitioned(backends, module, options, specs);
   if (!options.measure || options.replay || options.example_inputs.empty()) return lowered;
-  return checked_whole(backends, module, options, specs, std::move(lowered));
+  lowered = checked_whole(backends, module, options, specs, std::move(lowered));
+  if (!options.choose_order || backends.size() < 2) return lowered;
+  // The list's order against each other backend first (the rest in the list's order): each
+  // measured and checked as above, then all timed whole, side by side.
+  std::vector<torch::jit::Module> candidates{std::move(lowered)};
+  for (std::size_t first = 1; first < backends.size(); ++first) {
+    backend_list order{backends[first]};
+    std::vector<c10::impl::GenericDict> order_specs{specs[first]};
+    for (std::size_t k = 0; k < backends.size(); ++k)
+      if (k != first) {
+        order.push_back(backends[k]);
+        order_specs.push_back(specs[k]);
+      }
+    candidates.push_back(checked_whole(order, module, options, order_specs, lower_partitioned(order, module, options, order_specs)));
+  }
+  std::vector<const torch::jit::Module*> timed;
+  for (const torch::jit::Module& candidate : candidates) timed.push_back(&candidate);
+  std::vector<double> total(candidates.size(), 0.0);
+  for (const auto& [method, inputs] : options.example_inputs) {
+    const std::vector<double> medians = time_modules(timed, method, std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+    for (std::size_t i = 0; i < total.size(); ++i) total[i] += medians[i];
+  }
+  // The list's own order unless another is faster by more than 2 %.
+  const std::size_t fastest = static_cast<std::size_t>(std::min_element(total.begin(), total.end()) - total.begin());
+  return std::move(candidates[total[0] <= 1.02 * total[fastest] ? 0 : fastest]);
 }
 
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,
