@@ -98,7 +98,7 @@ def measure(variants, x):
     with torch.no_grad():
         first = {name: timed(function, x) for name, function in variants.items()}  # warm-up, and a size
         slow = max(first.values()) > 1.0
-        rounds, calls = (1, 2) if slow else ((3, 3) if quick else (5, 4))
+        rounds, calls = (1, 2) if slow else ((3, 3) if quick else (9, 4))
         steady = {name: [] for name in variants}
         for _ in range(rounds):
             for name, function in variants.items():

@@ -1668,6 +1668,38 @@ def forward(self, x):
       CHECK(plan.methods[0].regions[0].backend_ms < plan.methods[0].regions[0].torchscript_ms);
     }
   }
+  SUBCASE("regions that save little each, but much together, are delegated; the least while they add up to less") {
+    torch::jit::Module two("m");
+    two.define(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    b = td_test_partition.sleepy(a)
+    return td_test_partition.slow_add(b, x)
+)", std::make_shared<CustomOpsResolver>());
+    // Two regions of about 4 ms each, in a method of about 18 ms.
+    options.min_gain = 0.3;  // about 5.4 ms: one region alone is below, the two together are not
+    auto plan = torch_delegate::delegation_plan<SwitchingBackend>(two, options);
+    CHECK(plan.methods[0].regions.size() == 1);
+    std::size_t below = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::gain_below_minimum) {
+        ++below;
+        CHECK(node.detail.find(" ms, less than 30 % of forward (") != std::string::npos);
+        CHECK(node.detail.find("together") == std::string::npos);
+      }
+    CHECK(below == 1);
+    options.min_gain = 0.6;  // about 10.8 ms: both together are below
+    plan = torch_delegate::delegation_plan<SwitchingBackend>(two, options);
+    CHECK(plan.methods[0].regions.empty());
+    below = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::gain_below_minimum) {
+        ++below;
+        CHECK(node.detail.find(" ms; the 2 regions that save least save ") != std::string::npos);
+        CHECK(node.detail.find(" ms together, less than 60 % of forward (") != std::string::npos);
+      }
+    CHECK(below == 2);
+  }
   SUBCASE("a min_gain outside [0, 1) is an error") {
     for (double bad : {-0.1, 1.0, std::nan("")}) {
       options.min_gain = bad;

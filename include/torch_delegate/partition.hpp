@@ -74,11 +74,12 @@ struct partition_options {
   /// 1.02x. Off by default: lowering then compiles each region twice, and its decisions depend
   /// on the machine (`replay` repeats them).
   bool measure = false;
-  /// With measure: the least a region must save to be delegated, as a share of its method's time
-  /// (the original method, timed whole on the example inputs). A region that is faster on its
-  /// backend by less stays in TorchScript (kept_reason::gain_below_minimum): a gain below the
-  /// run-to-run noise of the method is not measurable, and each boundary costs something the
-  /// region's timing does not see. 0 delegates every region that is faster.
+  /// With measure: a share of the method's time (the original method, timed whole on the example
+  /// inputs). The regions faster on a backend that save least stay in TorchScript
+  /// (kept_reason::gain_below_minimum) while, together, they save less than this: a gain below
+  /// the run-to-run noise of the method is not measurable, and each boundary costs something the
+  /// region's timing does not see. Many small regions that add up are delegated. 0 delegates
+  /// every region that is faster.
   double min_gain = 0.01;
   /// With measure and several backends (lowering only, not a plan): the list's order is also
   /// tried against each other backend first (the rest in the list's order); each lowering is

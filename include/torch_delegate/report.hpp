@@ -28,7 +28,7 @@ enum class kept_reason {
   attribute_read,        // prim::GetAttr (self.weight): read in TorchScript, its value passed to the region
   result_tuple,          // the prim::TupleConstruct a method returns its results in, when the backend does not take it
   slower_on_backend,     // measured with example inputs, its region ran slower on the backend than in TorchScript
-  gain_below_minimum,    // measured, its region ran faster on the backend, by less than partition_options::min_gain of its method
+  gain_below_minimum,    // measured faster on the backend, but among the regions that together save less than partition_options::min_gain
 };
 
 /// The readable label of a reason: "unsupported kind", "excluded by the user", ... (the text of

@@ -301,9 +301,9 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         and delegate it only where the backend is faster (the report gives both times; a
         region one backend loses is offered to the next); then the method is timed whole and
         regions of least gain are taken out while it is slower than the original.
-    min_gain: with measure, the least a region must save to be delegated, as a share of its
-        method's time (0.01: 1 %); a region that saves less stays in TorchScript ("gain below
-        the minimum"). 0 delegates every region that is faster.
+    min_gain: with measure, a share of the method's time (0.01: 1 %): the faster regions that
+        save least stay in TorchScript ("gain below the minimum") while together they save less.
+        0 delegates every region that is faster.
     choose_order: with measure and several backends, also lower with each other backend first
         (the rest in the list's order), time the methods whole side by side and keep the
         fastest (the list's order unless another is faster by more than 2 %); the report's

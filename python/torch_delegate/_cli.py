@@ -175,7 +175,8 @@ def parser() -> argparse.ArgumentParser:
                       help="an example input's sizes, 1x3x224x224 (random floats); once per argument")
     plan.add_argument("--measure", action="store_true", help="time each candidate region (needs --example-input)")
     plan.add_argument("--min-gain", type=_share, default=0.01, metavar="SHARE",
-                      help="with --measure: the least share of the method's time a region must save (default 0.01)")
+                      help="with --measure: the faster regions that save least stay in TorchScript while together they "
+                           "save less than this share of the method's time (default 0.01)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--svg", metavar="OUT.svg", help="draw the partition (Graphviz)")
     plan.set_defaults(run=_command_plan)

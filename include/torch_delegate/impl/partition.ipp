@@ -590,23 +590,24 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
       method_delegation pass{method, {}, {}};
       std::vector<region> regions = form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr);
       std::vector<bool> loses(regions.size(), false);
+      std::vector<std::string> why(regions.size());
+      std::vector<kept_reason> reason(regions.size(), kept_reason::slower_on_backend);
+      std::vector<std::size_t> winners;  // measured and faster on the backend
       for (std::size_t i = 0; i < regions.size() && (measuring || options.replay); ++i) {
         region_report& candidate = pass.regions[i];
-        std::string why;
-        kept_reason reason = kept_reason::slower_on_backend;
         if (options.replay) {
           if (const region_report* earlier = replayed_region(replayed, candidate, matched)) {
             candidate.backend_ms = earlier->backend_ms;
             candidate.torchscript_ms = earlier->torchscript_ms;
           } else {
-            why = "not delegated in the replayed plan";
+            why[i] = "not delegated in the replayed plan";
             // A region the replayed report kept as slower or as gaining too little (measured, or
             // dropped by the method's check) keeps that reason and its figures.
             for (const kept_node& earlier : replayed ? replayed->kept : std::vector<kept_node>{})
               if ((earlier.reason == kept_reason::slower_on_backend || earlier.reason == kept_reason::gain_below_minimum) &&
                   !candidate.kinds.empty() && earlier.kind == candidate.kinds.front() && earlier.location == candidate.location) {
-                why = earlier.detail;
-                reason = earlier.reason;
+                why[i] = earlier.detail;
+                reason[i] = earlier.reason;
                 break;
               }
           }
@@ -618,27 +619,41 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
           if (!timing) continue;  // not measurable (in an if or loop body): delegated by the rules
           candidate.backend_ms = timing->backend_ms;
           candidate.torchscript_ms = timing->torchscript_ms;
-          if (timing->backend_ms > timing->torchscript_ms) {
-            why = timing_text(candidate);
-          } else if (options.min_gain > 0) {
-            if (whole_ms < 0) whole_ms = method_ms(module, method, examples->second);
-            const double saved = timing->torchscript_ms - timing->backend_ms;
-            if (saved < options.min_gain * whole_ms) {
-              std::ostringstream text;
-              text.precision(3);
-              text << timing_text(candidate) << ": saves " << saved << " ms, less than " << 100 * options.min_gain << " % of "
-                   << method << " (" << whole_ms << " ms, min_gain)";
-              why = text.str();
-              reason = kept_reason::gain_below_minimum;
-            }
-          }
+          if (timing->backend_ms > timing->torchscript_ms)
+            why[i] = timing_text(candidate);
+          else
+            winners.push_back(i);
         }
-        if (why.empty()) continue;
+      }
+      // The minimum gain: the winners that save least are kept in TorchScript while, together,
+      // they save less than min_gain of the method (one region saving too little alone counts;
+      // many small ones that add up, as ShuffleNetV2's branches, are delegated).
+      if (options.min_gain > 0 && !winners.empty()) {
+        if (whole_ms < 0) whole_ms = method_ms(module, method, examples->second);
+        auto saved = [&](std::size_t i) { return pass.regions[i].torchscript_ms - pass.regions[i].backend_ms; };
+        std::stable_sort(winners.begin(), winners.end(), [&](std::size_t a, std::size_t b) { return saved(a) < saved(b); });
+        double together = 0;
+        std::size_t least = 0;
+        while (least < winners.size() && together + saved(winners[least]) < options.min_gain * whole_ms)
+          together += saved(winners[least++]);
+        for (std::size_t w = 0; w < least; ++w) {
+          const std::size_t i = winners[w];
+          std::ostringstream text;
+          text.precision(3);
+          text << timing_text(pass.regions[i]) << ": saves " << saved(i) << " ms";
+          if (least > 1) text << "; the " << least << " regions that save least save " << together << " ms together";
+          text << ", less than " << 100 * options.min_gain << " % of " << method << " (" << whole_ms << " ms, min_gain)";
+          why[i] = text.str();
+          reason[i] = kept_reason::gain_below_minimum;
+        }
+      }
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        if (why[i].empty()) continue;
         loses[i] = true;
         for (const torch::jit::Node* node : regions[i].nodes) {
           model_location where = locate_in_model(node);
-          pass.kept.push_back({node->kind().toQualString(), reason, why, std::move(where.line),
-                               regions[i].depth, std::move(where.submodule)});
+          pass.kept.push_back({node->kind().toQualString(), reason[i], why[i], std::move(where.line), regions[i].depth,
+                               std::move(where.submodule)});
         }
       }
       for (std::size_t i = 0; i < regions.size(); ++i) {
