@@ -377,20 +377,23 @@ inline bool computes(const torch::jit::Node* node) {
                      [](const torch::jit::Value* value) { return value->type()->cast<c10::TensorType>() != nullptr; });
 }
 
+/// The wall time of `call()`, in ms: what every measurement of a partition is made of.
+template <class F>
+double elapsed_ms(F&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 /// The median time of one call of the original `method` on its example `inputs`, in ms (two
 /// calls first: the profiling executor optimises after them): what partition_options::min_gain
 /// is a share of.
 inline double method_ms(const torch::jit::Module& module, const std::string& method, const std::vector<c10::IValue>& inputs) {
   c10::NoGradGuard no_grad;
   torch::jit::Method call = module.get_method(method);
-  const std::vector<c10::IValue> arguments(inputs.begin(), inputs.end());
-  for (int warm = 0; warm < 2; ++warm) call(arguments);
+  for (int warm = 0; warm < 2; ++warm) call(inputs);
   std::vector<double> times;
-  for (int i = 0; i < 5; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    call(arguments);
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
+  for (int i = 0; i < 5; ++i) times.push_back(elapsed_ms([&] { call(inputs); }));
   return median(std::move(times));
 }
 
@@ -442,12 +445,6 @@ inline std::optional<region_timing> time_region(const backend_lowering& backend,
   torch::jit::GraphFunction script(name, region_graph(formed, module.type(), {}), nullptr);
 
   c10::NoGradGuard no_grad;
-  using clock = std::chrono::steady_clock;
-  auto time = [](auto&& call) {
-    const auto start = clock::now();
-    call();
-    return std::chrono::duration<double, std::milli>(clock::now() - start).count();
-  };
   auto run_backend = [&] { delegated(backend_inputs); };
   auto run_script = [&] {
     torch::jit::Stack stack = all_inputs;
@@ -470,19 +467,19 @@ inline std::optional<region_timing> time_region(const backend_lowering& backend,
   const bool between_compute = has_computing_neighbour(formed);
   for (int round = 0; round < max_rounds; ++round) {
     if (between_compute) {
-      const double script_ms = time(run_script);
-      const double following_script = time(run_script);
-      const double backend_ms = time(run_backend);
-      const double following_backend = time(run_script);
+      const double script_ms = elapsed_ms(run_script);
+      const double following_script = elapsed_ms(run_script);
+      const double backend_ms = elapsed_ms(run_backend);
+      const double following_backend = elapsed_ms(run_script);
       kept.push_back(script_ms + following_script);
       after_kept.push_back(following_script);
       delegated_path.push_back(backend_ms + following_backend);
     } else {
       run_script();  // dropped: it pays for what the backend left behind
-      kept.push_back(time(run_script));
+      kept.push_back(elapsed_ms(run_script));
       after_kept.push_back(0.0);
       run_backend();
-      delegated_path.push_back(time(run_backend));
+      delegated_path.push_back(elapsed_ms(run_backend));
     }
     if (round + 1 >= min_rounds) {
       const double a = median(kept), b = median(delegated_path);
@@ -589,8 +586,7 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
     for (std::size_t k = 0; k < backends.size(); ++k) {
       method_delegation pass{method, {}, {}};
       std::vector<region> regions = form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr);
-      std::vector<bool> loses(regions.size(), false);
-      std::vector<std::string> why(regions.size());
+      std::vector<std::string> why(regions.size());  // why each region stays in TorchScript; empty: delegated
       std::vector<kept_reason> reason(regions.size(), kept_reason::slower_on_backend);
       std::vector<std::size_t> winners;  // measured and faster on the backend
       for (std::size_t i = 0; i < regions.size() && (measuring || options.replay); ++i) {
@@ -649,7 +645,6 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
       }
       for (std::size_t i = 0; i < regions.size(); ++i) {
         if (why[i].empty()) continue;
-        loses[i] = true;
         for (const torch::jit::Node* node : regions[i].nodes) {
           model_location where = locate_in_model(node);
           pass.kept.push_back({node->kind().toQualString(), reason[i], why[i], std::move(where.line), regions[i].depth,
@@ -657,7 +652,7 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
         }
       }
       for (std::size_t i = 0; i < regions.size(); ++i) {
-        if (loses[i]) continue;
+        if (!why[i].empty()) continue;
         pass.regions[i].name = names::region_method(method, p.entry.regions.size());  // numbered across backends
         taken.insert(regions[i].nodes.begin(), regions[i].nodes.end());
         p.entry.regions.push_back(std::move(pass.regions[i]));
@@ -895,9 +890,7 @@ inline std::vector<double> time_modules(const std::vector<const torch::jit::Modu
   for (int round = 0; round < 5; ++round)
     for (std::size_t m = 0; m < calls.size(); ++m)
       for (int call = 0; call < 3; ++call) {
-        const auto start = std::chrono::steady_clock::now();
-        calls[m](inputs);
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        const double ms = elapsed_ms([&] { calls[m](inputs); });
         if (call > 0) times[m].push_back(ms);
       }
   std::vector<double> medians;
@@ -1007,7 +1000,7 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
   for (const torch::jit::Module& candidate : candidates) timed.push_back(&candidate);
   std::vector<double> total(candidates.size(), 0.0);
   for (const auto& [method, inputs] : options.example_inputs) {
-    const std::vector<double> medians = time_modules(timed, method, std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+    const std::vector<double> medians = time_modules(timed, method, inputs);
     for (std::size_t i = 0; i < total.size(); ++i) total[i] += medians[i];
   }
   // The list's own order unless another is faster by more than 2 %.
