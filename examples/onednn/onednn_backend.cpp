@@ -12,24 +12,46 @@
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
 namespace onednn_delegate {
 
-/// A step as execute runs it: the record, and a convolution's weight in oneDNN's layout.
+/// A step as execute runs it: the record, and a convolution's folded weight and bias (dense; each
+/// plan reorders them into the layout its primitive picks).
 struct compiled_step {
   step_record record;
-  at::Tensor weight;                // oneDNN tensor, reordered for the convolution's parameters
-  c10::optional<at::Tensor> bias;   // oneDNN tensor
+  at::Tensor weight;
+  c10::optional<at::Tensor> bias;
 };
 
 namespace {
 
-enum op : std::int64_t { convolution = 0, relu = 1, add = 2, max_pool2d = 3, global_avg_pool2d = 4 };
+enum op : std::int64_t {
+  convolution = 0, relu = 1, add = 2, max_pool2d = 3, global_avg_pool2d = 4,
+  eltwise = 5,  // {input, output, kind, low, high}: kind an eltwise_kind, low and high a clip's bounds (double bits)
+  mul = 6,      // {a, b, output}: b of a's shape, or [N, C, 1, 1] (broadcast over H and W)
+  cat = 7,      // {inputs..., output}: along the channels
+};
+enum eltwise_kind : std::int64_t { sigmoid = 0, silu = 1, hardswish = 2, hardsigmoid = 3, clip = 4 };
+
+/// The activation oneDNN runs as an eltwise step (relu is a step, or a flag, of its own): its kind
+/// and, for a clip (hardtanh, relu6, clamp), its bounds; nullopt for another node.
+struct activation {
+  eltwise_kind kind;
+  double low = 0, high = 0;
+};
+std::optional<activation> activation_of(const torch::jit::Node* node);
 
 bool is(const torch::jit::Node* node, const char* kind) { return node->kind() == c10::Symbol::fromQualString(kind); }
 
@@ -79,8 +101,59 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
     return size && size->isIntList() && size->toIntVector() == std::vector<std::int64_t>{1, 1} &&
            float_4d_or_unknown(node->input(0));
   }
+  if (activation_of(node)) return float_4d_or_unknown(node->input(0));
+  if (is(node, "aten::mul")) {
+    // Two 4-d float tensors of known sizes: one shape, or one of them [N, C, 1, 1] (a squeeze-excitation's scale).
+    if (node->inputs().size() != 2 || node->input(1)->type()->kind() != c10::TypeKind::TensorType) return false;
+    const auto a = known_sizes(node->input(0)), b = known_sizes(node->input(1));
+    if (!a || !b || a->size() != 4 || b->size() != 4 || !float_4d_or_unknown(node->input(0)) || !float_4d_or_unknown(node->input(1)))
+      return false;
+    auto scale_of = [](const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& s) {
+      return s[0] == x[0] && s[1] == x[1] && s[2] == 1 && s[3] == 1;
+    };
+    return *a == *b || scale_of(*a, *b) || scale_of(*b, *a);
+  }
+  if (is(node, "aten::cat")) {  // 4-d float tensors along the channels, listed in the region
+    const torch::jit::Node* list = node->input(0)->node();
+    if (node->inputs().size() != 2 || list->kind() != c10::prim::ListConstruct || node->input(0)->uses().size() != 1) return false;
+    const auto dim = constant_of(node->input(1));
+    if (!dim || !dim->isInt() || dim->toInt() != 1) return false;
+    return std::all_of(list->inputs().begin(), list->inputs().end(), [](const torch::jit::Value* v) {
+      const auto sizes = known_sizes(v);
+      return sizes && sizes->size() == 4 && float_4d_or_unknown(v);
+    });
+  }
+  if (node->kind() == c10::prim::ListConstruct)  // the tensors of a cat it takes
+    return node->output()->uses().size() == 1 && supports(node->output()->uses()[0].user);
   return false;
 }
+
+namespace {
+
+std::optional<activation> activation_of(const torch::jit::Node* node) {
+  auto number = [](const torch::jit::Value* value, double otherwise) -> std::optional<double> {
+    const auto known = constant_of(value);
+    if (!known) return std::nullopt;
+    if (known->isNone()) return otherwise;
+    if (known->isDouble()) return known->toDouble();
+    if (known->isInt()) return static_cast<double>(known->toInt());
+    return std::nullopt;
+  };
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (is(node, "aten::sigmoid")) return activation{sigmoid};
+  if (is(node, "aten::silu")) return activation{silu};
+  if (is(node, "aten::hardswish")) return activation{hardswish};
+  if (is(node, "aten::hardsigmoid")) return activation{hardsigmoid};
+  if (is(node, "aten::relu6")) return activation{clip, 0, 6};
+  if ((is(node, "aten::hardtanh") || is(node, "aten::clamp")) && node->inputs().size() == 3 &&
+      node->input(1)->type()->kind() != c10::TypeKind::TensorType && node->input(2)->type()->kind() != c10::TypeKind::TensorType) {
+    const auto low = number(node->input(1), -inf), high = number(node->input(2), inf);
+    if (low && high && *low <= *high) return activation{clip, *low, *high};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   return std::any_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return is(node, "aten::conv2d"); });
@@ -187,6 +260,30 @@ struct step_builder {
       steps.push_back({global_avg_pool2d, {input, define(node->output())}, "", ""});
       return;
     }
+    if (const auto act = activation_of(node)) {
+      const std::int64_t input = id(node->input(0));
+      steps.push_back({eltwise,
+                       {input, define(node->output()), act->kind, std::bit_cast<std::int64_t>(act->low),
+                        std::bit_cast<std::int64_t>(act->high)},
+                       "",
+                       ""});
+      return;
+    }
+    if (is(node, "aten::mul")) {  // the full-shape operand first: oneDNN broadcasts the second
+      const auto a = known_sizes(node->input(0)), b = known_sizes(node->input(1));
+      const bool swap = a && b && (*a)[2] == 1 && (*a)[3] == 1 && ((*b)[2] != 1 || (*b)[3] != 1);
+      const std::int64_t x = id(node->input(swap ? 1 : 0)), scale = id(node->input(swap ? 0 : 1));
+      steps.push_back({mul, {x, scale, define(node->output())}, "", ""});
+      return;
+    }
+    if (node->kind() == c10::prim::ListConstruct) return;  // read by its cat
+    if (is(node, "aten::cat")) {
+      std::vector<std::int64_t> ints;
+      for (const torch::jit::Value* input : node->input(0)->node()->inputs()) ints.push_back(id(input));
+      ints.push_back(define(node->output()));
+      steps.push_back({cat, std::move(ints), "", ""});
+      return;
+    }
     region.reject(node, std::string("onednn: ") + node->kind().toQualString() + " is not supported here");
   }
 };
@@ -216,86 +313,510 @@ torch_delegate::preprocess_result<region_payload> OnednnBackend::preprocess(cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// runtime
+// runtime: oneDNN's own primitives, planned per input shape
+
+namespace {
+
+using dims = dnnl::memory::dims;
+using md = dnnl::memory::desc;
+using tag = dnnl::memory::format_tag;
+constexpr auto f32 = dnnl::memory::data_type::f32;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+const char* op_name(std::int64_t op) {
+  static const char* const names[] = {"convolution", "relu", "add", "max_pool2d", "adaptive_avg_pool2d", "activation", "mul", "cat"};
+  return op >= 0 && op < static_cast<std::int64_t>(std::size(names)) ? names[op] : "?";
+}
+
+/// Per op: how many ints its record has (a cat: any number from 2), and how many of them (first)
+/// are value ids (a cat: all); of those, the last is the value it makes.
+constexpr std::int64_t record_sizes[] = {10, 2, 4, 9, 2, 5, 3, -1}, record_ids[] = {2, 2, 3, 2, 2, 2, 3, -1};
+std::size_t ids_in(const step_record& record) {
+  return record.op == cat ? record.ints.size() : static_cast<std::size_t>(record_ids[record.op]);
+}
+std::int64_t made_by(const step_record& record) { return record.ints[ids_in(record) - 1]; }
+
+/// oneDNN's eltwise operations for a relu or an activation step, in order (hardsigmoid is two).
+std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const step_record& record) {
+  using dnnl::algorithm;
+  if (record.op == relu) return {{algorithm::eltwise_relu, 0.f, 0.f}};
+  switch (record.ints[2]) {
+    case sigmoid: return {{algorithm::eltwise_logistic, 0.f, 0.f}};
+    case silu: return {{algorithm::eltwise_swish, 1.f, 0.f}};
+    case hardswish: return {{algorithm::eltwise_hardswish, 0.f, 0.f}};
+    case hardsigmoid: return {{algorithm::eltwise_linear, 1.f / 6, 0.5f}, {algorithm::eltwise_clip, 0.f, 1.f}};
+    default: {
+      const auto bound = [](std::int64_t bits) {
+        const double value = std::bit_cast<double>(bits);
+        return static_cast<float>(std::clamp(value, -double(std::numeric_limits<float>::max()), double(std::numeric_limits<float>::max())));
+      };
+      return {{algorithm::eltwise_clip, bound(record.ints[3]), bound(record.ints[4])}};
+    }
+  }
+}
+
+}  // namespace
+
+/// One primitive call of a plan: the primitive and which slot each of its arguments reads.
+struct plan_call {
+  dnnl::primitive primitive;
+  std::vector<std::pair<int, std::size_t>> arguments;  // (DNNL_ARG_*, slot)
+  md scratchpad;                                       // empty when it needs none
+};
+
+/// What a region runs for one set of input shapes: its primitives in order, each slot's memory
+/// descriptor and place in one per-call buffer, and the reordered weights (read-only: calls may
+/// run concurrently, each with its own buffer).
+struct execution_plan {
+  std::vector<md> slots;
+  std::vector<std::size_t> offsets;      // into the call's buffer (inputs and constants: unused)
+  std::vector<dnnl::memory> constants;   // per slot: the weights and biases, else empty
+  std::vector<plan_call> calls;
+  std::size_t buffer_bytes = 0;          // activations, then the largest scratchpad
+  std::size_t scratchpad_offset = 0;
+  std::vector<std::size_t> outputs;      // slots read out, in order
+  std::vector<dims> output_dims;
+  std::vector<dnnl::primitive> output_reorders;  // slot -> a dense NCHW tensor
+};
+
+struct plan_cache {
+  std::mutex mutex;
+  std::map<std::vector<std::vector<std::int64_t>>, std::shared_ptr<const execution_plan>> plans;
+};
+
+namespace {
+
+constexpr std::size_t no_slot = static_cast<std::size_t>(-1);
+
+/// Builds a plan: value ids are slots 0..values-1, reorders add slots after them.
+class planner {
+ public:
+  planner(const compiled_region& region, const std::vector<std::vector<std::int64_t>>& shapes)
+      : region_(region), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
+    for (std::size_t i = 0; i < shapes.size(); ++i) slot_of_[i] = add_slot(md(dims(shapes[i]), f32, tag::nchw));
+    count_uses();
+  }
+
+  std::shared_ptr<const execution_plan> build() {
+    const auto& steps = *region_.steps;
+    const std::vector<std::vector<std::size_t>> fused = fusions();
+    std::vector<bool> skipped(steps.size(), false);
+    for (const auto& folded : fused)
+      for (std::size_t k : folded) skipped[k] = true;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (skipped[i]) continue;
+      try {
+        run(steps[i], fused[i]);
+      } catch (const dnnl::error& error) {
+        TORCH_CHECK(false, "onednn: region ", region_.method, ": step ", i, " (", op_name(steps[i].record.op),
+                    ") on input ", describe(steps[i]), ": oneDNN refused it: ", error.what());
+      }
+    }
+    for (std::int64_t index : region_.outputs) {
+      const std::size_t slot = value(index);
+      const dims d = plan_.slots[slot].dims();
+      const md dense(d, f32, tag::nchw);
+      plan_.outputs.push_back(slot);
+      plan_.output_dims.push_back(d);
+      plan_.output_reorders.emplace_back(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), dense)));
+      last_use_[slot] = plan_.calls.size();  // read after the last call
+    }
+    place();
+    return std::make_shared<const execution_plan>(std::move(plan_));
+  }
+
+ private:
+  std::size_t add_slot(const md& desc) {
+    plan_.slots.push_back(desc);
+    plan_.constants.emplace_back();
+    first_use_.push_back(plan_.calls.size());
+    last_use_.push_back(plan_.calls.size());
+    return plan_.slots.size() - 1;
+  }
+  std::size_t value(std::int64_t id) const {
+    const std::size_t slot = slot_of_.at(static_cast<std::size_t>(id));
+    TORCH_CHECK(slot != no_slot, "onednn: region ", region_.method, ": value ", id, " is read before it is made");
+    return slot;
+  }
+  void define(std::int64_t id, const md& desc) { slot_of_.at(static_cast<std::size_t>(id)) = add_slot(desc); }
+
+  std::string describe(const compiled_step& step) const {
+    const std::size_t slot = slot_of_.at(static_cast<std::size_t>(step.record.ints[0]));
+    if (slot == no_slot) return "?";
+    std::string text = "[";
+    for (auto d : plan_.slots[slot].dims()) text += (text.size() > 1 ? ", " : "") + std::to_string(d);
+    return text + "]";
+  }
+
+  void count_uses() {
+    uses_.assign(static_cast<std::size_t>(region_.values), 0);
+    for (const compiled_step& step : *region_.steps) {
+      const auto& p = step.record.ints;
+      for (std::size_t k = 0; k + 1 < ids_in(step.record); ++k) ++uses_[static_cast<std::size_t>(p[k])];
+    }
+    for (std::int64_t index : region_.outputs) uses_[static_cast<std::size_t>(index)] += 2;  // never fused away
+  }
+
+  /// For each convolution step, the steps after it folded into it as post-ops (in order): while
+  /// the value made so far is read by one step alone and is no result, an activation of it, or an
+  /// add of it and a value made before the convolution (of two convolutions, the later one takes
+  /// a residual's add).
+  std::vector<std::vector<std::size_t>> fusions() const {
+    const auto& steps = *region_.steps;
+    std::vector<std::vector<std::size_t>> into(steps.size());
+    std::vector<std::int64_t> made_at(static_cast<std::size_t>(region_.values), -1);  // inputs: -1
+    std::vector<std::int64_t> reader(static_cast<std::size_t>(region_.values), -1);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const auto& r = steps[i].record;
+      made_at[static_cast<std::size_t>(made_by(r))] = static_cast<std::int64_t>(i);
+      for (std::size_t k = 0; k + 1 < ids_in(r); ++k) reader[static_cast<std::size_t>(r.ints[k])] = static_cast<std::int64_t>(i);
+    }
+    std::vector<bool> taken(steps.size(), false);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].record.op != convolution) continue;
+      std::int64_t made = made_by(steps[i].record);
+      while (uses_[static_cast<std::size_t>(made)] == 1) {
+        const auto next = static_cast<std::size_t>(reader[static_cast<std::size_t>(made)]);
+        const step_record& r = steps[next].record;
+        if (taken[next]) break;
+        if (r.op == add) {
+          const std::int64_t other = r.ints[0] == made ? r.ints[1] : r.ints[0];
+          if (other == made || made_at[static_cast<std::size_t>(other)] >= static_cast<std::int64_t>(i)) break;
+        } else if (r.op != relu && r.op != eltwise) {
+          break;
+        }
+        into[i].push_back(next);
+        taken[next] = true;
+        made = made_by(r);
+      }
+    }
+    return into;
+  }
+
+  /// `slot` in the layout `want`: itself, or a reordered copy (one per slot and layout).
+  std::size_t as(std::size_t slot, const md& want) {
+    if (plan_.slots[slot] == want) return slot;
+    for (const auto& [from, to] : reordered_)
+      if (from == slot && plan_.slots[to] == want) return to;
+    const std::size_t to = add_slot(want);
+    call(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), want)),
+         {{DNNL_ARG_FROM, slot}, {DNNL_ARG_TO, to}}, md());
+    reordered_.emplace_back(slot, to);
+    return to;
+  }
+
+  void call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad) {
+    for (const auto& argument : arguments) {
+      const std::size_t slot = argument.second;
+      if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO) first_use_[slot] = plan_.calls.size();
+      last_use_[slot] = plan_.calls.size();
+    }
+    scratchpad_bytes_ = std::max(scratchpad_bytes_, scratchpad.get_size());
+    plan_.calls.push_back({std::move(primitive), std::move(arguments), scratchpad});
+  }
+
+  std::size_t constant(const md& dense, const at::Tensor& data, const md& want) {
+    dnnl::memory given(dense, cpu_engine(), data.data_ptr());
+    dnnl::memory reordered(want, cpu_engine());
+    dnnl::stream stream(cpu_engine());
+    dnnl::reorder(given, reordered).execute(stream, given, reordered);
+    stream.wait();
+    const std::size_t slot = add_slot(want);
+    plan_.constants[slot] = reordered;
+    return slot;
+  }
+
+  static dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops = {}) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    attr.set_post_ops(post_ops);
+    return attr;
+  }
+
+  void run(const compiled_step& step, const std::vector<std::size_t>& fused) {
+    const auto& p = step.record.ints;
+    switch (step.record.op) {
+      case convolution: return conv(step, fused);
+      case relu:
+      case eltwise: {
+        std::size_t in = value(p[0]);
+        const auto chain = eltwise_chain(step.record);
+        for (std::size_t k = 0; k < chain.size(); ++k) {
+          const auto& [algorithm, alpha, beta] = chain[k];
+          const dnnl::eltwise_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, algorithm, plan_.slots[in], alpha, beta},
+                                                         attributes(), cpu_engine());
+          std::size_t out;
+          if (k + 1 == chain.size()) {
+            define(p[1], pd.dst_desc());
+            out = value(p[1]);
+          } else {
+            out = add_slot(pd.dst_desc());
+          }
+          call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
+          in = out;
+        }
+        return;
+      }
+      case mul: {
+        const std::size_t a = value(p[0]), b = value(p[1]);
+        const md out(plan_.slots[a].dims(), f32, tag::any);
+        const dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_mul, plan_.slots[a], plan_.slots[b], out}, attributes(),
+                                              cpu_engine());
+        define(p[2], pd.dst_desc());
+        return call(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(p[2])}}, pd.scratchpad_desc());
+      }
+      case cat: {
+        std::vector<md> inputs;
+        std::vector<std::pair<int, std::size_t>> arguments;
+        for (std::size_t k = 0; k + 1 < p.size(); ++k) {
+          const std::size_t slot = value(p[k]);
+          inputs.push_back(plan_.slots[slot]);
+          arguments.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), slot);
+        }
+        const dnnl::concat::primitive_desc pd(1, inputs, cpu_engine(), attributes());
+        define(p.back(), pd.dst_desc());
+        arguments.emplace_back(DNNL_ARG_DST, value(p.back()));
+        return call(dnnl::concat(pd), std::move(arguments), pd.scratchpad_desc());
+      }
+      case add: {
+        const std::size_t a = value(p[0]), b = value(p[1]);
+        dnnl::post_ops post_ops;
+        if (p[3] & 1) post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+        const md out(plan_.slots[a].dims(), f32, tag::any);
+        const dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_add, plan_.slots[a], plan_.slots[b], out},
+                                              attributes(post_ops), cpu_engine());
+        define(p[2], pd.dst_desc());
+        return call(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(p[2])}}, pd.scratchpad_desc());
+      }
+      case max_pool2d: {
+        const std::size_t in = value(p[0]);
+        const dims d = plan_.slots[in].dims();
+        const dims kernel{p[2], p[3]}, strides{p[4], p[5]}, left{p[6], p[7]};
+        dims out_hw(2), right(2);
+        for (std::size_t k = 0; k < 2; ++k) {
+          const std::int64_t size = d[k + 2], span = size + 2 * left[k] - kernel[k];
+          TORCH_CHECK(span >= 0, "onednn: region ", region_.method, ": max_pool2d's kernel ", kernel[k], " is larger than its padded input ", size + 2 * left[k]);
+          std::int64_t o = (p[8] ? (span + strides[k] - 1) / strides[k] : span / strides[k]) + 1;
+          if (p[8] && (o - 1) * strides[k] >= size + left[k]) --o;  // the last window starts in the input (PyTorch's rule)
+          out_hw[k] = o;
+          // Right padding that gives o windows: any in [exact, exact + stride - 1]; the symmetric one when it fits.
+          const std::int64_t exact = (o - 1) * strides[k] + kernel[k] - size - left[k];
+          right[k] = std::max<std::int64_t>(0, left[k] >= exact && left[k] < exact + strides[k] ? left[k] : exact);
+        }
+        const md out({d[0], d[1], out_hw[0], out_hw[1]}, f32, tag::any);
+        const dnnl::pooling_forward::primitive_desc pd(
+            {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, plan_.slots[in], out, strides, kernel, left, right},
+            attributes(), cpu_engine());
+        define(p[1], pd.dst_desc());
+        return call(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(p[1])}}, pd.scratchpad_desc());
+      }
+      case global_avg_pool2d: {
+        const std::size_t in = value(p[0]);
+        const dims d = plan_.slots[in].dims();
+        const md out({d[0], d[1], 1, 1}, f32, tag::any);
+        const dnnl::pooling_forward::primitive_desc pd(
+            {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding, plan_.slots[in], out, {1, 1},
+             {d[2], d[3]}, {0, 0}, {0, 0}},
+            attributes(), cpu_engine());
+        define(p[1], pd.dst_desc());
+        return call(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(p[1])}}, pd.scratchpad_desc());
+      }
+    }
+  }
+
+  void conv(const compiled_step& step, const std::vector<std::size_t>& fused) {
+    const auto& p = step.record.ints;
+    const std::size_t in = value(p[0]);
+    const dims d = plan_.slots[in].dims();
+    const at::Tensor& weight = step.weight;
+    const std::int64_t groups = p[8], out_channels = weight.size(0), kh = weight.size(2), kw = weight.size(3);
+    TORCH_CHECK(d[1] == weight.size(1) * groups, "onednn: region ", region_.method, ": a convolution of ", weight.size(1) * groups,
+                " input channels given ", d[1]);
+    const std::int64_t oh = (d[2] + 2 * p[4] - p[6] * (kh - 1) - 1) / p[2] + 1, ow = (d[3] + 2 * p[5] - p[7] * (kw - 1) - 1) / p[3] + 1;
+    TORCH_CHECK(oh > 0 && ow > 0, "onednn: region ", region_.method, ": a convolution's input ", describe(step), " is smaller than its kernel");
+    const dims weight_dims = groups > 1 ? dims{groups, out_channels / groups, weight.size(1), kh, kw} : dims{out_channels, weight.size(1), kh, kw};
+    const md weight_dense(weight_dims, f32, groups > 1 ? tag::goihw : tag::oihw);
+
+    dnnl::post_ops post_ops;
+    int post_op_count = 0;
+    auto append_relu = [&] {
+      post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      ++post_op_count;
+    };
+    if (p[9]) append_relu();
+    md out({d[0], out_channels, oh, ow}, f32, tag::any);
+    std::vector<std::pair<int, std::size_t>> addends;  // (post-op index, slot)
+    std::int64_t made = p[1];
+    for (std::size_t index : fused) {
+      const step_record& r = (*region_.steps)[index].record;
+      if (r.op == add) {
+        const std::size_t other = value(r.ints[0] == made ? r.ints[1] : r.ints[0]);
+        out = plan_.slots[other];  // the sum is made in the other operand's layout
+        post_ops.append_binary(dnnl::algorithm::binary_add, plan_.slots[other]);
+        addends.emplace_back(post_op_count++, other);
+        if (r.ints[3] & 1) append_relu();
+      } else {
+        for (const auto& [algorithm, alpha, beta] : eltwise_chain(r)) {
+          post_ops.append_eltwise(1.f, algorithm, alpha, beta);
+          ++post_op_count;
+        }
+      }
+      made = made_by(r);
+    }
+    const dnnl::convolution_forward::primitive_desc pd(
+        {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, md(d, f32, tag::any), md(weight_dims, f32, tag::any),
+         md({out_channels}, f32, tag::x), out, {p[2], p[3]}, {p[6] - 1, p[7] - 1}, {p[4], p[5]}, {p[4], p[5]}},
+        attributes(post_ops), cpu_engine());
+    const std::size_t src = as(in, pd.src_desc());
+    const std::size_t weights = constant(weight_dense, weight, pd.weights_desc());
+    const std::size_t bias = constant(md({out_channels}, f32, tag::x), *step.bias, pd.bias_desc());
+    define(made, pd.dst_desc());
+    std::vector<std::pair<int, std::size_t>> arguments{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}};
+    for (const auto& [index, slot] : addends) arguments.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, slot);
+    call(dnnl::convolution_forward(pd), std::move(arguments), pd.scratchpad_desc());
+  }
+
+  /// Gives each activation slot an offset in one buffer: two slots share bytes only when their
+  /// lives (first write to last read) do not overlap. Largest first, lowest offset that fits.
+  void place() {
+    const std::size_t inputs = static_cast<std::size_t>(region_.inputs);
+    plan_.offsets.assign(plan_.slots.size(), 0);
+    std::vector<std::size_t> order;
+    for (std::size_t slot = 0; slot < plan_.slots.size(); ++slot)
+      if (slot >= inputs && !plan_.constants[slot] && plan_.slots[slot].get_size() > 0) order.push_back(slot);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return plan_.slots[a].get_size() > plan_.slots[b].get_size(); });
+    constexpr std::size_t align = 64;
+    std::vector<std::size_t> placed;
+    std::size_t end = 0;
+    for (std::size_t slot : order) {
+      const std::size_t size = (plan_.slots[slot].get_size() + align - 1) / align * align;
+      std::vector<std::pair<std::size_t, std::size_t>> busy;  // [begin, end) of slots alive at the same time
+      for (std::size_t other : placed)
+        if (!(last_use_[other] < first_use_[slot] || last_use_[slot] < first_use_[other]))
+          busy.emplace_back(plan_.offsets[other], plan_.offsets[other] + (plan_.slots[other].get_size() + align - 1) / align * align);
+      std::sort(busy.begin(), busy.end());
+      std::size_t offset = 0;
+      for (const auto& [begin, finish] : busy) {
+        if (offset + size <= begin) break;
+        offset = std::max(offset, finish);
+      }
+      plan_.offsets[slot] = offset;
+      end = std::max(end, offset + size);
+      placed.push_back(slot);
+    }
+    plan_.scratchpad_offset = end;
+    plan_.buffer_bytes = end + scratchpad_bytes_;
+  }
+
+  const compiled_region& region_;
+  execution_plan plan_;
+  std::vector<std::size_t> slot_of_;  // value id -> slot
+  std::vector<int> uses_;             // value id -> how many steps read it (+2 for a result)
+  std::vector<std::size_t> first_use_, last_use_;  // slot -> first and last call index touching it
+  std::vector<std::pair<std::size_t, std::size_t>> reordered_;
+  std::size_t scratchpad_bytes_ = 0;
+};
+
+}  // namespace
 
 compiled_region OnednnBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
   TORCH_CHECK(is_available(), "onednn: this LibTorch was built without oneDNN");
   auto steps = std::make_shared<std::vector<compiled_step>>();
-  std::vector<std::string> used;  // released once every step has read them (steps share equal weights)
+  std::vector<std::string> used;  // released: the steps keep the tensors (plans reorder them per input shape)
   for (const step_record& record : payload.steps) {
-    // Per op: how many ints it has, and how many of them (first) are value ids.
-    static constexpr std::int64_t sizes[] = {10, 2, 4, 9, 2}, ids[] = {2, 2, 3, 2, 2};
-    TORCH_CHECK(record.op >= convolution && record.op <= global_avg_pool2d, "onednn: region ", context.method(),
-                ": unknown step ", record.op, " (a payload from a newer onednn backend?)");
+    TORCH_CHECK(record.op >= convolution && record.op <= cat, "onednn: region ", context.method(), ": unknown step ", record.op,
+                " (a payload from a newer onednn backend?)");
     const auto op = static_cast<std::size_t>(record.op);
-    TORCH_CHECK(static_cast<std::int64_t>(record.ints.size()) == sizes[op], "onednn: region ", context.method(), ": step ",
-                record.op, " has ", record.ints.size(), " parameters, expected ", sizes[op]);
-    for (std::int64_t k = 0; k < ids[op]; ++k)
-      TORCH_CHECK(record.ints[static_cast<std::size_t>(k)] >= 0 && record.ints[static_cast<std::size_t>(k)] < payload.values,
-                  "onednn: region ", context.method(), ": value ", record.ints[static_cast<std::size_t>(k)], " out of range [0, ",
-                  payload.values, ")");
+    if (record.op == cat) {
+      TORCH_CHECK(record.ints.size() >= 2, "onednn: region ", context.method(), ": a cat step of ", record.ints.size(),
+                  " values, expected its inputs and its output");
+    } else {
+      TORCH_CHECK(static_cast<std::int64_t>(record.ints.size()) == record_sizes[op], "onednn: region ", context.method(), ": step ",
+                  record.op, " (", op_name(record.op), ") has ", record.ints.size(), " parameters, expected ", record_sizes[op]);
+    }
+    if (record.op == eltwise) TORCH_CHECK(record.ints[2] >= sigmoid && record.ints[2] <= clip, "onednn: region ", context.method(),
+                  ": unknown activation ", record.ints[2], " (a payload from a newer onednn backend?)");
+    for (std::size_t k = 0; k < ids_in(record); ++k)
+      TORCH_CHECK(record.ints[k] >= 0 && record.ints[k] < payload.values, "onednn: region ", context.method(), ": value ",
+                  record.ints[k], " out of range [0, ", payload.values, ")");
     compiled_step step{record, {}, c10::nullopt};
     if (record.op == convolution) {
       const auto& p = record.ints;
-      const at::Tensor weight = context.named_data().tensor(record.weight);
-      step.weight = at::mkldnn_reorder_conv2d_weight(weight.to_mkldnn(), {p[4], p[5]}, {p[2], p[3]}, {p[6], p[7]}, p[8]);
-      step.bias = context.named_data().tensor(record.bias).to_mkldnn();
+      step.weight = context.named_data().tensor(record.weight).contiguous();
+      step.bias = context.named_data().tensor(record.bias).contiguous();
+      TORCH_CHECK(step.weight.dim() == 4 && step.bias->dim() == 1 && step.bias->size(0) == step.weight.size(0) && p[8] >= 1 &&
+                      step.weight.size(0) % p[8] == 0 && p[2] > 0 && p[3] > 0 && p[6] > 0 && p[7] > 0,
+                  "onednn: region ", context.method(), ": a convolution with weight ", step.weight.sizes(), ", bias ",
+                  step.bias->sizes(), " and ", p[8], " groups");
       used.push_back(record.weight);
       used.push_back(record.bias);
     }
     steps->push_back(std::move(step));
   }
-  for (const std::string& key : used) context.release_named_data(key);  // the reordered copies are what execute reads
+  for (const std::string& key : used) context.release_named_data(key);
   for (std::int64_t index : payload.outputs)
     TORCH_CHECK(index >= payload.inputs && index < payload.values, "onednn: region ", context.method(), ": output value ",
                 index, " out of range");
-  return {std::move(steps), payload.inputs, payload.values, payload.outputs, std::string(context.method())};
+  return {std::move(steps), payload.inputs, payload.values, payload.outputs, std::string(context.method()),
+          std::make_shared<plan_cache>()};
 }
 
 std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_delegate::inputs args) {
   TORCH_CHECK(static_cast<std::int64_t>(args.size()) == region.inputs, "onednn: region ", region.method, " takes ",
               region.inputs, " inputs, got ", args.size());
-  std::vector<at::Tensor> values(static_cast<std::size_t>(region.values));
+  std::vector<at::Tensor> given(args.size());
+  std::vector<std::vector<std::int64_t>> shapes;
   for (std::size_t i = 0; i < args.size(); ++i) {
     TORCH_CHECK(args[i].isTensor(), "onednn: region ", region.method, ": input ", i + 1, " is not a tensor");
-    const at::Tensor& given = args[i].toTensor();
-    TORCH_CHECK(given.scalar_type() == at::kFloat && given.device().is_cpu() && given.dim() == 4, "onednn: region ",
-                region.method, ": input ", i + 1, " must be a 4-d float CPU tensor, got ", given.dim(), "-d ",
-                given.scalar_type(), " on ", given.device());
-    values[i] = given.contiguous().to_mkldnn();
+    const at::Tensor& tensor = args[i].toTensor();
+    TORCH_CHECK(tensor.scalar_type() == at::kFloat && tensor.device().is_cpu() && tensor.dim() == 4 && !tensor.is_mkldnn(),
+                "onednn: region ", region.method, ": input ", i + 1, " must be a 4-d dense float CPU tensor, got ", tensor.dim(),
+                "-d ", tensor.scalar_type(), " on ", tensor.device());
+    given[i] = tensor.contiguous();
+    shapes.push_back(tensor.sizes().vec());
   }
-  for (const compiled_step& step : *region.steps) {
-    const auto& p = step.record.ints;
-    auto in = [&](std::size_t k) -> const at::Tensor& { return values.at(static_cast<std::size_t>(p[k])); };
-    auto out = [&](std::size_t k) -> at::Tensor& { return values.at(static_cast<std::size_t>(p[k])); };
-    switch (step.record.op) {
-      case convolution:
-        out(1) = at::mkldnn_convolution(in(0), step.weight, step.bias, {p[4], p[5]}, {p[2], p[3]}, {p[6], p[7]}, p[8]);
-        if (p[9]) at::relu_(out(1));
-        break;
-      case relu:
-        out(1) = at::relu(in(0));
-        break;
-      case add:
-        if (p[3] & 2) {
-          at::Tensor sum = in(0);
-          sum.add_(in(1));
-          out(2) = std::move(sum);
-        } else {
-          out(2) = at::add(in(0), in(1));
-        }
-        if (p[3] & 1) at::relu_(out(2));
-        break;
-      case max_pool2d:
-        out(1) = at::max_pool2d(in(0), {p[2], p[3]}, {p[4], p[5]}, {p[6], p[7]}, {1, 1}, p[8] != 0);
-        break;
-      case global_avg_pool2d:
-        out(1) = at::adaptive_avg_pool2d(in(0), {1, 1});
-        break;
-    }
+  std::shared_ptr<const execution_plan> plan;
+  {
+    std::lock_guard<std::mutex> lock(region.plans->mutex);
+    auto& slot = region.plans->plans[shapes];
+    if (!slot) slot = planner(region, shapes).build();  // under the lock: one plan per shape, weights reordered once
+    plan = slot;
+  }
+  const dnnl::engine& engine = cpu_engine();
+  thread_local dnnl::stream stream(cpu_engine());
+  const at::Tensor buffer = at::empty({static_cast<std::int64_t>(plan->buffer_bytes)}, at::kByte);
+  auto* base = static_cast<std::uint8_t*>(buffer.data_ptr());
+  std::vector<dnnl::memory> memory(plan->slots.size());
+  for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
+    if (slot < given.size())
+      memory[slot] = dnnl::memory(plan->slots[slot], engine, given[slot].data_ptr());
+    else if (plan->constants[slot])
+      memory[slot] = plan->constants[slot];
+    else
+      memory[slot] = dnnl::memory(plan->slots[slot], engine, base + plan->offsets[slot]);
+  }
+  std::unordered_map<int, dnnl::memory> arguments;
+  for (const plan_call& call : plan->calls) {
+    arguments.clear();
+    for (const auto& [argument, slot] : call.arguments) arguments.emplace(argument, memory[slot]);
+    if (call.scratchpad.get_size() > 0)
+      arguments.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(call.scratchpad, engine, base + plan->scratchpad_offset));
+    call.primitive.execute(stream, arguments);
   }
   std::vector<c10::IValue> outputs;
-  for (std::int64_t index : region.outputs) outputs.emplace_back(values.at(static_cast<std::size_t>(index)).to_dense());
+  for (std::size_t k = 0; k < plan->outputs.size(); ++k) {
+    at::Tensor out = at::empty(plan->output_dims[k], at::kFloat);
+    dnnl::memory dense(md(plan->output_dims[k], f32, tag::nchw), engine, out.data_ptr());
+    plan->output_reorders[k].execute(stream, {{DNNL_ARG_FROM, memory[plan->outputs[k]]}, {DNNL_ARG_TO, dense}});
+    outputs.emplace_back(std::move(out));
+  }
+  stream.wait();
   return outputs;
 }
 

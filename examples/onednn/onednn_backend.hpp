@@ -41,16 +41,19 @@ struct region_payload {
   std::vector<std::int64_t> outputs;
 };
 
-struct compiled_step;  // onednn_backend.cpp: a step with its reordered weights
+struct compiled_step;  // onednn_backend.cpp: a step with its folded weights
+struct plan_cache;     // onednn_backend.cpp: the region's oneDNN primitives, per input shape
 
-/// What compile makes of a region: its steps with weights in oneDNN's layout (read-only: calls
-/// may run concurrently).
+/// What compile makes of a region: its steps, and the plans execute makes on the first call with
+/// each input shape (the primitives, their weights in the layout each picked, and where each
+/// activation lives in one per-call buffer). Calls may run concurrently.
 struct compiled_region {
   std::shared_ptr<const std::vector<compiled_step>> steps;
   std::int64_t inputs = 0;
   std::int64_t values = 0;
   std::vector<std::int64_t> outputs;
   std::string method;
+  std::shared_ptr<plan_cache> plans;
 };
 
 // [struct]

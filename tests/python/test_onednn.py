@@ -124,6 +124,61 @@ class Ops(unittest.TestCase):
                                          nn.AdaptiveAvgPool2d(1)))
         self.check(model, torch.rand(1, 3, 45, 45))
 
+    def test_activations_squeeze_excitation_and_cat(self):
+        # Each activation after a convolution (folded into it as a post-op) and on its own, a
+        # squeeze-excitation (its scale broadcast over H and W, on either side of the mul), a
+        # relu'd convolution plus the block's input (two post-ops), and a cat of two branches.
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.convs = nn.ModuleList([nn.Conv2d(8, 8, 3, padding=1, groups=g) for g in (1, 8, 2, 1, 1, 1)])
+                self.reduce = nn.Conv2d(8, 2, 1)
+                self.expand = nn.Conv2d(2, 8, 1)
+                self.left = nn.Conv2d(8, 4, 1)
+                self.right = nn.Conv2d(8, 6, 3, padding=1)
+
+            def forward(self, x):
+                c = self.convs
+                y = nn.functional.silu(c[0](x))
+                y = nn.functional.hardswish(c[1](y))
+                y = nn.functional.hardsigmoid(c[2](y))
+                y = nn.functional.relu6(c[3](y) * 3.0)  # hardtanh on its own (the scalar mul stays)
+                y = torch.clamp(torch.sigmoid(c[4](y)), 0.2, 0.7)
+                scale = torch.sigmoid(self.expand(torch.relu(self.reduce(nn.functional.adaptive_avg_pool2d(y, 1)))))
+                y = y * scale
+                y = scale * torch.relu(y)
+                y = torch.relu(c[5](y)) + x
+                return torch.cat([torch.relu(self.left(y)), torch.relu(self.right(y))], 1)
+
+        torch.manual_seed(6)
+        model = Model().eval()
+        x = torch.randn(2, 8, 9, 11)
+        with torch.no_grad():
+            want = model(x)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), want), 1e-4)
+            self.assertLess(relative_error(low(x), want), 1e-4)
+        self.assertEqual(kept(low).get("aten::mul"), "unsupported kind")  # c[3](y) * 3.0: a scalar
+        kinds = set().union(*(r.kinds for r in regions(low)))
+        for kind in ("aten::conv2d", "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::relu6", "aten::clamp",
+                     "aten::sigmoid", "aten::relu", "aten::adaptive_avg_pool2d", "aten::mul", "aten::cat", "aten::add"):
+            self.assertIn(kind, kinds)
+            if kind != "aten::mul":
+                self.assertNotIn(kind, kept(low))
+
+    def test_another_input_shape_is_planned_again(self):
+        # Without example inputs (no input spec), each new input shape gets its own oneDNN plan.
+        torch.manual_seed(7)
+        model = randomized(nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                                         nn.MaxPool2d(3, 2, ceil_mode=True), nn.Conv2d(8, 4, 1), nn.AdaptiveAvgPool2d(1)))
+        low = torch_delegate.lower(torch.jit.freeze(torch.jit.script(model)), "onednn", partial=True)
+        self.assertEqual(len(regions(low)), 1, kept(low))
+        with torch.no_grad():
+            for shape in [(1, 8, 16, 16), (3, 8, 21, 13), (1, 8, 16, 16)]:
+                x = torch.rand(shape)
+                self.assertLess(relative_error(low(x), model(x)), 1e-4, shape)
+
     def test_what_stays_in_torchscript(self):
         class Model(nn.Module):
             def __init__(self):
@@ -149,6 +204,20 @@ class Ops(unittest.TestCase):
 
 
 class Models(unittest.TestCase):
+    def test_torchvision_cnns_in_one_region(self):
+        # Squeeze-excitation (RegNet-Y, EfficientNet, MobileNetV3), SiLU, hardswish, ReLU6, cat.
+        import torchvision
+        for name in ["regnet_y_400mf", "efficientnet_b0", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_0"]:
+            with self.subTest(model=name):
+                torch.manual_seed(0)
+                model = getattr(torchvision.models, name)(weights=None).eval()
+                x = torch.rand(1, 3, 224, 224)
+                low = lowered(model, x)
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(x), model(x)), 1e-4)
+                self.assertEqual(len(regions(low)), 1, kept(low))
+                self.assertLessEqual(set(kept(low)), {"aten::flatten", "aten::linear", "aten::hardswish", "prim::GetAttr"})
+
     def test_resnets_in_one_region(self):
         import torchvision
         for name in ["resnet18", "resnet50"]:
@@ -167,6 +236,16 @@ class Models(unittest.TestCase):
 
 
 class SavedAndElsewhere(unittest.TestCase):
+    def test_a_module_saved_by_an_earlier_main_loads(self):
+        # Saved at 24403c3, when the backend ran ATen's oneDNN tensors (tests/data/README.md).
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+        saved = torch.load(os.path.join(data, "onednn_format1_by_24403c3.io.pt"))
+        for load in (torch.jit.load, torch_delegate.load):
+            with self.subTest(load=load.__module__), torch.no_grad():
+                module = load(os.path.join(data, "onednn_format1_by_24403c3.pt"))
+                self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
+
+
     def setUp(self):
         torch.manual_seed(3)
         self.model = randomized(nn.Sequential(Residual(4), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)))
