@@ -27,12 +27,11 @@
 
 namespace onednn_delegate {
 
-/// A step as execute runs it: the record, and a convolution's folded weight and bias (dense; each
-/// plan reorders them into the layout its primitive picks).
+/// A step as execute runs it: the record, and a convolution's weight sizes [O, I / groups, kh, kw]
+/// (the weights themselves are in the plan cache).
 struct compiled_step {
   step_record record;
-  at::Tensor weight;
-  c10::optional<at::Tensor> bias;
+  std::vector<std::int64_t> weight_sizes;
 };
 
 namespace {
@@ -383,9 +382,14 @@ struct execution_plan {
   std::vector<dnnl::primitive> output_reorders;  // slot -> a dense NCHW tensor
 };
 
+/// The plans made so far, and per convolution step where a new plan reads its weight and bias
+/// from: the dense named data until the first plan is made, then that plan's reordered copies
+/// (oneDNN reorders from one layout to another), so a region holds its weights once per plan.
 struct plan_cache {
   std::mutex mutex;
   std::map<std::vector<std::vector<std::int64_t>>, std::shared_ptr<const execution_plan>> plans;
+  std::vector<dnnl::memory> weights, biases;  // per step (empty for a step without weights)
+  std::vector<at::Tensor> dense;              // what the first plan reads, dropped once it is made
 };
 
 namespace {
@@ -395,8 +399,8 @@ constexpr std::size_t no_slot = static_cast<std::size_t>(-1);
 /// Builds a plan: value ids are slots 0..values-1, reorders add slots after them.
 class planner {
  public:
-  planner(const compiled_region& region, const std::vector<std::vector<std::int64_t>>& shapes)
-      : region_(region), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
+  planner(const compiled_region& region, plan_cache& cache, const std::vector<std::vector<std::int64_t>>& shapes)
+      : region_(region), cache_(cache), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
     for (std::size_t i = 0; i < shapes.size(); ++i) slot_of_[i] = add_slot(md(dims(shapes[i]), f32, tag::nchw));
     count_uses();
   }
@@ -410,7 +414,7 @@ class planner {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       if (skipped[i]) continue;
       try {
-        run(steps[i], fused[i]);
+        run(i, fused[i]);
       } catch (const dnnl::error& error) {
         TORCH_CHECK(false, "onednn: region ", region_.method, ": step ", i, " (", op_name(steps[i].record.op),
                     ") on input ", describe(steps[i]), ": oneDNN refused it: ", error.what());
@@ -426,6 +430,11 @@ class planner {
       last_use_[slot] = plan_.calls.size();  // read after the last call
     }
     place();
+    for (const auto& [index, weights, bias] : own_weights_) {  // later plans reorder from these
+      cache_.weights[index] = plan_.constants[weights];
+      cache_.biases[index] = plan_.constants[bias];
+    }
+    cache_.dense.clear();
     return std::make_shared<const execution_plan>(std::move(plan_));
   }
 
@@ -519,8 +528,8 @@ class planner {
     plan_.calls.push_back({std::move(primitive), std::move(arguments), scratchpad});
   }
 
-  std::size_t constant(const md& dense, const at::Tensor& data, const md& want) {
-    dnnl::memory given(dense, cpu_engine(), data.data_ptr());
+  /// `given` (a weight or bias, in any layout) reordered into `want`, as a constant slot.
+  std::size_t constant(dnnl::memory given, const md& want) {
     dnnl::memory reordered(want, cpu_engine());
     dnnl::stream stream(cpu_engine());
     dnnl::reorder(given, reordered).execute(stream, given, reordered);
@@ -537,10 +546,11 @@ class planner {
     return attr;
   }
 
-  void run(const compiled_step& step, const std::vector<std::size_t>& fused) {
+  void run(std::size_t index, const std::vector<std::size_t>& fused) {
+    const compiled_step& step = (*region_.steps)[index];
     const auto& p = step.record.ints;
     switch (step.record.op) {
-      case convolution: return conv(step, fused);
+      case convolution: return conv(index, fused);
       case relu:
       case eltwise: {
         std::size_t in = value(p[0]);
@@ -628,18 +638,18 @@ class planner {
     }
   }
 
-  void conv(const compiled_step& step, const std::vector<std::size_t>& fused) {
+  void conv(std::size_t index, const std::vector<std::size_t>& fused) {
+    const compiled_step& step = (*region_.steps)[index];
     const auto& p = step.record.ints;
     const std::size_t in = value(p[0]);
     const dims d = plan_.slots[in].dims();
-    const at::Tensor& weight = step.weight;
-    const std::int64_t groups = p[8], out_channels = weight.size(0), kh = weight.size(2), kw = weight.size(3);
-    TORCH_CHECK(d[1] == weight.size(1) * groups, "onednn: region ", region_.method, ": a convolution of ", weight.size(1) * groups,
-                " input channels given ", d[1]);
+    const std::vector<std::int64_t>& weight = step.weight_sizes;
+    const std::int64_t groups = p[8], out_channels = weight[0], channels = weight[1] * groups, kh = weight[2], kw = weight[3];
+    TORCH_CHECK(d[1] == channels, "onednn: region ", region_.method, ": a convolution of ", channels, " input channels given ",
+                d[1], " (input ", describe(step), ")");
     const std::int64_t oh = (d[2] + 2 * p[4] - p[6] * (kh - 1) - 1) / p[2] + 1, ow = (d[3] + 2 * p[5] - p[7] * (kw - 1) - 1) / p[3] + 1;
     TORCH_CHECK(oh > 0 && ow > 0, "onednn: region ", region_.method, ": a convolution's input ", describe(step), " is smaller than its kernel");
-    const dims weight_dims = groups > 1 ? dims{groups, out_channels / groups, weight.size(1), kh, kw} : dims{out_channels, weight.size(1), kh, kw};
-    const md weight_dense(weight_dims, f32, groups > 1 ? tag::goihw : tag::oihw);
+    const dims weight_dims = groups > 1 ? dims{groups, out_channels / groups, weight[1], kh, kw} : dims{out_channels, weight[1], kh, kw};
 
     dnnl::post_ops post_ops;
     int post_op_count = 0;
@@ -672,8 +682,9 @@ class planner {
          md({out_channels}, f32, tag::x), out, {p[2], p[3]}, {p[6] - 1, p[7] - 1}, {p[4], p[5]}, {p[4], p[5]}},
         attributes(post_ops), cpu_engine());
     const std::size_t src = as(in, pd.src_desc());
-    const std::size_t weights = constant(weight_dense, weight, pd.weights_desc());
-    const std::size_t bias = constant(md({out_channels}, f32, tag::x), *step.bias, pd.bias_desc());
+    const std::size_t weights = constant(cache_.weights[index], pd.weights_desc());
+    const std::size_t bias = constant(cache_.biases[index], pd.bias_desc());
+    own_weights_.emplace_back(index, weights, bias);
     define(made, pd.dst_desc());
     std::vector<std::pair<int, std::size_t>> arguments{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}};
@@ -715,6 +726,8 @@ class planner {
   }
 
   const compiled_region& region_;
+  plan_cache& cache_;
+  std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> own_weights_;  // (step, weight slot, bias slot)
   execution_plan plan_;
   std::vector<std::size_t> slot_of_;  // value id -> slot
   std::vector<int> uses_;             // value id -> how many steps read it (+2 for a result)
@@ -728,7 +741,8 @@ class planner {
 compiled_region OnednnBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
   TORCH_CHECK(is_available(), "onednn: this LibTorch was built without oneDNN");
   auto steps = std::make_shared<std::vector<compiled_step>>();
-  std::vector<std::string> used;  // released: the steps keep the tensors (plans reorder them per input shape)
+  auto cache = std::make_shared<plan_cache>();
+  std::vector<std::string> used;  // released: the cache keeps the tensors until the first plan has its copies
   for (const step_record& record : payload.steps) {
     TORCH_CHECK(record.op >= convolution && record.op <= cat, "onednn: region ", context.method(), ": unknown step ", record.op,
                 " (a payload from a newer onednn backend?)");
@@ -745,26 +759,37 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
     for (std::size_t k = 0; k < ids_in(record); ++k)
       TORCH_CHECK(record.ints[k] >= 0 && record.ints[k] < payload.values, "onednn: region ", context.method(), ": value ",
                   record.ints[k], " out of range [0, ", payload.values, ")");
-    compiled_step step{record, {}, c10::nullopt};
+    compiled_step step{record, {}};
+    dnnl::memory weight_memory, bias_memory;
     if (record.op == convolution) {
       const auto& p = record.ints;
-      step.weight = context.named_data().tensor(record.weight).contiguous();
-      step.bias = context.named_data().tensor(record.bias).contiguous();
-      TORCH_CHECK(step.weight.dim() == 4 && step.bias->dim() == 1 && step.bias->size(0) == step.weight.size(0) && p[8] >= 1 &&
-                      step.weight.size(0) % p[8] == 0 && p[2] > 0 && p[3] > 0 && p[6] > 0 && p[7] > 0,
-                  "onednn: region ", context.method(), ": a convolution with weight ", step.weight.sizes(), ", bias ",
-                  step.bias->sizes(), " and ", p[8], " groups");
+      const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
+      const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
+      TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && weight.dim() == 4 && bias.dim() == 1 &&
+                      bias.size(0) == weight.size(0) && p[8] >= 1 && weight.size(0) % p[8] == 0 && p[2] > 0 && p[3] > 0 &&
+                      p[6] > 0 && p[7] > 0,
+                  "onednn: region ", context.method(), ": a convolution with weight ", weight.sizes(), ", bias ", bias.sizes(),
+                  " and ", p[8], " groups");
+      step.weight_sizes = weight.sizes().vec();
+      const std::int64_t groups = p[8];
+      const dims weight_dims = groups > 1 ? dims{groups, weight.size(0) / groups, weight.size(1), weight.size(2), weight.size(3)}
+                                          : dims(weight.sizes().begin(), weight.sizes().end());
+      weight_memory = dnnl::memory(md(weight_dims, f32, groups > 1 ? tag::goihw : tag::oihw), cpu_engine(), weight.data_ptr());
+      bias_memory = dnnl::memory(md({bias.size(0)}, f32, tag::x), cpu_engine(), bias.data_ptr());
+      cache->dense.push_back(weight);
+      cache->dense.push_back(bias);
       used.push_back(record.weight);
       used.push_back(record.bias);
     }
+    cache->weights.push_back(weight_memory);
+    cache->biases.push_back(bias_memory);
     steps->push_back(std::move(step));
   }
   for (const std::string& key : used) context.release_named_data(key);
   for (std::int64_t index : payload.outputs)
     TORCH_CHECK(index >= payload.inputs && index < payload.values, "onednn: region ", context.method(), ": output value ",
                 index, " out of range");
-  return {std::move(steps), payload.inputs, payload.values, payload.outputs, std::string(context.method()),
-          std::make_shared<plan_cache>()};
+  return {std::move(steps), payload.inputs, payload.values, payload.outputs, std::string(context.method()), std::move(cache)};
 }
 
 std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_delegate::inputs args) {
@@ -785,7 +810,7 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
   {
     std::lock_guard<std::mutex> lock(region.plans->mutex);
     auto& slot = region.plans->plans[shapes];
-    if (!slot) slot = planner(region, shapes).build();  // under the lock: one plan per shape, weights reordered once
+    if (!slot) slot = planner(region, *region.plans, shapes).build();  // under the lock: one plan per shape, weights reordered once
     plan = slot;
   }
   const dnnl::engine& engine = cpu_engine();
