@@ -370,6 +370,8 @@ struct plan_call {
 /// What a region runs for one set of input shapes: its primitives in order, each slot's memory
 /// descriptor and place in one per-call buffer, and the reordered weights (read-only: calls may
 /// run concurrently, each with its own buffer).
+struct call_context;
+
 struct execution_plan {
   std::vector<md> slots;
   std::vector<std::size_t> offsets;      // into the call's buffer (inputs and constants: unused)
@@ -380,6 +382,36 @@ struct execution_plan {
   std::vector<std::size_t> outputs;      // slots read out, in order
   std::vector<dims> output_dims;
   std::vector<dnnl::primitive> output_reorders;  // slot -> a dense NCHW tensor
+  // Contexts no call is using (a call takes one, or makes one, and gives it back).
+  mutable std::mutex idle_mutex;
+  mutable std::vector<std::unique_ptr<call_context>> idle;
+};
+
+/// What one call of a plan runs with: the buffer its activations and scratchpad live in, and each
+/// primitive's arguments bound to it (made once, reused by later calls; inputs rebound per call).
+struct call_context {
+  at::Tensor buffer;
+  std::vector<dnnl::memory> memory;  // per slot
+  std::vector<std::unordered_map<int, dnnl::memory>> arguments;  // per call
+
+  explicit call_context(const execution_plan& plan, std::size_t inputs)
+      : buffer(at::empty({static_cast<std::int64_t>(plan.buffer_bytes)}, at::kByte)), memory(plan.slots.size()) {
+    auto* base = static_cast<std::uint8_t*>(buffer.data_ptr());
+    for (std::size_t slot = 0; slot < plan.slots.size(); ++slot) {
+      if (slot < inputs)
+        memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);
+      else if (plan.constants[slot])
+        memory[slot] = plan.constants[slot];
+      else
+        memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[slot]);
+    }
+    for (const plan_call& call : plan.calls) {
+      auto& bound = arguments.emplace_back();
+      for (const auto& [argument, slot] : call.arguments) bound.emplace(argument, memory[slot]);
+      if (call.scratchpad.get_size() > 0)
+        bound.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(call.scratchpad, cpu_engine(), base + plan.scratchpad_offset));
+    }
+  }
 };
 
 /// The plans made so far, and per convolution step where a new plan reads its weight and bias
@@ -435,7 +467,7 @@ class planner {
       cache_.biases[index] = plan_.constants[bias];
     }
     cache_.dense.clear();
-    return std::make_shared<const execution_plan>(std::move(plan_));
+    return made_;
   }
 
  private:
@@ -728,7 +760,8 @@ class planner {
   const compiled_region& region_;
   plan_cache& cache_;
   std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> own_weights_;  // (step, weight slot, bias slot)
-  execution_plan plan_;
+  std::shared_ptr<execution_plan> made_ = std::make_shared<execution_plan>();
+  execution_plan& plan_ = *made_;
   std::vector<std::size_t> slot_of_;  // value id -> slot
   std::vector<int> uses_;             // value id -> how many steps read it (+2 for a result)
   std::vector<std::size_t> first_use_, last_use_;  // slot -> first and last call index touching it
@@ -813,27 +846,20 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
     if (!slot) slot = planner(region, *region.plans, shapes).build();  // under the lock: one plan per shape, weights reordered once
     plan = slot;
   }
+  std::unique_ptr<call_context> context;
+  {
+    std::lock_guard<std::mutex> lock(plan->idle_mutex);
+    if (!plan->idle.empty()) {
+      context = std::move(plan->idle.back());
+      plan->idle.pop_back();
+    }
+  }
+  if (!context) context = std::make_unique<call_context>(*plan, given.size());
+  for (std::size_t slot = 0; slot < given.size(); ++slot) context->memory[slot].set_data_handle(given[slot].data_ptr());
   const dnnl::engine& engine = cpu_engine();
   thread_local dnnl::stream stream(cpu_engine());
-  const at::Tensor buffer = at::empty({static_cast<std::int64_t>(plan->buffer_bytes)}, at::kByte);
-  auto* base = static_cast<std::uint8_t*>(buffer.data_ptr());
-  std::vector<dnnl::memory> memory(plan->slots.size());
-  for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
-    if (slot < given.size())
-      memory[slot] = dnnl::memory(plan->slots[slot], engine, given[slot].data_ptr());
-    else if (plan->constants[slot])
-      memory[slot] = plan->constants[slot];
-    else
-      memory[slot] = dnnl::memory(plan->slots[slot], engine, base + plan->offsets[slot]);
-  }
-  std::unordered_map<int, dnnl::memory> arguments;
-  for (const plan_call& call : plan->calls) {
-    arguments.clear();
-    for (const auto& [argument, slot] : call.arguments) arguments.emplace(argument, memory[slot]);
-    if (call.scratchpad.get_size() > 0)
-      arguments.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(call.scratchpad, engine, base + plan->scratchpad_offset));
-    call.primitive.execute(stream, arguments);
-  }
+  for (std::size_t k = 0; k < plan->calls.size(); ++k) plan->calls[k].primitive.execute(stream, context->arguments[k]);
+  const std::vector<dnnl::memory>& memory = context->memory;
   std::vector<c10::IValue> outputs;
   for (std::size_t k = 0; k < plan->outputs.size(); ++k) {
     at::Tensor out = at::empty(plan->output_dims[k], at::kFloat);
@@ -842,6 +868,8 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
     outputs.emplace_back(std::move(out));
   }
   stream.wait();
+  std::lock_guard<std::mutex> lock(plan->idle_mutex);
+  plan->idle.push_back(std::move(context));
   return outputs;
 }
 
