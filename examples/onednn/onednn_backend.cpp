@@ -41,8 +41,13 @@ enum op : std::int64_t {
   eltwise = 5,  // {input, output, kind, low, high}: kind an eltwise_kind, low and high a clip's bounds (double bits)
   mul = 6,      // {a, b, output}: b of a's shape, or [N, C, 1, 1] (broadcast over H and W)
   cat = 7,      // {inputs..., output}: along the channels
+  permute = 8,  // {input, output, dims...}: torch.permute's dims (a view: no copy)
+  layer_norm = 9,  // {input, output, eps (double bits)}, weight and bias: over the last dimension
+  linear = 10,     // {input, output}, weight [O, I] and bias: over the last dimension, any rank
+  scale = 11,      // {input, output}, weight: times a constant tensor (broadcast, numpy's rules)
+  flatten = 12,    // {input, output, start_dim, end_dim}: a view of the row-major layout
 };
-enum eltwise_kind : std::int64_t { sigmoid = 0, silu = 1, hardswish = 2, hardsigmoid = 3, clip = 4 };
+enum eltwise_kind : std::int64_t { sigmoid = 0, silu = 1, hardswish = 2, hardsigmoid = 3, clip = 4, gelu_erf = 5, gelu_tanh = 6 };
 
 /// The activation oneDNN runs as an eltwise step (relu is a step, or a flag, of its own): its kind
 /// and, for a clip (hardtanh, relu6, clamp), its bounds; nullopt for another node.
@@ -67,6 +72,15 @@ bool float_4d_or_unknown(const torch::jit::Value* value) {
   return !tensor->dim() || *tensor->dim() == 4;
 }
 
+/// A float tensor (or one of unknown dtype) of known sizes, rank 1 to 6.
+std::optional<std::vector<std::int64_t>> float_sizes(const torch::jit::Value* value) {
+  const auto tensor = value->type()->cast<c10::TensorType>();
+  if (!tensor || (tensor->scalarType() && *tensor->scalarType() != c10::ScalarType::Float)) return std::nullopt;
+  auto sizes = known_sizes(value);
+  if (!sizes || sizes->empty() || sizes->size() > 6) return std::nullopt;
+  return sizes;
+}
+
 bool all_equal(const std::optional<c10::IValue>& list, std::int64_t expected) {
   if (!list || !list->isIntList()) return false;
   const std::vector<std::int64_t> values = list->toIntVector();
@@ -88,10 +102,10 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
   }
   if (is(node, "aten::relu") || is(node, "aten::relu_")) return float_4d_or_unknown(node->input(0));
   if (is(node, "aten::add")) {
-    // oneDNN's sum takes two tensors of one shape (no broadcasting): both sizes must be known.
+    // Two float tensors of one shape (no broadcasting): both sizes must be known.
     if (node->inputs().size() != 3 || !constant_is(node->input(2), c10::IValue(std::int64_t{1}))) return false;
-    const auto a = known_sizes(node->input(0)), b = known_sizes(node->input(1));
-    return a && b && *a == *b && a->size() == 4 && float_4d_or_unknown(node->input(0)) && float_4d_or_unknown(node->input(1));
+    const auto a = float_sizes(node->input(0)), b = float_sizes(node->input(1));
+    return a && b && *a == *b;
   }
   if (is(node, "aten::max_pool2d"))  // oneDNN's pooling has no dilation
     return node->inputs().size() == 6 && all_equal(constant_of(node->input(4)), 1) && float_4d_or_unknown(node->input(0));
@@ -100,7 +114,39 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
     return size && size->isIntList() && size->toIntVector() == std::vector<std::int64_t>{1, 1} &&
            float_4d_or_unknown(node->input(0));
   }
-  if (activation_of(node)) return float_4d_or_unknown(node->input(0));
+  if (activation_of(node)) return float_4d_or_unknown(node->input(0)) || float_sizes(node->input(0)).has_value();
+  if (is(node, "aten::permute"))  // dims known at lowering (a constant, or a module's attribute: ConvNeXt's Permute)
+    return float_sizes(node->input(0)) && known_at_lowering(node->input(1));
+  if (is(node, "aten::layer_norm")) {  // over the last dimension, weight and bias known at lowering
+    const auto shape = constant_of(node->input(1));
+    const auto sizes = float_sizes(node->input(0));
+    return node->inputs().size() == 6 && sizes && shape && shape->isIntList() &&
+           shape->toIntVector() == std::vector<std::int64_t>{sizes->back()} && known_at_lowering(node->input(2)) &&
+           known_at_lowering(node->input(3)) && constant_of(node->input(4)).has_value();
+  }
+  if (is(node, "aten::flatten"))
+    return node->inputs().size() == 3 && float_sizes(node->input(0)) && constant_of(node->input(1)) && constant_of(node->input(2));
+  if (is(node, "aten::dropout"))  // eval mode: the identity
+    return node->inputs().size() == 3 && constant_is(node->input(2), false) && float_sizes(node->input(0));
+  if (is(node, "aten::linear"))
+    return node->inputs().size() == 3 && float_sizes(node->input(0)) && known_at_lowering(node->input(1)) &&
+           known_at_lowering(node->input(2));
+  if (is(node, "aten::mul") && node->inputs().size() == 2) {
+    // Times a tensor known at lowering (a layer scale), broadcast to the other operand's shape.
+    for (int side = 0; side < 2; ++side) {
+      const torch::jit::Value* constant = node->input(1 - side);
+      const auto sizes = float_sizes(node->input(side));
+      if (!sizes || constant->type()->kind() != c10::TypeKind::TensorType || !known_at_lowering(constant)) continue;
+      const auto by = known_sizes(constant);
+      if (!by || by->size() > sizes->size()) continue;
+      bool fits = true;
+      for (std::size_t k = 0; k < by->size(); ++k) {
+        const std::int64_t b = (*by)[by->size() - 1 - k], a = (*sizes)[sizes->size() - 1 - k];
+        fits = fits && (b == a || b == 1);
+      }
+      if (fits) return true;
+    }
+  }
   if (is(node, "aten::mul")) {
     // Two 4-d float tensors of known sizes: one shape, or one of them [N, C, 1, 1] (a squeeze-excitation's scale).
     if (node->inputs().size() != 2 || node->input(1)->type()->kind() != c10::TypeKind::TensorType) return false;
@@ -143,6 +189,11 @@ std::optional<activation> activation_of(const torch::jit::Node* node) {
   if (is(node, "aten::silu")) return activation{silu};
   if (is(node, "aten::hardswish")) return activation{hardswish};
   if (is(node, "aten::hardsigmoid")) return activation{hardsigmoid};
+  if (is(node, "aten::gelu") && node->inputs().size() == 2) {
+    const auto approximate = constant_of(node->input(1));
+    if (approximate && approximate->isString() && approximate->toStringRef() == "none") return activation{gelu_erf};
+    if (approximate && approximate->isString() && approximate->toStringRef() == "tanh") return activation{gelu_tanh};
+  }
   if (is(node, "aten::relu6")) return activation{clip, 0, 6};
   if ((is(node, "aten::hardtanh") || is(node, "aten::clamp")) && node->inputs().size() == 3 &&
       node->input(1)->type()->kind() != c10::TypeKind::TensorType && node->input(2)->type()->kind() != c10::TypeKind::TensorType) {
@@ -155,7 +206,8 @@ std::optional<activation> activation_of(const torch::jit::Node* node) {
 }  // namespace
 
 bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
-  return std::any_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return is(node, "aten::conv2d"); });
+  return std::any_of(region.begin(), region.end(),
+                     [](const torch::jit::Node* node) { return is(node, "aten::conv2d") || is(node, "aten::linear"); });
 }
 
 bool OnednnBackend::is_available() {
@@ -268,6 +320,55 @@ struct step_builder {
                        ""});
       return;
     }
+    if (is(node, "aten::flatten")) {
+      const std::int64_t input = id(node->input(0));
+      steps.push_back({flatten,
+                       {input, define(node->output()), region.argument<std::int64_t>(node, "start_dim"),
+                        region.argument<std::int64_t>(node, "end_dim")},
+                       "",
+                       ""});
+      return;
+    }
+    if (is(node, "aten::dropout")) {  // eval mode: the output is the input
+      ids[node->output()] = id(node->input(0));
+      return;
+    }
+    if (is(node, "aten::permute")) {
+      const auto dims = region.argument<std::vector<std::int64_t>>(node, "dims");
+      if (dims.size() != known_sizes(node->input(0))->size()) region.reject(node, "onednn: permute's dims do not match its input's rank");
+      std::vector<std::int64_t> ints{id(node->input(0)), define(node->output())};
+      ints.insert(ints.end(), dims.begin(), dims.end());
+      steps.push_back({permute, std::move(ints), "", ""});
+      return;
+    }
+    if (is(node, "aten::layer_norm")) {
+      const std::int64_t channels = known_sizes(node->input(0))->back();
+      const auto weight = region.argument<std::optional<at::Tensor>>(node, "weight");
+      const auto bias = region.argument<std::optional<at::Tensor>>(node, "bias");
+      const double eps = region.argument<double>(node, "eps");
+      const std::int64_t input = id(node->input(0));
+      steps.push_back({layer_norm,
+                       {input, define(node->output()), std::bit_cast<std::int64_t>(eps)},
+                       constant(weight ? *weight : at::ones({channels})),
+                       constant(bias ? *bias : at::zeros({channels}))});
+      return;
+    }
+    if (is(node, "aten::linear")) {
+      const at::Tensor weight = region.argument<at::Tensor>(node, "weight");
+      const auto bias = region.argument<std::optional<at::Tensor>>(node, "bias");
+      if (weight.dim() != 2) region.reject(node, "onednn: a linear's weight must be 2-d");
+      const std::int64_t input = id(node->input(0));
+      steps.push_back({linear, {input, define(node->output())}, constant(weight), constant(bias ? *bias : at::zeros({weight.size(0)}))});
+      return;
+    }
+    if (is(node, "aten::mul") && (known_at_lowering(node->input(0)) || known_at_lowering(node->input(1))) &&
+        !(known_at_lowering(node->input(0)) && known_at_lowering(node->input(1)))) {
+      const int side = known_at_lowering(node->input(1)) ? 0 : 1;
+      const at::Tensor by = region.argument<at::Tensor>(node, side == 0 ? "other" : "self");
+      const std::int64_t input = id(node->input(side));
+      steps.push_back({scale, {input, define(node->output())}, constant(by), ""});
+      return;
+    }
     if (is(node, "aten::mul")) {  // the full-shape operand first: oneDNN broadcasts the second
       const auto a = known_sizes(node->input(0)), b = known_sizes(node->input(1));
       const bool swap = a && b && (*a)[2] == 1 && (*a)[3] == 1 && ((*b)[2] != 1 || (*b)[3] != 1);
@@ -327,15 +428,25 @@ const dnnl::engine& cpu_engine() {
 }
 
 const char* op_name(std::int64_t op) {
-  static const char* const names[] = {"convolution", "relu", "add", "max_pool2d", "adaptive_avg_pool2d", "activation", "mul", "cat"};
+  static const char* const names[] = {"convolution", "relu",  "add",        "max_pool2d", "adaptive_avg_pool2d", "activation",
+                                      "mul",         "cat",   "permute",    "layer_norm", "linear",              "scale", "flatten"};
   return op >= 0 && op < static_cast<std::int64_t>(std::size(names)) ? names[op] : "?";
 }
 
 /// Per op: how many ints its record has (a cat: any number from 2), and how many of them (first)
 /// are value ids (a cat: all); of those, the last is the value it makes.
-constexpr std::int64_t record_sizes[] = {10, 2, 4, 9, 2, 5, 3, -1}, record_ids[] = {2, 2, 3, 2, 2, 2, 3, -1};
+constexpr std::int64_t record_sizes[] = {10, 2, 4, 9, 2, 5, 3, -1, -1, 3, 2, 2, 4}, record_ids[] = {2, 2, 3, 2, 2, 2, 3, -1, 2, 2, 2, 2, 2};
 std::size_t ids_in(const step_record& record) {
   return record.op == cat ? record.ints.size() : static_cast<std::size_t>(record_ids[record.op]);
+}
+/// Whether a step reads weights from named data (then compile keeps them for the plans).
+bool has_weights(std::int64_t op) { return op == convolution || op == layer_norm || op == linear || op == scale; }
+
+/// The row-major (contiguous) layout of `sizes`: how tensors enter and leave a region.
+md dense(const dims& sizes) {
+  dims strides(sizes.size(), 1);
+  for (std::size_t k = sizes.size(); k-- > 1;) strides[k - 1] = strides[k] * std::max<std::int64_t>(sizes[k], 1);
+  return md(sizes, f32, strides);
 }
 std::int64_t made_by(const step_record& record) { return record.ints[ids_in(record) - 1]; }
 
@@ -348,6 +459,8 @@ std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const step_
     case silu: return {{algorithm::eltwise_swish, 1.f, 0.f}};
     case hardswish: return {{algorithm::eltwise_hardswish, 0.f, 0.f}};
     case hardsigmoid: return {{algorithm::eltwise_linear, 1.f / 6, 0.5f}, {algorithm::eltwise_clip, 0.f, 1.f}};
+    case gelu_erf: return {{algorithm::eltwise_gelu_erf, 0.f, 0.f}};
+    case gelu_tanh: return {{algorithm::eltwise_gelu_tanh, 0.f, 0.f}};
     default: {
       const auto bound = [](std::int64_t bits) {
         const double value = std::bit_cast<double>(bits);
@@ -374,6 +487,7 @@ struct call_context;
 
 struct execution_plan {
   std::vector<md> slots;
+  std::vector<std::size_t> aliases;      // per slot: the slot whose bytes it views, or -1
   std::vector<std::size_t> offsets;      // into the call's buffer (inputs and constants: unused)
   std::vector<dnnl::memory> constants;   // per slot: the weights and biases, else empty
   std::vector<plan_call> calls;
@@ -402,6 +516,10 @@ struct call_context {
         memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);
       else if (plan.constants[slot])
         memory[slot] = plan.constants[slot];
+      else if (plan.aliases[slot] != static_cast<std::size_t>(-1) && plan.aliases[slot] < inputs)
+        memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);  // a view of an input: bound per call
+      else if (plan.aliases[slot] != static_cast<std::size_t>(-1))
+        memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[plan.aliases[slot]]);
       else
         memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[slot]);
     }
@@ -433,7 +551,7 @@ class planner {
  public:
   planner(const compiled_region& region, plan_cache& cache, const std::vector<std::vector<std::int64_t>>& shapes)
       : region_(region), cache_(cache), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
-    for (std::size_t i = 0; i < shapes.size(); ++i) slot_of_[i] = add_slot(md(dims(shapes[i]), f32, tag::nchw));
+    for (std::size_t i = 0; i < shapes.size(); ++i) slot_of_[i] = add_slot(dense(dims(shapes[i])));
     count_uses();
   }
 
@@ -455,24 +573,25 @@ class planner {
     for (std::int64_t index : region_.outputs) {
       const std::size_t slot = value(index);
       const dims d = plan_.slots[slot].dims();
-      const md dense(d, f32, tag::nchw);
       plan_.outputs.push_back(slot);
       plan_.output_dims.push_back(d);
-      plan_.output_reorders.emplace_back(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), dense)));
-      last_use_[slot] = plan_.calls.size();  // read after the last call
+      plan_.output_reorders.emplace_back(
+          dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), dense(d))));
+      last_use_[root(slot)] = plan_.calls.size();  // read after the last call
     }
     place();
     for (const auto& [index, weights, bias] : own_weights_) {  // later plans reorder from these
       cache_.weights[index] = plan_.constants[weights];
-      cache_.biases[index] = plan_.constants[bias];
+      if (bias != no_slot) cache_.biases[index] = plan_.constants[bias];
     }
     cache_.dense.clear();
     return made_;
   }
 
  private:
-  std::size_t add_slot(const md& desc) {
+  std::size_t add_slot(const md& desc, std::size_t alias_of = no_slot) {
     plan_.slots.push_back(desc);
+    plan_.aliases.push_back(alias_of);
     plan_.constants.emplace_back();
     first_use_.push_back(plan_.calls.size());
     last_use_.push_back(plan_.calls.size());
@@ -484,6 +603,8 @@ class planner {
     return slot;
   }
   void define(std::int64_t id, const md& desc) { slot_of_.at(static_cast<std::size_t>(id)) = add_slot(desc); }
+  /// The slot whose bytes `slot` reads (a permute's output reads its input's).
+  std::size_t root(std::size_t slot) const { return plan_.aliases[slot] == no_slot ? slot : plan_.aliases[slot]; }
 
   std::string describe(const compiled_step& step) const {
     const std::size_t slot = slot_of_.at(static_cast<std::size_t>(step.record.ints[0]));
@@ -502,10 +623,10 @@ class planner {
     for (std::int64_t index : region_.outputs) uses_[static_cast<std::size_t>(index)] += 2;  // never fused away
   }
 
-  /// For each convolution step, the steps after it folded into it as post-ops (in order): while
-  /// the value made so far is read by one step alone and is no result, an activation of it, or an
-  /// add of it and a value made before the convolution (of two convolutions, the later one takes
-  /// a residual's add).
+  /// For each convolution or linear step, the steps after it folded into it as post-ops (in
+  /// order): while the value made so far is read by one step alone and is no result, an activation
+  /// of it, or (after a convolution) an add of it and a value made before the convolution (of two
+  /// convolutions, the later one takes a residual's add).
   std::vector<std::vector<std::size_t>> fusions() const {
     const auto& steps = *region_.steps;
     std::vector<std::vector<std::size_t>> into(steps.size());
@@ -518,13 +639,13 @@ class planner {
     }
     std::vector<bool> taken(steps.size(), false);
     for (std::size_t i = 0; i < steps.size(); ++i) {
-      if (steps[i].record.op != convolution) continue;
+      if (steps[i].record.op != convolution && steps[i].record.op != linear) continue;
       std::int64_t made = made_by(steps[i].record);
       while (uses_[static_cast<std::size_t>(made)] == 1) {
         const auto next = static_cast<std::size_t>(reader[static_cast<std::size_t>(made)]);
         const step_record& r = steps[next].record;
         if (taken[next]) break;
-        if (r.op == add) {
+        if (r.op == add && steps[i].record.op == convolution) {
           const std::int64_t other = r.ints[0] == made ? r.ints[1] : r.ints[0];
           if (other == made || made_at[static_cast<std::size_t>(other)] >= static_cast<std::int64_t>(i)) break;
         } else if (r.op != relu && r.op != eltwise) {
@@ -552,8 +673,8 @@ class planner {
 
   void call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad) {
     for (const auto& argument : arguments) {
-      const std::size_t slot = argument.second;
-      if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO) first_use_[slot] = plan_.calls.size();
+      const std::size_t slot = root(argument.second);
+      if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO) first_use_[slot] = std::min(first_use_[slot], plan_.calls.size());
       last_use_[slot] = plan_.calls.size();
     }
     scratchpad_bytes_ = std::max(scratchpad_bytes_, scratchpad.get_size());
@@ -562,6 +683,8 @@ class planner {
 
   /// `given` (a weight or bias, in any layout) reordered into `want`, as a constant slot.
   std::size_t constant(dnnl::memory given, const md& want) {
+    if (given.get_desc().dims() != want.dims())  // the same bytes seen with other dims (a scale: leading ones)
+      given = dnnl::memory(dense(want.dims()), cpu_engine(), given.get_data_handle());
     dnnl::memory reordered(want, cpu_engine());
     dnnl::stream stream(cpu_engine());
     dnnl::reorder(given, reordered).execute(stream, given, reordered);
@@ -605,11 +728,81 @@ class planner {
       }
       case mul: {
         const std::size_t a = value(p[0]), b = value(p[1]);
+        const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+        for (std::size_t k = 0; k < da.size(); ++k)
+          TORCH_CHECK(da.size() == db.size() && (db[k] == da[k] || db[k] == 1), "onednn: region ", region_.method, ": a mul of ",
+                      c10::IntArrayRef(da), " and ", c10::IntArrayRef(db), " (the second must be of the first's shape or [N, C, 1, 1])");
         const md out(plan_.slots[a].dims(), f32, tag::any);
         const dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_mul, plan_.slots[a], plan_.slots[b], out}, attributes(),
                                               cpu_engine());
         define(p[2], pd.dst_desc());
         return call(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(p[2])}}, pd.scratchpad_desc());
+      }
+      case permute: {
+        const std::size_t in = value(p[0]);
+        const std::size_t rank = p.size() - 2;
+        std::vector<int> order(rank);  // oneDNN's: input axis k becomes axis order[k]
+        for (std::size_t k = 0; k < rank; ++k) {
+          std::int64_t from = p[k + 2] < 0 ? p[k + 2] + static_cast<std::int64_t>(rank) : p[k + 2];
+          TORCH_CHECK(from >= 0 && from < static_cast<std::int64_t>(rank), "onednn: region ", region_.method, ": permute's dims ",
+                      c10::IntArrayRef(p).slice(2), " for a ", rank, "-d tensor");
+          order[static_cast<std::size_t>(from)] = static_cast<int>(k);
+        }
+        TORCH_CHECK(plan_.slots[in].dims().size() == rank, "onednn: region ", region_.method, ": permute of ", rank,
+                    " dims given a ", plan_.slots[in].dims().size(), "-d tensor");
+        slot_of_.at(static_cast<std::size_t>(p[1])) = add_slot(plan_.slots[in].permute_axes(order), root(in));
+        return;
+      }
+      case layer_norm: {
+        const dims d = plan_.slots[value(p[0])].dims();
+        const std::size_t in = as(value(p[0]), dense(d));  // the normalized (last) dimension innermost
+        const float eps = static_cast<float>(std::bit_cast<double>(p[2]));
+        const dnnl::layer_normalization_forward::primitive_desc pd(
+            {dnnl::prop_kind::forward_inference, plan_.slots[in], eps, dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift},
+            attributes(), cpu_engine());
+        const md channels({d.back()}, f32, tag::a);
+        const std::size_t gamma = constant(cache_.weights[index], channels), beta = constant(cache_.biases[index], channels);
+        own_weights_.emplace_back(index, gamma, beta);
+        define(p[1], pd.dst_desc());
+        return call(dnnl::layer_normalization_forward(pd),
+                    {{DNNL_ARG_SRC, in}, {DNNL_ARG_SCALE, gamma}, {DNNL_ARG_SHIFT, beta}, {DNNL_ARG_DST, value(p[1])}},
+                    pd.scratchpad_desc());
+      }
+      case linear: return fully_connected(index, fused);
+      case flatten: {
+        const dims d = plan_.slots[value(p[0])].dims();
+        const auto rank = static_cast<std::int64_t>(d.size());
+        const std::int64_t start = p[2] < 0 ? p[2] + rank : p[2], end = p[3] < 0 ? p[3] + rank : p[3];
+        TORCH_CHECK(start >= 0 && end < rank && start <= end, "onednn: region ", region_.method, ": flatten from ", p[2], " to ", p[3],
+                    " of a ", rank, "-d tensor");
+        dims shaped(d.begin(), d.begin() + start);
+        std::int64_t merged = 1;
+        for (std::int64_t k = start; k <= end; ++k) merged *= d[static_cast<std::size_t>(k)];
+        shaped.push_back(merged);
+        shaped.insert(shaped.end(), d.begin() + end + 1, d.end());
+        const std::size_t in = as(value(p[0]), dense(d));
+        slot_of_.at(static_cast<std::size_t>(p[1])) = add_slot(dense(shaped), root(in));
+        return;
+      }
+      case scale: {
+        const std::size_t in = value(p[0]);
+        const dims d = plan_.slots[in].dims();
+        const dims& by = step.weight_sizes;
+        TORCH_CHECK(by.size() <= d.size(), "onednn: region ", region_.method, ": a scale of ", by.size(), " dims for a ",
+                    d.size(), "-d tensor");
+        dims padded(d.size() - by.size(), 1);  // numpy's broadcasting: leading ones
+        padded.insert(padded.end(), by.begin(), by.end());
+        for (std::size_t k = 0; k < d.size(); ++k)
+          TORCH_CHECK(padded[k] == 1 || padded[k] == d[k], "onednn: region ", region_.method, ": a scale of sizes ",
+                      c10::IntArrayRef(by), " does not broadcast to ", c10::IntArrayRef(d));
+        const std::size_t factor = constant(cache_.weights[index], dense(padded));
+        own_weights_.emplace_back(index, factor, no_slot);
+        const md out(d, f32, tag::any);
+        const dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_mul, plan_.slots[in], plan_.slots[factor], out}, attributes(),
+                                              cpu_engine());
+        define(p[1], pd.dst_desc());
+        return call(dnnl::binary(pd), {{DNNL_ARG_SRC_0, in}, {DNNL_ARG_SRC_1, factor}, {DNNL_ARG_DST, value(p[1])}},
+                    pd.scratchpad_desc());
       }
       case cat: {
         std::vector<md> inputs;
@@ -625,7 +818,7 @@ class planner {
         return call(dnnl::concat(pd), std::move(arguments), pd.scratchpad_desc());
       }
       case add: {
-        const std::size_t a = value(p[0]), b = value(p[1]);
+        const std::size_t a = value(p[0]), b = as(value(p[1]), plan_.slots[value(p[0])]);  // one layout: oneDNN's fast path
         dnnl::post_ops post_ops;
         if (p[3] & 1) post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
         const md out(plan_.slots[a].dims(), f32, tag::any);
@@ -709,10 +902,21 @@ class planner {
       }
       made = made_by(r);
     }
-    const dnnl::convolution_forward::primitive_desc pd(
-        {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, md(d, f32, tag::any), md(weight_dims, f32, tag::any),
-         md({out_channels}, f32, tag::x), out, {p[2], p[3]}, {p[6] - 1, p[7] - 1}, {p[4], p[5]}, {p[4], p[5]}},
-        attributes(post_ops), cpu_engine());
+    auto primitive_desc = [&](const md& src) {
+      return dnnl::convolution_forward::primitive_desc(
+          {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, md(weight_dims, f32, tag::any),
+           md({out_channels}, f32, tag::x), out, {p[2], p[3]}, {p[6] - 1, p[7] - 1}, {p[4], p[5]}, {p[4], p[5]}},
+          attributes(post_ops), cpu_engine());
+    };
+    // The layout oneDNN picks, unless it has a fast kernel for the input's own (no reorder then).
+    dnnl::convolution_forward::primitive_desc pd = primitive_desc(md(d, f32, tag::any));
+    if (pd.src_desc() != plan_.slots[in]) {
+      try {
+        auto own = primitive_desc(plan_.slots[in]);
+        if (std::string_view(own.impl_info_str()).find("ref") == std::string_view::npos) pd = own;
+      } catch (const dnnl::error&) {
+      }
+    }
     const std::size_t src = as(in, pd.src_desc());
     const std::size_t weights = constant(cache_.weights[index], pd.weights_desc());
     const std::size_t bias = constant(cache_.biases[index], pd.bias_desc());
@@ -724,6 +928,41 @@ class planner {
     call(dnnl::convolution_forward(pd), std::move(arguments), pd.scratchpad_desc());
   }
 
+  /// A linear over the last dimension: oneDNN's inner product on [rows, I] (the leading dimensions
+  /// flattened, in row-major order), with the activations after it as post-ops.
+  void fully_connected(std::size_t index, const std::vector<std::size_t>& fused) {
+    const compiled_step& step = (*region_.steps)[index];
+    const auto& p = step.record.ints;
+    const dims d = plan_.slots[value(p[0])].dims();
+    const std::int64_t outputs = step.weight_sizes[0], features = step.weight_sizes[1];
+    TORCH_CHECK(d.back() == features, "onednn: region ", region_.method, ": a linear of ", features, " input features given ",
+                c10::IntArrayRef(d));
+    const std::size_t in = as(value(p[0]), dense(d));
+    std::int64_t rows = 1;
+    for (std::size_t k = 0; k + 1 < d.size(); ++k) rows *= d[k];
+    const std::size_t flat = add_slot(plan_.slots[in].reshape({rows, features}), root(in));
+    dnnl::post_ops post_ops;
+    std::int64_t made = p[1];
+    for (std::size_t next : fused) {
+      const step_record& r = (*region_.steps)[next].record;
+      for (const auto& [algorithm, alpha, beta] : eltwise_chain(r)) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
+      made = made_by(r);
+    }
+    const dnnl::inner_product_forward::primitive_desc pd(
+        {dnnl::prop_kind::forward_inference, md({rows, features}, f32, tag::ab), md({outputs, features}, f32, tag::any),
+         md({outputs}, f32, tag::a), md({rows, outputs}, f32, tag::ab)},
+        attributes(post_ops), cpu_engine());
+    const std::size_t weights = constant(cache_.weights[index], pd.weights_desc());
+    const std::size_t bias = constant(cache_.biases[index], pd.bias_desc());
+    own_weights_.emplace_back(index, weights, bias);
+    const std::size_t out = add_slot(pd.dst_desc());
+    dims shaped(d.begin(), d.end() - 1);
+    shaped.push_back(outputs);
+    slot_of_.at(static_cast<std::size_t>(made)) = add_slot(dense(shaped), out);
+    call(dnnl::inner_product_forward(pd),
+         {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
+  }
+
   /// Gives each activation slot an offset in one buffer: two slots share bytes only when their
   /// lives (first write to last read) do not overlap. Largest first, lowest offset that fits.
   void place() {
@@ -731,7 +970,8 @@ class planner {
     plan_.offsets.assign(plan_.slots.size(), 0);
     std::vector<std::size_t> order;
     for (std::size_t slot = 0; slot < plan_.slots.size(); ++slot)
-      if (slot >= inputs && !plan_.constants[slot] && plan_.slots[slot].get_size() > 0) order.push_back(slot);
+      if (slot >= inputs && !plan_.constants[slot] && plan_.aliases[slot] == no_slot && plan_.slots[slot].get_size() > 0)
+        order.push_back(slot);
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return plan_.slots[a].get_size() > plan_.slots[b].get_size(); });
     constexpr std::size_t align = 64;
@@ -777,23 +1017,44 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
   auto cache = std::make_shared<plan_cache>();
   std::vector<std::string> used;  // released: the cache keeps the tensors until the first plan has its copies
   for (const step_record& record : payload.steps) {
-    TORCH_CHECK(record.op >= convolution && record.op <= cat, "onednn: region ", context.method(), ": unknown step ", record.op,
+    TORCH_CHECK(record.op >= convolution && record.op <= flatten, "onednn: region ", context.method(), ": unknown step ", record.op,
                 " (a payload from a newer onednn backend?)");
     const auto op = static_cast<std::size_t>(record.op);
-    if (record.op == cat) {
+    if (record.op == permute) {
+      TORCH_CHECK(record.ints.size() >= 3 && record.ints.size() <= 8, "onednn: region ", context.method(), ": a permute step of ",
+                  record.ints.size(), " values, expected its input, its output and 1 to 6 dims");
+    } else if (record.op == cat) {
       TORCH_CHECK(record.ints.size() >= 2, "onednn: region ", context.method(), ": a cat step of ", record.ints.size(),
                   " values, expected its inputs and its output");
     } else {
       TORCH_CHECK(static_cast<std::int64_t>(record.ints.size()) == record_sizes[op], "onednn: region ", context.method(), ": step ",
                   record.op, " (", op_name(record.op), ") has ", record.ints.size(), " parameters, expected ", record_sizes[op]);
     }
-    if (record.op == eltwise) TORCH_CHECK(record.ints[2] >= sigmoid && record.ints[2] <= clip, "onednn: region ", context.method(),
+    if (record.op == eltwise) TORCH_CHECK(record.ints[2] >= sigmoid && record.ints[2] <= gelu_tanh, "onednn: region ", context.method(),
                   ": unknown activation ", record.ints[2], " (a payload from a newer onednn backend?)");
     for (std::size_t k = 0; k < ids_in(record); ++k)
       TORCH_CHECK(record.ints[k] >= 0 && record.ints[k] < payload.values, "onednn: region ", context.method(), ": value ",
                   record.ints[k], " out of range [0, ", payload.values, ")");
     compiled_step step{record, {}};
     dnnl::memory weight_memory, bias_memory;
+    if (has_weights(record.op) && record.op != convolution) {
+      const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
+      TORCH_CHECK(weight.scalar_type() == at::kFloat && weight.dim() >= 1 && (record.op != linear || weight.dim() == 2) &&
+                      (record.op != layer_norm || weight.dim() == 1),
+                  "onednn: region ", context.method(), ": a ", op_name(record.op), " with weight ", weight.sizes());
+      step.weight_sizes = weight.sizes().vec();
+      weight_memory = dnnl::memory(dense(dims(weight.sizes().begin(), weight.sizes().end())), cpu_engine(), weight.data_ptr());
+      cache->dense.push_back(weight);
+      used.push_back(record.weight);
+      if (record.op != scale) {
+        const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
+        TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.dim() == 1 && bias.size(0) == weight.size(0), "onednn: region ",
+                    context.method(), ": a ", op_name(record.op), " with weight ", weight.sizes(), " and bias ", bias.sizes());
+        bias_memory = dnnl::memory(dense({bias.size(0)}), cpu_engine(), bias.data_ptr());
+        cache->dense.push_back(bias);
+        used.push_back(record.bias);
+      }
+    }
     if (record.op == convolution) {
       const auto& p = record.ints;
       const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
@@ -833,9 +1094,10 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
   for (std::size_t i = 0; i < args.size(); ++i) {
     TORCH_CHECK(args[i].isTensor(), "onednn: region ", region.method, ": input ", i + 1, " is not a tensor");
     const at::Tensor& tensor = args[i].toTensor();
-    TORCH_CHECK(tensor.scalar_type() == at::kFloat && tensor.device().is_cpu() && tensor.dim() == 4 && !tensor.is_mkldnn(),
-                "onednn: region ", region.method, ": input ", i + 1, " must be a 4-d dense float CPU tensor, got ", tensor.dim(),
-                "-d ", tensor.scalar_type(), " on ", tensor.device());
+    TORCH_CHECK(tensor.scalar_type() == at::kFloat && tensor.device().is_cpu() && tensor.dim() >= 1 && tensor.dim() <= 6 &&
+                    tensor.layout() == at::kStrided,
+                "onednn: region ", region.method, ": input ", i + 1, " must be a dense float CPU tensor of 1 to 6 dims, got ",
+                tensor.dim(), "-d ", tensor.scalar_type(), " on ", tensor.device());
     given[i] = tensor.contiguous();
     shapes.push_back(tensor.sizes().vec());
   }
@@ -855,7 +1117,10 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
     }
   }
   if (!context) context = std::make_unique<call_context>(*plan, given.size());
-  for (std::size_t slot = 0; slot < given.size(); ++slot) context->memory[slot].set_data_handle(given[slot].data_ptr());
+  for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
+    const std::size_t input = slot < given.size() ? slot : plan->aliases[slot];
+    if (input < given.size()) context->memory[slot].set_data_handle(given[input].data_ptr());
+  }
   const dnnl::engine& engine = cpu_engine();
   thread_local dnnl::stream stream(cpu_engine());
   for (std::size_t k = 0; k < plan->calls.size(); ++k) plan->calls[k].primitive.execute(stream, context->arguments[k]);
@@ -863,8 +1128,8 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
   std::vector<c10::IValue> outputs;
   for (std::size_t k = 0; k < plan->outputs.size(); ++k) {
     at::Tensor out = at::empty(plan->output_dims[k], at::kFloat);
-    dnnl::memory dense(md(plan->output_dims[k], f32, tag::nchw), engine, out.data_ptr());
-    plan->output_reorders[k].execute(stream, {{DNNL_ARG_FROM, memory[plan->outputs[k]]}, {DNNL_ARG_TO, dense}});
+    dnnl::memory to(dense(plan->output_dims[k]), engine, out.data_ptr());
+    plan->output_reorders[k].execute(stream, {{DNNL_ARG_FROM, memory[plan->outputs[k]]}, {DNNL_ARG_TO, to}});
     outputs.emplace_back(std::move(out));
   }
   stream.wait();

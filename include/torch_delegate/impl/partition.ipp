@@ -56,13 +56,15 @@ inline void check_submodule_paths(const backend_lowering& backend, const torch::
 
 /// What a region's input is while lowering, when the backend owns its parameters and the input
 /// is a parameter, buffer or attribute the method reads from `self` (a prim::GetAttr chain): its
-/// value, a tensor or None (a Conv2d's absent bias). nullopt for anything else.
+/// value, a tensor, None (a Conv2d's absent bias) or an owned_attribute (a number, a string, a list
+/// of numbers). nullopt for anything else.
 inline std::optional<c10::IValue> owned_value(const torch::jit::Module& module, const torch::jit::Value* value) {
   const std::optional<c10::IValue> read = attribute_value(module, value);
   if (!read) return std::nullopt;
   const c10::IValue& object = *read;
   if (object.isTensor()) return object.toTensor().detach();  // a constant: no autograd history
   if (object.isNone()) return object;
+  if (owned_attribute(value)) return object.isList() ? c10::IValue(object.toList().copy()) : object;  // lists are mutable: a copy
   return std::nullopt;
 }
 

@@ -51,6 +51,22 @@ inline bool cloned_into_region(const torch::jit::Value* value, bool owns_paramet
   return constant && constant->isTensor() && constant->toTensor().dim() == 0;
 }
 
+TORCH_DELEGATE_DECL bool owned_attribute(const torch::jit::Value* value) {
+  if (value->node()->kind() != c10::prim::GetAttr) return false;
+  const c10::TypePtr& type = value->type();
+  switch (type->kind()) {
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::StringType: return true;
+    case c10::TypeKind::ListType: {
+      const c10::TypeKind element = type->containedType(0)->kind();
+      return element == c10::TypeKind::IntType || element == c10::TypeKind::FloatType || element == c10::TypeKind::BoolType;
+    }
+    default: return false;
+  }
+}
+
 inline bool has_generic_execute(std::span<const signature_record> signatures) {
   return std::any_of(signatures.begin(), signatures.end(), [](const signature_record& s) { return s.generic; });
 }
@@ -115,7 +131,8 @@ struct partitioner {
     const std::unordered_set<const torch::jit::Node*> inside(nodes.begin(), nodes.end());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       for (const torch::jit::Value* input : nodes[i]->inputs())
-        if (!inside.count(input->node()) && !cloned_into_region(input, backend.partition.owns_parameters) && !crosses_as(input->type(), generic))
+        if (!inside.count(input->node()) && !cloned_into_region(input, backend.partition.owns_parameters) &&
+            !crosses_as(input->type(), generic) && !(backend.partition.owns_parameters && owned_attribute(input)))
           return std::make_pair(i, input->type()->annotation_str() + " input");
       for (const torch::jit::Value* output : nodes[i]->outputs()) {
         const bool leaves = std::any_of(output->uses().begin(), output->uses().end(),
