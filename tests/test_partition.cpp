@@ -116,6 +116,12 @@ struct ConvOnlyBackend : test_backends::GenericBackend {
   }
 };
 
+/// ConvLikeBackend whose regions own their parameters (as xnnpack's and onednn's do).
+struct OwningConvLikeBackend : ConvLikeBackend {
+  static constexpr std::string_view name = "td_partition_owning_conv_like";
+  static constexpr bool owns_parameters = true;
+};
+
 /// A typed conv: execute(x, weight, optional bias).
 inline std::atomic<int> typed_conv_calls{0};
 struct TypedConv {
@@ -586,6 +592,36 @@ def forward(self, x):
     CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::relu"});
     CHECK(plan.methods[0].regions[1].kinds == std::vector<std::string>{"aten::mul"});
     lowered_equal<ConvLikeBackend>(module, {}, 1);
+  }
+}
+
+TEST_CASE("partial lowering: a backend that owns its parameters takes list and number attributes as constants") {
+  // ConvNeXt's Permute reads its dims from self.dims: a List[int] attribute, not a constant.
+  torch::jit::Module module("m");
+  module.register_attribute("shape", c10::ListType::ofInts(), c10::List<std::int64_t>({2, -1}));
+  module.register_attribute("factor", c10::FloatType::get(), 3.0);
+  module.define(R"(
+def forward(self, x):
+    return torch.relu(x).view(self.shape) * self.factor
+)");
+  const at::Tensor x = torch::randn({4, 3});
+  const at::Tensor want = module.forward({x}).toTensor();
+  SUBCASE("owning: one region; the lowered region keeps the values it was lowered with") {
+    const auto plan = torch_delegate::delegation_plan<OwningConvLikeBackend>(module);
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::relu", "aten::view", "aten::mul"});
+    torch::jit::Module lowered = torch_delegate::lower_partially<OwningConvLikeBackend>(module);
+    CHECK(lowered.forward({x}).toTensor().equal(want));
+    lowered.setattr("shape", c10::List<std::int64_t>({3, -1}));  // the list was copied into the region
+    lowered.setattr("factor", 5.0);
+    CHECK(lowered.forward({x}).toTensor().equal(want));
+  }
+  SUBCASE("not owning: the List[int] attribute read is a boundary, named") {
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    std::vector<std::string> kept;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::boundary_type) kept.push_back(node.kind + ": " + node.detail);
+    CHECK(kept == std::vector<std::string>{"aten::view: List[int] input"});
   }
 }
 

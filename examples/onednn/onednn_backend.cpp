@@ -1,6 +1,7 @@
-// The onednn backend: preprocess (a region's graph -> steps over value ids, convolution weights
-// with BatchNorm folded in as named data), compile (weights reordered once into oneDNN's layout)
-// and execute (inputs to oneDNN tensors, the steps, outputs back to dense tensors).
+// The onednn backend: preprocess (a region's graph -> steps over value ids, weights as named data
+// with BatchNorm folded into convolutions), compile (the steps checked, the weights kept for the
+// plans) and execute (a plan per input shape: oneDNN primitives with fused post-ops over one
+// buffer; inputs read in place, outputs reordered into dense tensors).
 #include "onednn_backend.hpp"
 
 #include "../common/folded_conv2d.hpp"

@@ -1,10 +1,12 @@
-// onednn: a CPU backend that runs CNN regions on oneDNN, the library LibTorch itself links, through
-// ATen's oneDNN ("mkldnn") tensors: the ops torch.jit.optimize_for_inference uses, for a region of
-// a scripted model instead of a whole frozen one. A region converts its inputs to oneDNN's blocked
-// layout once, runs convolutions (BatchNorm folded at preprocess, weights reordered once at
-// compile), ReLUs, adds and poolings there, and converts its outputs back. The regions own their
-// parameters. With the xnnpack backend in a priority list and measured partitioning, each region
-// goes to whichever is faster on the machine (docs/onednn.md).
+// onednn: a CPU backend that runs regions on oneDNN's own primitives (libdnnl-dev: the libdnnl.so.2
+// LibTorch itself links). Preprocess folds BatchNorm into convolutions and stores weights as named
+// data; on the first call with an input shape, execute plans the region: each step a oneDNN
+// primitive in the layout oneDNN picks for it, the activations after a convolution or a linear (and a
+// residual add after a convolution) fused into it as post-ops, weights reordered once, and every
+// intermediate value placed in one buffer by lifetime. CNN bodies (convolutions, poolings,
+// squeeze-excitation, cat) and transformer-style blocks (linear, layer_norm, GELU, permute) run
+// there; regions own their parameters. With the xnnpack backend in a priority list and measured
+// partitioning, each region goes to whichever is faster on the machine (docs/onednn.md).
 #pragma once
 
 #include <torch_delegate/backend.hpp>
@@ -24,7 +26,8 @@
 namespace onednn_delegate {
 
 /// One step of a region: its op code, its value ids (inputs, then its output) and integer
-/// parameters, and for a convolution the named-data keys of its weight and bias.
+/// parameters, and for a convolution, linear, layer_norm or scale the named-data keys of its
+/// weight and bias (onednn_backend.cpp lists the ops and their parameters).
 struct step_record {
   std::int64_t op = 0;
   std::vector<std::int64_t> ints;
@@ -62,14 +65,15 @@ struct OnednnBackend {
   /// Regions take the parameters they read as constants: preprocess folds them.
   static constexpr bool owns_parameters = true;
 
-  /// Float convolutions (BatchNorm after one folded in), relu, add, max_pool2d, adaptive_avg_pool2d.
+  /// Float convolutions (BatchNorm after one folded in), poolings, activations, add, mul, cat, and
+  /// linear, layer_norm, GELU, permute, flatten (docs/onednn.md has the table).
   static bool supports(const torch::jit::Node* node);
-  /// A region worth its two layout conversions: one with a convolution.
+  /// A region worth its layout conversions: one with a convolution or a linear.
   static bool accepts_region(std::span<const torch::jit::Node* const> region);
 
   torch_delegate::preprocess_result<region_payload> preprocess(const torch_delegate::method_to_lower& region);
 
-  /// Whether this LibTorch was built with oneDNN (at::hasMKLDNN()).
+  /// Whether this LibTorch was built with oneDNN (at::hasMKLDNN(); TD_ONEDNN_UNAVAILABLE=1: no).
   bool is_available();
   compiled_region compile(const region_payload& payload, const torch_delegate::compile_context& context);
   std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);

@@ -50,7 +50,7 @@ TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& bac
 /// Whether `value` is an attribute read (a prim::GetAttr) of a type a region can hold as a
 /// constant: a number, a bool, a string, or a list of ints, floats or bools (ConvNeXt's
 /// `Permute.dims`). A backend that owns its parameters takes these as it takes its weights.
-TORCH_DELEGATE_DECL bool owned_attribute(const torch::jit::Value* value);
+TORCH_DELEGATE_INTERNAL bool owned_attribute(const torch::jit::Value* value);
 
 }  // namespace torch_delegate::detail
 

@@ -51,7 +51,7 @@ inline bool cloned_into_region(const torch::jit::Value* value, bool owns_paramet
   return constant && constant->isTensor() && constant->toTensor().dim() == 0;
 }
 
-TORCH_DELEGATE_DECL bool owned_attribute(const torch::jit::Value* value) {
+TORCH_DELEGATE_INTERNAL bool owned_attribute(const torch::jit::Value* value) {
   if (value->node()->kind() != c10::prim::GetAttr) return false;
   const c10::TypePtr& type = value->type();
   switch (type->kind()) {
