@@ -1554,9 +1554,9 @@ at::Tensor slow_add(const at::Tensor& a, const at::Tensor& b) {
   if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(4));
   return a + b;
 }
-/// td_test_partition::sleepy: 10 ms in TorchScript, and no backend takes it.
+/// td_test_partition::sleepy: 10 ms in TorchScript (none on a backend: only SleepyTaker takes it).
 at::Tensor sleepy(const at::Tensor& a) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return a * 2;
 }
 TORCH_LIBRARY(td_test_partition, m) {
@@ -1758,10 +1758,29 @@ struct SlowerAdds : test_backends::GenericBackend {
     return outputs;
   }
 };
+thread_local bool after_faster_adds = false;
 struct FasterAdds : test_backends::GenericBackend {
   static constexpr std::string_view name = "td_partition_faster_adds";
   static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    on_switching_backend = true;
+    auto outputs = GenericBackend::execute(handle, inputs);
+    on_switching_backend = false;
+    after_faster_adds = true;
+    return outputs;
+  }
+};
+/// Runs sleepy (10 ms in TorchScript) at no cost, but in 12 ms right after FasterAdds ran: as one
+/// backend's threads wait while another's spin down. Each region is faster than TorchScript alone,
+/// and both in one method (12 ms) are slower than SleepyTaker alone (4 ms: slow_add in TorchScript).
+struct SleepyTaker : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_sleepy_taker";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind().toQualString() == std::string("td_test_partition::sleepy") || node->kind() == c10::prim::Constant;
+  }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    if (after_faster_adds) std::this_thread::sleep_for(std::chrono::milliseconds(12));
+    after_faster_adds = false;
     on_switching_backend = true;
     auto outputs = GenericBackend::execute(handle, inputs);
     on_switching_backend = false;
@@ -1770,7 +1789,7 @@ struct FasterAdds : test_backends::GenericBackend {
 };
 }  // namespace
 
-TEST_CASE("measured partitioning: choose_order keeps the fastest of the list's order and each other backend first") {
+TEST_CASE("measured partitioning: choose_order keeps the fastest of the list's order, each other backend first, and each alone") {
   torch::jit::Module module("m");
   module.define(R"(
 def forward(self, x):
@@ -1816,6 +1835,30 @@ def forward(self, x):
     auto lowered = torch_delegate::lower_partially<FasterAdds, SlowerAdds>(module, options);
     CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
     CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_slower_adds");
+  }
+  SUBCASE("choose_order: one backend alone, when its regions beside the other's are slower together") {
+    torch::jit::Module both("m");
+    both.define(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return td_test_partition.sleepy(a)
+)", std::make_shared<CustomOpsResolver>());
+    options.example_inputs["forward"] = {x};
+    auto backends_of = [](const torch::jit::Module& lowered) {  // "backend: kinds; ..."
+      std::string names;
+      const auto report = *torch_delegate::delegation_report_data_of(lowered);
+      for (const auto& region : report.methods[0].regions)
+        names += (names.empty() ? "" : "; ") + region.backend + ": " + region.kinds.at(0);
+      return names;
+    };
+    // The list's order: each region on its backend (0 + 12 ms against 4 + 10 in TorchScript).
+    auto listed = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(both, options);
+    CHECK(backends_of(listed) == "td_partition_faster_adds: td_test_partition::slow_add; td_partition_sleepy_taker: td_test_partition::sleepy");
+    options.choose_order = true;
+    auto chosen = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(both, options);
+    CHECK(backends_of(chosen) == "td_partition_sleepy_taker: td_test_partition::sleepy");
+    CHECK(torch_delegate::delegation_report_data_of(chosen)->backend == "td_partition_sleepy_taker");
+    CHECK(chosen.forward({x}).toTensor().allclose((x + x) * 2));
   }
   SUBCASE("without measure, an error") {
     options.measure = false;

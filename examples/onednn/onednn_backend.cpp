@@ -481,11 +481,11 @@ struct plan_call {
   md scratchpad;                                       // empty when it needs none
 };
 
+struct call_context;
+
 /// What a region runs for one set of input shapes: its primitives in order, each slot's memory
 /// descriptor and place in one per-call buffer, and the reordered weights (read-only: calls may
 /// run concurrently, each with its own buffer).
-struct call_context;
-
 struct execution_plan {
   std::vector<md> slots;
   std::vector<std::size_t> aliases;      // per slot: the slot whose bytes it views, or -1
@@ -496,7 +496,7 @@ struct execution_plan {
   std::size_t scratchpad_offset = 0;
   std::vector<std::size_t> outputs;      // slots read out, in order
   std::vector<dims> output_dims;
-  std::vector<dnnl::primitive> output_reorders;  // slot -> a dense NCHW tensor
+  std::vector<dnnl::primitive> output_reorders;  // slot -> a dense (row-major) tensor
   // Contexts no call is using (a call takes one, or makes one, and gives it back).
   mutable std::mutex idle_mutex;
   mutable std::vector<std::unique_ptr<call_context>> idle;
@@ -565,7 +565,16 @@ class planner {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       if (skipped[i]) continue;
       try {
-        run(i, fused[i]);
+        try {
+          run(i, fused[i]);
+        } catch (const dnnl::error&) {
+          // A convolution refused its post-ops (a residual in a layout its kernels do not write):
+          // it runs alone and the steps it would have fused after it. (Its primitive descriptor is
+          // made before anything is added to the plan.)
+          if (steps[i].record.op != convolution || fused[i].empty()) throw;
+          run(i, {});
+          for (std::size_t k : fused[i]) run(k, {});
+        }
       } catch (const dnnl::error& error) {
         TORCH_CHECK(false, "onednn: region ", region_.method, ": step ", i, " (", op_name(steps[i].record.op),
                     ") on input ", describe(steps[i]), ": oneDNN refused it: ", error.what());

@@ -82,10 +82,12 @@ struct partition_options {
   /// every region that is faster.
   double min_gain = 0.01;
   /// With measure and several backends (lowering only, not a plan): the list's order is also
-  /// tried against each other backend first (the rest in the list's order); each lowering is
-  /// measured and checked, then their methods are timed whole side by side, and the fastest is
+  /// tried against each other backend first (the rest in the list's order), and, where such a
+  /// lowering gave regions to more than one backend, against its first backend alone; each lowering
+  /// is measured and checked, then their methods are timed whole side by side, and the fastest is
   /// kept (the list's own order unless another is faster by more than 2 %). Its report names the
-  /// order it was lowered with. Lowering takes about as many times longer as there are backends.
+  /// backends it was lowered with, in order. Lowering takes about as many times longer as there are
+  /// backends (twice that where lowerings mix backends).
   bool choose_order = false;
   /// The decisions of an earlier report (a measured plan, or a lowered module's report): a
   /// candidate region is delegated if and only if the report's method has a region of the same

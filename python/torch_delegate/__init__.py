@@ -305,10 +305,11 @@ def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], sp
         save least stay in TorchScript ("gain below the minimum") while together they save less.
         0 delegates every region that is faster.
     choose_order: with measure and several backends, also lower with each other backend first
-        (the rest in the list's order), time the methods whole side by side and keep the
-        fastest (the list's order unless another is faster by more than 2 %); the report's
-        backend names the order used. Lowering takes about as many times longer as there are
-        backends.
+        (the rest in the list's order) and, where a lowering mixes backends, with its first
+        backend alone; time the methods whole side by side and keep the fastest (the list's
+        order unless another is faster by more than 2 %); the report's backend names the
+        backends used, in order. Lowering takes about as many times longer as there are
+        backends (twice that where lowerings mix backends).
     replay: a Report (a measured plan, or report(lowered)) whose decisions are repeated: a
         candidate region is delegated if and only if the report has it. Nothing is timed.
     load_backends: load a named backend that is installed (available_backends()) but not yet

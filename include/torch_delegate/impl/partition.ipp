@@ -985,8 +985,9 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
   if (!options.measure || options.replay || options.example_inputs.empty()) return lowered;
   lowered = checked_whole(backends, module, options, specs, std::move(lowered));
   if (!options.choose_order || backends.size() < 2) return lowered;
-  // The list's order against each other backend first (the rest in the list's order): each
-  // measured and checked as above, then all timed whole, side by side.
+  // The list's order against each other backend first (the rest in the list's order), and each
+  // backend alone where that gave other backends regions too: each measured and checked as above,
+  // then all timed whole, side by side.
   std::vector<torch::jit::Module> candidates{std::move(lowered)};
   for (std::size_t first = 1; first < backends.size(); ++first) {
     backend_list order{backends[first]};
@@ -997,6 +998,22 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
         order_specs.push_back(specs[k]);
       }
     candidates.push_back(checked_whole(order, module, options, order_specs, lower_partitioned(order, module, options, order_specs)));
+  }
+  // Each backend alone, where its lowering first in the list gave regions to others too: regions
+  // measured faster one by one can be slower together (ShuffleNetV2 on AVX2: onednn's branches
+  // beside xnnpack's, one backend's threads waiting while the other's OpenMP threads spin down).
+  const std::size_t orders = candidates.size();  // candidate k has backends[k] first
+  for (std::size_t k = 0; k < orders; ++k) {
+    const std::optional<delegation_report> report = delegation_report_data_of(candidates[k]);
+    if (!report) continue;
+    const bool mixed = std::any_of(report->methods.begin(), report->methods.end(), [&](const method_delegation& method) {
+      return std::any_of(method.regions.begin(), method.regions.end(),
+                         [&](const region_report& region) { return region.backend != backends[k]->name(); });
+    });
+    if (!mixed) continue;
+    const backend_list alone{backends[k]};
+    const std::vector<c10::impl::GenericDict> alone_specs{specs[k]};
+    candidates.push_back(checked_whole(alone, module, options, alone_specs, lower_partitioned(alone, module, options, alone_specs)));
   }
   std::vector<const torch::jit::Module*> timed;
   for (const torch::jit::Module& candidate : candidates) timed.push_back(&candidate);
