@@ -4,6 +4,7 @@
 // buffer; inputs read in place, outputs reordered into dense tensors).
 #include "onednn_backend.hpp"
 
+#include "../common/clamp_range.hpp"
 #include "../common/folded_conv2d.hpp"
 
 #include <torch_delegate/named_data.hpp>
@@ -177,15 +178,6 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
 namespace {
 
 std::optional<activation> activation_of(const torch::jit::Node* node) {
-  auto number = [](const torch::jit::Value* value, double otherwise) -> std::optional<double> {
-    const auto known = constant_of(value);
-    if (!known) return std::nullopt;
-    if (known->isNone()) return otherwise;
-    if (known->isDouble()) return known->toDouble();
-    if (known->isInt()) return static_cast<double>(known->toInt());
-    return std::nullopt;
-  };
-  constexpr double inf = std::numeric_limits<double>::infinity();
   if (is(node, "aten::sigmoid")) return activation{sigmoid};
   if (is(node, "aten::silu")) return activation{silu};
   if (is(node, "aten::hardswish")) return activation{hardswish};
@@ -195,12 +187,9 @@ std::optional<activation> activation_of(const torch::jit::Node* node) {
     if (approximate && approximate->isString() && approximate->toStringRef() == "none") return activation{gelu_erf};
     if (approximate && approximate->isString() && approximate->toStringRef() == "tanh") return activation{gelu_tanh};
   }
-  if (is(node, "aten::relu6")) return activation{clip, 0, 6};
-  if ((is(node, "aten::hardtanh") || is(node, "aten::clamp")) && node->inputs().size() == 3 &&
-      node->input(1)->type()->kind() != c10::TypeKind::TensorType && node->input(2)->type()->kind() != c10::TypeKind::TensorType) {
-    const auto low = number(node->input(1), -inf), high = number(node->input(2), inf);
-    if (low && high && *low <= *high) return activation{clip, *low, *high};
-  }
+  if (is(node, "aten::relu")) return std::nullopt;  // a step (or a flag) of its own
+  if (const auto range = cnn_common::clamp_range(node); range && range->first <= range->second)
+    return activation{clip, range->first, range->second};
   return std::nullopt;
 }
 

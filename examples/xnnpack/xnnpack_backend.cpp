@@ -3,6 +3,7 @@
 // execute (set up when pointers change, invoke).
 #include "xnnpack_backend.hpp"
 
+#include "../common/clamp_range.hpp"
 #include "../common/folded_conv2d.hpp"
 
 #include <torch_delegate/named_data.hpp>
@@ -54,28 +55,7 @@ using torch_delegate::known_at_lowering;
 using torch_delegate::known_sizes;
 
 /// Activations XNNPACK runs as a clamp: [min, max], or nullopt for another node.
-std::optional<std::pair<double, double>> clamp_range(const torch::jit::Node* node) {
-  auto number = [](const torch::jit::Value* value, double otherwise) -> std::optional<double> {
-    const auto known = constant_of(value);
-    if (!known) return std::nullopt;
-    if (known->isNone()) return otherwise;
-    if (known->isDouble()) return known->toDouble();
-    if (known->isInt()) return static_cast<double>(known->toInt());
-    return std::nullopt;
-  };
-  if (is(node, "aten::relu")) return std::make_pair(0.0, inf);
-  if (is(node, "aten::relu6")) return std::make_pair(0.0, 6.0);
-  if (is(node, "aten::hardtanh") && node->inputs().size() == 3) {
-    auto low = number(node->input(1), -inf), high = number(node->input(2), inf);
-    if (low && high) return std::make_pair(*low, *high);
-  }
-  if (is(node, "aten::clamp") && node->inputs().size() == 3 && node->input(1)->type()->kind() != c10::TypeKind::TensorType &&
-      node->input(2)->type()->kind() != c10::TypeKind::TensorType) {
-    auto low = number(node->input(1), -inf), high = number(node->input(2), inf);
-    if (low && high) return std::make_pair(*low, *high);
-  }
-  return std::nullopt;
-}
+using cnn_common::clamp_range;
 
 bool is_float_or_unknown(const torch::jit::Value* value) {
   const auto tensor = value->type()->cast<c10::TensorType>();
