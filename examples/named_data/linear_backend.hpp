@@ -53,6 +53,7 @@ struct compiled_step {
 
 struct LinearBackend {
   static constexpr std::string_view name = "packed_linear";
+  static constexpr bool runs_empty_tensors = true;  // ATen's addmm and matmul take empty batches
   using options = packed_linear::options;
   using payload = payload_type;
 

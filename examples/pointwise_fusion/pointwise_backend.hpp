@@ -42,6 +42,8 @@ struct PointwiseBackend {
   /// A region of one node is worth a call only for an op whose kernel beats ATen's (gelu, silu,
   /// sigmoid, tanh, exp, log, pow): a single add or relu, eager does as well.
   static bool accepts_region(std::span<const torch::jit::Node* const> region);
+  /// Its loops take tensors with no elements (an empty result, as eager gives).
+  static constexpr bool runs_empty_tensors = true;
 
   // host side (pointwise_backend.cpp): the region's graph -> a fused program
   static torch_delegate::preprocess_result<std::string> preprocess(const torch_delegate::method_to_lower& region);

@@ -30,6 +30,7 @@ struct method_info {
   std::shared_ptr<const method_debug_info> debug;  // never null once compiled
   std::vector<std::optional<tensor_spec>> input_specs;  // declared at lowering; empty: none
   std::int64_t max_replans = 0;  // other input shapes a call may re-plan it for (other_shapes::replan)
+  bool runs_empty_tensors = false;  // the backend's runs_empty_tensors: else a call with an empty tensor is refused
 
   error_context where() const { return {backend, method}; }
 };
@@ -53,6 +54,45 @@ TORCH_DELEGATE_INTERNAL bool input_specs_match(const method_info& method, const 
                                             const c10::IValue& given);
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_output_count(const method_info& method, std::size_t given);
+
+/// What the checks before a call found that the checks after it need: the first argument that
+/// wants a gradient (grad mode on and a tensor that requires grad), if any.
+struct call_inspection {
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::size_t gradient_argument = none;
+  std::string gradient_tensor;  // that tensor's place, "argument 1 ('x')" or "argument 2 ('xs') element 3"
+  bool wants_gradient() const { return gradient_argument != none; }
+};
+
+/// The checks of one argument before execute, whatever the route: a tensor with no elements for a
+/// backend that does not run them (runs_empty_tensors) is an error naming the argument and the way
+/// out (a library kernel given a null data pointer commonly asserts and ends the process: stopped
+/// here, before the backend); a tensor that requires grad while grad mode is on is noted, for
+/// check_output_history. Tensors inside lists and tuples count.
+TORCH_DELEGATE_DECL void inspect_argument(const method_info& method, std::size_t index, const c10::IValue& value,
+                                              call_inspection& inspection);
+TORCH_DELEGATE_DECL void inspect_tensor_argument(const method_info& method, std::size_t index, const at::Tensor& tensor,
+                                                     call_inspection& inspection);
+/// inspect_argument for a typed execute's argument: tensors directly, other values boxed.
+template <class T>
+void inspect_typed_argument(const method_info& method, std::size_t index, const T& value, call_inspection& inspection) {
+  using plain = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<plain, at::Tensor>) {
+    inspect_tensor_argument(method, index, value, inspection);
+  } else if constexpr (std::is_arithmetic_v<plain> || std::is_same_v<plain, std::string> || std::is_same_v<plain, c10::IValue>) {
+    if constexpr (std::is_same_v<plain, c10::IValue>) inspect_argument(method, index, value, inspection);
+  } else if constexpr (requires { c10::IValue(value); }) {
+    inspect_argument(method, index, c10::IValue(value), inspection);
+  }
+}
+
+/// After execute, when an argument wants a gradient: a floating-point output without autograd
+/// history (the backend ran outside autograd) is an error naming the method, the argument, the
+/// output and the ways out, instead of a result whose backward() fails far away or silently
+/// leaves the inputs without gradients. Outputs the backend computed with autograd (a backend
+/// that runs ATen operators) pass.
+TORCH_DELEGATE_DECL void check_output_history(const method_info& method, const call_inspection& inspection,
+                                                  std::size_t output, const c10::IValue& value);
 
 /// The exact text upstream LibTorch raises, kept so that code matching on it keeps working.
 inline constexpr std::string_view backend_not_available = "Backend is not available.";

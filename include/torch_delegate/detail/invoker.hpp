@@ -25,6 +25,16 @@ namespace torch_delegate::detail {
 template <class B>
 struct runtime_of;
 
+/// B::runs_empty_tensors if declared, else false: execute is never given a tensor with no
+/// elements (the call is refused first, impl/dispatch.ipp).
+template <class B>
+constexpr bool backend_runs_empty_tensors() {
+  if constexpr (requires { B::runs_empty_tensors; })
+    return static_cast<bool>(B::runs_empty_tensors);
+  else
+    return false;
+}
+
 /// The availability policy, in one place: asked on every call (a backend may answer differently
 /// over time); false is LibTorch's "Backend is not available." error naming the method.
 template <class B>
@@ -60,11 +70,22 @@ struct invoker<B, R(A...)> {
   template <class... Args>
   static R invoke(compiled_method& method, Args&&... args) {
     B& backend = available_backend<B>(method);
+    call_inspection inspection;
+    std::size_t index = 0;
+    (inspect_typed_argument(method.info, index++, args, inspection), ...);
     std::shared_ptr<void> replanned;  // a handle re-planned for these inputs' shapes, kept for the call
     void* handle = method.info.input_specs.empty() ? method.handle : handle_for_typed_call(method, replanned, args...);
-    return run_execute(method.info, [&]() -> R {
+    R result = run_execute(method.info, [&]() -> R {
       return call_execute<R, A...>(backend, *static_cast<handle_t<B>*>(handle), std::forward<Args>(args)...);
     });
+    if (inspection.wants_gradient()) {
+      // Only when autograd is asked for: the outputs, converted as the operator returns them.
+      if constexpr (std::is_copy_constructible_v<R>) {
+        std::size_t output = 0;
+        for_each_output(R(result), [&](const c10::IValue& value) { check_output_history(method.info, inspection, output++, value); });
+      }
+    }
+    return result;
   }
 
   /// From boxed arguments: checks their number and types, then invoke.
@@ -102,12 +123,16 @@ template <class B>
 c10::impl::GenericList call_generic(compiled_method& method, c10::ArrayRef<c10::IValue> args) {
   if (args.size() != method.info.argument_names.size()) fail_argument_count(method.info, args.size());
   B& backend = available_backend<B>(method);
+  call_inspection inspection;
+  for (std::size_t i = 0; i < args.size(); ++i) inspect_argument(method.info, i, args[i], inspection);
   std::shared_ptr<void> replanned;
   void* handle = method.info.input_specs.empty() ? method.handle : handle_for_call(method, args.data(), args.size(), replanned);
   std::vector<c10::IValue> results = run_execute(method.info, [&]() -> std::vector<c10::IValue> {
     return backend.execute(*static_cast<handle_t<B>*>(handle), inputs(args.data(), args.size()));
   });
   if (static_cast<std::int64_t>(results.size()) != method.info.output_count) fail_output_count(method.info, results.size());
+  if (inspection.wants_gradient())
+    for (std::size_t i = 0; i < results.size(); ++i) check_output_history(method.info, inspection, i, results[i]);
   c10::impl::GenericList outputs(c10::AnyType::get());
   outputs.reserve(results.size());
   for (auto& result : results) outputs.push_back(std::move(result));
@@ -204,7 +229,8 @@ struct runtime_of {
                                          &is_available,
                                          &compile,
                                          &destroy_handle,
-                                         backend_replans<B> ? &replan : nullptr};
+                                         backend_replans<B> ? &replan : nullptr,
+                                         backend_runs_empty_tensors<B>()};
 };
 
 /// A backend instance of B outside a module (tests, tools): what `__backend` holds.

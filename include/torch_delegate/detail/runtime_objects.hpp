@@ -51,6 +51,8 @@ struct backend_runtime {
   void (*destroy_handle)(void* handle) noexcept = nullptr;
   /// B::replan (nullptr when B has none): a new handle for the given inputs' specs.
   void* (*replan)(void* backend, void* handle, const given_inputs& given) = nullptr;
+  /// B::runs_empty_tensors (default false): whether execute may be given a tensor with no elements.
+  bool runs_empty_tensors = false;
 };
 
 /// The object behind `__backend`: one backend instance per lowered module.

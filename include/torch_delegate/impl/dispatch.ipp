@@ -5,6 +5,8 @@
 
 #include <torch/csrc/jit/backends/backend_exception.h>
 
+#include <ATen/core/grad_mode.h>
+
 namespace torch_delegate::detail {
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_argument_count(const method_info& method, std::size_t given) {
@@ -41,6 +43,92 @@ TORCH_DELEGATE_INTERNAL void check_input_specs(const method_info& method, const 
     fail(method.where(), "argument " + std::to_string(i + 1) + " ('" + name + "') must be " + spec->to_string() +
                              " (its input spec when the method was lowered; -1: any size), got " + given);
   }
+}
+
+/// "argument 1 ('x')"
+inline std::string argument_place(const method_info& method, std::size_t index) {
+  const std::string name = index < method.argument_names.size() ? method.argument_names[index] : "?";
+  return "argument " + std::to_string(index + 1) + " ('" + name + "')";
+}
+
+inline void inspect_tensor(const method_info& method, const at::Tensor& tensor, const std::string& place,
+                           call_inspection& inspection, std::size_t index) {
+  if (!tensor.defined()) return;
+  if (!method.runs_empty_tensors && tensor.numel() == 0)
+    fail(method.where(), place + " is empty (" + tensor_spec::describe(tensor.scalar_type(), tensor.sizes()) +
+                             "): backend '" + method.backend +
+                             "' does not run tensors with no elements. Skip empty inputs before the call, or lower "
+                             "with fallback=True or on_other_shapes=\"torchscript\" (C++: "
+                             "partition_options::fallback_when_unavailable, other_shapes::torchscript) so that "
+                             "TorchScript runs them");
+  if (!inspection.wants_gradient() && tensor.requires_grad() && at::GradMode::is_enabled()) {
+    inspection.gradient_argument = index;
+    inspection.gradient_tensor = place;
+  }
+}
+
+inline void inspect_value(const method_info& method, const c10::IValue& value, const std::string& place,
+                          call_inspection& inspection, std::size_t index) {
+  if (value.isTensor()) {
+    inspect_tensor(method, value.toTensor(), place, inspection, index);
+  } else if (value.isTensorList()) {
+    const c10::List<at::Tensor> tensors = value.toTensorList();
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      inspect_tensor(method, tensors.get(i), place + " element " + std::to_string(i), inspection, index);
+  } else if (value.isList()) {
+    const auto& elements = value.toListRef();
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      inspect_value(method, elements[i], place + " element " + std::to_string(i), inspection, index);
+  } else if (value.isTuple()) {
+    const auto& elements = value.toTupleRef().elements();
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      inspect_value(method, elements[i], place + " element " + std::to_string(i), inspection, index);
+  }
+}
+
+TORCH_DELEGATE_DECL void inspect_tensor_argument(const method_info& method, std::size_t index, const at::Tensor& tensor,
+                                                     call_inspection& inspection) {
+  // The common case costs two tests: a non-empty tensor that does not require grad.
+  if (!tensor.defined() || (tensor.numel() != 0 && !tensor.requires_grad())) return;
+  inspect_tensor(method, tensor, argument_place(method, index), inspection, index);
+}
+
+TORCH_DELEGATE_DECL void inspect_argument(const method_info& method, std::size_t index, const c10::IValue& value,
+                                              call_inspection& inspection) {
+  if (value.isTensor()) return inspect_tensor_argument(method, index, value.toTensor(), inspection);
+  if (value.isTensorList() || value.isList() || value.isTuple())
+    inspect_value(method, value, argument_place(method, index), inspection, index);
+}
+
+/// The first floating-point tensor in `value` that has no autograd history, by its place.
+inline std::optional<std::string> detached_tensor(const c10::IValue& value, const std::string& place) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    if (tensor.defined() && (tensor.is_floating_point() || tensor.is_complex()) && !tensor.requires_grad()) return place;
+    return std::nullopt;
+  }
+  if (value.isList()) {
+    const auto& elements = value.toListRef();
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      if (auto found = detached_tensor(elements[i], place + " element " + std::to_string(i))) return found;
+  } else if (value.isTuple()) {
+    const auto& elements = value.toTupleRef().elements();
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      if (auto found = detached_tensor(elements[i], place + " element " + std::to_string(i))) return found;
+  }
+  return std::nullopt;
+}
+
+TORCH_DELEGATE_DECL void check_output_history(const method_info& method, const call_inspection& inspection,
+                                                  std::size_t output, const c10::IValue& value) {
+  const std::optional<std::string> detached = detached_tensor(value, "output " + std::to_string(output + 1));
+  if (!detached) return;
+  fail(method.where(), "autograd: " + inspection.gradient_tensor + " requires grad and grad mode is on, but " + *detached +
+                           " comes back from backend '" + method.backend +
+                           "' without autograd history (the backend runs outside autograd): its gradient would be "
+                           "silently lost. Call the model under torch.no_grad() or torch.inference_mode() (C++: "
+                           "torch::NoGradGuard or c10::InferenceMode), or lower it with fallback=True or "
+                           "on_other_shapes=\"torchscript\" so that such calls run in TorchScript");
 }
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_output_count(const method_info& method, std::size_t given) {

@@ -191,6 +191,30 @@ inline torch::jit::Value* inputs_match(torch::jit::Graph& graph, const std::vect
   return all;
 }
 
+/// Whether a call of a region with these inputs may run on its backend, as far as autograd and
+/// empty tensors go: not while grad mode is on and a tensor input requires grad (the backend's
+/// outputs would have no autograd history), and, for a backend that does not run empty tensors
+/// (runs_empty_tensors), not with an input of no elements. nullptr: the region has no tensor input.
+inline torch::jit::Value* backend_can_run(torch::jit::Graph& graph, const std::vector<torch::jit::Value*>& inputs,
+                                          bool runs_empty_tensors) {
+  torch::jit::Value* wants_gradient = nullptr;
+  torch::jit::Value* all_have_elements = nullptr;
+  for (torch::jit::Value* input : inputs) {
+    if (!input->type()->isSubtypeOf(*c10::TensorType::get())) continue;
+    torch::jit::Value* requires_grad = graph.insert(c10::prim::requires_grad, {input});
+    wants_gradient = wants_gradient ? graph.insert(c10::aten::__or__, {wants_gradient, requires_grad}) : requires_grad;
+    if (runs_empty_tensors) continue;
+    torch::jit::Value* has_elements =
+        graph.insert(c10::aten::gt, {graph.insert(c10::Symbol::fromQualString("aten::numel"), {input}), graph.insertConstant(static_cast<std::int64_t>(0))});
+    all_have_elements = all_have_elements ? graph.insert(c10::aten::__and__, {all_have_elements, has_elements}) : has_elements;
+  }
+  if (!wants_gradient) return nullptr;
+  torch::jit::Value* grad_mode = graph.insert(c10::Symbol::fromQualString("aten::is_grad_enabled"), {});
+  torch::jit::Value* no_gradient =
+      graph.insert(c10::aten::__not__, {graph.insert(c10::aten::__and__, {grad_mode, wants_gradient})});
+  return all_have_elements ? graph.insert(c10::aten::__and__, {no_gradient, all_have_elements}) : no_gradient;
+}
+
 /// The input spec of a value whose type is complete (recorded from example inputs), else none.
 /// Its dtype and sizes; any layout: at run time a value's strides depend on who made it (a
 /// region of a backend that works in NHWC returns channels-last tensors, and ATen's ops pass
@@ -789,6 +813,18 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
             if (torch::jit::Value* matches = inputs_match(*graph, inputs, specs->second))
               condition = condition ? graph->insert(c10::aten::__and__, {condition, matches}) : matches;
           }
+        }
+        // Where the TorchScript path is kept, it also runs the calls the backend would refuse
+        // or answer without autograd: eager's result for them, gradients included.
+        if (condition) {
+          torch::jit::WithInsertPoint before(formed.nodes.front());
+          std::vector<torch::jit::Value*> inputs;
+          for (torch::jit::Value* input : formed.inputs) {
+            auto found = replaced.find(input);
+            inputs.push_back(found == replaced.end() ? input : found->second);
+          }
+          if (torch::jit::Value* can_run = backend_can_run(*graph, inputs, backends[k]->runtime->runs_empty_tensors))
+            condition = graph->insert(c10::aten::__and__, {condition, can_run});
         }
         torch::jit::Node* choice = nullptr;
         if (condition) {
