@@ -698,10 +698,12 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
     // The last pass's kept nodes are those no backend took; every backend gave each a reason.
     for (std::size_t n = 0; n < p.entry.kept.size(); ++n) {
       kept_node& node = p.entry.kept[n];
-      node.per_backend = std::move(reasons_of.at(last_kept[n]));
-      const backend_reason& primary = *primary_reason(node.per_backend);
-      node.reason = primary.reason;
-      node.detail = primary.detail;
+      std::vector<backend_reason>& reasons = reasons_of.at(last_kept[n]);
+      if (!reasons.empty()) node.per_backend = std::move(reasons);  // (a node is kept once per pass)
+      if (const backend_reason* primary = primary_reason(node.per_backend)) {
+        node.reason = primary->reason;
+        node.detail = primary->detail;
+      }
     }
     for (std::size_t k = 0; k < backends.size(); ++k)
       if (backends[k]->partition.channels_last) place_conversions(*backends[k], p.regions, p.entry, p.backend_of, k);
