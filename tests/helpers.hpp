@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch/script.h>
+#include <torch_delegate/report.hpp>
 #include <torch_delegate/torch_delegate.hpp>
 // After LibTorch: doctest's CHECK must win over glog's (a TU built without the precompiled
 // header, e.g. tools/sanitize tsan, sees this order).
@@ -9,6 +10,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <ostream>
 #include <string>
 
 namespace test_helpers {
@@ -68,3 +70,11 @@ inline bool contains(const std::string& text, const std::string& part) { return 
     INFO("text: ", td_text_);                                            \
     CHECK(test_helpers::contains(td_text_, (part)));                     \
   } while (0)
+
+namespace torch_delegate {
+/// "backend: reason (detail)": how a failed CHECK on per-backend reasons prints them (found by
+/// argument-dependent lookup; glog prints a std::vector of them with it).
+inline std::ostream& operator<<(std::ostream& out, const backend_reason& each) {
+  return out << each.backend << ": " << to_string(each.reason) << " (" << each.detail << ")";
+}
+}  // namespace torch_delegate

@@ -1137,19 +1137,23 @@ def forward(self, x, h):
   std::remove(path.c_str());
 }
 
-TEST_CASE("report format: versions 1 to 5 read back; anything else is nullopt, never a crash") {
+TEST_CASE("report format: versions 1 to 6 read back; anything else is nullopt, never a crash") {
   using namespace torch_delegate::detail;
   using torch_delegate::kept_reason;
   const torch_delegate::delegation_report report{
-      "b", "__torch__.M",
+      "a, b", "__torch__.M",
       {{"forward",
         {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder",
           {"input 0 (method argument x): to channels_last on entry", "output 0: to contiguous before aten::conv2d"},
           "b", 1.5, 2.25}},
-        {{"aten::relu", kept_reason::unsupported_kind, "", "model.py:4", 1, "encoder.block"},
-         {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, ""}}}}};
+        {{"aten::relu", kept_reason::slower_on_backend, "0.5 ms on a, 0.25 ms in TorchScript", "model.py:4", 1, "encoder.block",
+          {{"a", kept_reason::slower_on_backend, "0.5 ms on a, 0.25 ms in TorchScript"}, {"b", kept_reason::unsupported_kind, ""}}},
+         {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, "",
+          {{"a", kept_reason::outside_selection, ""}, {"b", kept_reason::outside_selection, ""}}},
+         {"aten::mul", kept_reason::control_flow, "", "", 0, ""}}}}};  // per_backend empty: made by hand
   const c10::IValue saved = encode_report(report);
   CHECK(saved.toTupleRef().elements()[0].toInt() == report_format_version);
+  CHECK(report_format_version == 6);
   CHECK(decode_report(saved) == report);
   // The reason is saved as its token, not its label.
   const auto kept = saved.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toListRef();
@@ -1176,6 +1180,8 @@ TEST_CASE("report format: versions 1 to 5 read back; anything else is nullopt, n
     const auto read = decode_report(old_format(1, "mutation or aliasing", "writes to its input"));
     REQUIRE(read);
     CHECK(read->methods[0].kept[0].reason == kept_reason::mutation_or_aliasing);
+    CHECK(read->methods[0].kept[0].per_backend ==
+          std::vector<torch_delegate::backend_reason>{{"b", kept_reason::mutation_or_aliasing, "writes to its input"}});
     CHECK(read->methods[0].kept[0].submodule.empty());
     CHECK(read->methods[0].regions[0].node_count == 2);
     // Selective lowering's kept nodes were "excluded by the user" with a detail.
@@ -1183,6 +1189,26 @@ TEST_CASE("report format: versions 1 to 5 read back; anything else is nullopt, n
     REQUIRE(selective);
     CHECK(selective->methods[0].kept[0].reason == kept_reason::outside_selection);
     CHECK(selective->methods[0].kept[0].detail.empty());
+  }
+  SUBCASE("version 5 (before per-backend reasons): the one reason saved, as the last backend's") {
+    std::vector<c10::IValue> region{std::string("forward_region_0"), std::int64_t{2}, c10::List<std::string>({"aten::add"}),
+                                    std::string("m.py:2"), std::int64_t{0}, std::string(""), c10::List<std::string>(),
+                                    std::string("x"), 0.5, 0.75};
+    std::vector<c10::IValue> kept{std::string("aten::relu"), std::string("unsupported_kind"), std::string(""),
+                                  std::string("m.py:3"), std::int64_t{0}, std::string("")};
+    c10::impl::GenericList regions(region_data_type(5)), kept_nodes(kept_data_type(5));
+    regions.push_back(c10::ivalue::Tuple::create(region));
+    kept_nodes.push_back(c10::ivalue::Tuple::create(kept));
+    c10::impl::GenericList methods(method_data_type(5));
+    methods.push_back(c10::ivalue::Tuple::create({std::string("forward"), regions, kept_nodes}));
+    const auto read = decode_report(c10::ivalue::Tuple::create({std::int64_t{5}, std::string("x, y"), std::string("M"), methods}));
+    REQUIRE(read);
+    CHECK(read->methods[0].kept[0].reason == kept_reason::unsupported_kind);
+    CHECK(read->methods[0].kept[0].per_backend ==
+          std::vector<torch_delegate::backend_reason>{{"y", kept_reason::unsupported_kind, ""}});
+    CHECK(read->methods[0].regions[0].backend_ms == 0.5);
+    // Its text is the one line it had.
+    CHECK(contains(read->to_string(), "    kept aten::relu: unsupported kind at m.py:3\n"));
   }
   SUBCASE("version 4: a region's backend is the report's, not measured") {
     std::vector<c10::IValue> region{std::string("forward_region_0"), std::int64_t{2}, c10::List<std::string>({"aten::add"}),
@@ -1218,6 +1244,18 @@ TEST_CASE("report format: versions 1 to 5 read back; anything else is nullopt, n
     CHECK(!decode_report(c10::ivalue::Tuple::create({std::int64_t{99}, std::string("b"), std::string("M"), c10::IValue()})));
     CHECK(!decode_report(c10::ivalue::Tuple::create({std::string("3")})));
     CHECK(!decode_report(old_format(2, "boundary type", "", -1)));  // a negative node count
+    // Version 6: a per-backend reason this build does not know, or not a (str, str, str).
+    auto with_per_backend = [&](c10::IValue entry) {
+      c10::IValue value = encode_report(report);
+      auto kept = value.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toList();
+      auto fields = kept.get(0).toTupleRef().elements().vec();
+      auto list = fields[6].toList();
+      list.set(0, std::move(entry));
+      return value;
+    };
+    CHECK(!decode_report(with_per_backend(c10::ivalue::Tuple::create({std::string("a"), std::string("faster_elsewhere"), std::string("")}))));
+    CHECK(!decode_report(with_per_backend(c10::ivalue::Tuple::create({std::string("a"), std::int64_t{1}, std::string("")}))));
+    CHECK(decode_report(with_per_backend(c10::ivalue::Tuple::create({std::string("a"), std::string("boundary_type"), std::string("")}))));
   }
 }
 
@@ -1386,7 +1424,7 @@ def forward(self, x, h):
                                   {"td_partition_adds_only", kinds{"aten::add"}},
                                   {"td_partition_adds_only", kinds{"aten::add"}},
                                   {"td_partition_reference", kinds{"aten::mul", "aten::sub"}}});
-    // Nodes no backend takes are kept with the last backend's reason.
+    // Nodes no backend takes are kept, with each backend's reason.
     std::set<std::string> kept;
     for (const auto& node : plan.methods[0].kept) kept.insert(node.kind);
     CHECK(kept == std::set<std::string>{"aten::relu", "aten::sigmoid"});
@@ -1424,9 +1462,15 @@ def forward(self, x, h):
     CHECK(regions_of(plan) == std::vector<std::pair<std::string, kinds>>{
                                   {"td_partition_no_mul_regions", kinds{"aten::add"}},
                                   {"td_partition_adds_only", kinds{"aten::add"}}});
+    // The mul: refused with its region by the first, not supported by the second. Its primary
+    // reason is the first's, which got further with it.
     bool refused_then_unsupported = false;
     for (const auto& node : plan.methods[0].kept)
-      refused_then_unsupported |= node.kind == "aten::mul" && node.reason == torch_delegate::kept_reason::unsupported_kind;
+      refused_then_unsupported |=
+          node.kind == "aten::mul" && node.reason == torch_delegate::kept_reason::refused_by_backend &&
+          node.per_backend == std::vector<torch_delegate::backend_reason>{
+                                  {"td_partition_no_mul_regions", torch_delegate::kept_reason::refused_by_backend, "3-node region"},
+                                  {"td_partition_adds_only", torch_delegate::kept_reason::unsupported_kind, ""}};
     CHECK(refused_then_unsupported);
     CHECK(torch_delegate::lower_partially<NoMulRegions, AddsOnly>(module).forward({x, h}).toTensor().allclose(want));
   }
@@ -1465,6 +1509,117 @@ def forward(self, x, h):
     CHECK_THROWS_WITH((torch_delegate::lower_partially<ReferenceBackend, ReferenceBackend>(module)),
                       doctest::Contains("the backend is listed twice in the priority list (td_partition_reference, "
                                         "td_partition_reference)"));
+  }
+}
+
+namespace {
+/// Takes multiplications, in regions of 2 nodes or more (a third reason for the tests below).
+struct MulsInPairs : ReferenceBackend {
+  static constexpr std::string_view name = "td_partition_muls_in_pairs";
+  static constexpr std::size_t min_region_size = 2;
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::mul || node->kind() == c10::prim::Constant;
+  }
+};
+/// The same in regions of 3 nodes or more.
+struct MulsInThrees : MulsInPairs {
+  static constexpr std::string_view name = "td_partition_muls_in_threes";
+  static constexpr std::size_t min_region_size = 3;
+};
+}  // namespace
+
+TEST_CASE("several backends: a node no backend takes is kept with each backend's reason, in data, text and saved report") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x + h
+    b = a * h
+    return torch.relu(b)
+)");
+  using torch_delegate::backend_reason;
+  using torch_delegate::kept_reason;
+  auto kept_of = [](const torch_delegate::delegation_report& report, const std::string& kind) {
+    for (const auto& node : report.methods.at(0).kept)
+      if (node.kind == kind) return node;
+    FAIL("no kept " << kind);
+    return torch_delegate::kept_node{};
+  };
+
+  SUBCASE("three backends, three reasons for the mul; one reason, on one line, where all agree") {
+    // no_mul_regions: the add and the mul make a region it refuses; adds_only takes the add and
+    // does not support the mul; muls_in_pairs gets the mul alone, a region too small.
+    const auto plan = torch_delegate::delegation_plan<NoMulRegions, AddsOnly, MulsInPairs>(module);
+    const torch_delegate::kept_node mul = kept_of(plan, "aten::mul");
+    CHECK(mul.per_backend == std::vector<backend_reason>{
+                                 {"td_partition_no_mul_regions", kept_reason::refused_by_backend, "2-node region"},
+                                 {"td_partition_adds_only", kept_reason::unsupported_kind, ""},
+                                 {"td_partition_muls_in_pairs", kept_reason::region_too_small, "1 node < 2"}});
+    // The primary reason: the backend that got furthest (a refused region is further than a
+    // region too small or an unsupported kind).
+    CHECK(mul.reason == kept_reason::refused_by_backend);
+    CHECK(mul.detail == "2-node region");
+    const torch_delegate::kept_node relu = kept_of(plan, "aten::relu");
+    CHECK(relu.reason == kept_reason::unsupported_kind);
+    CHECK(relu.per_backend == std::vector<backend_reason>{{"td_partition_no_mul_regions", kept_reason::unsupported_kind, ""},
+                                                          {"td_partition_adds_only", kept_reason::unsupported_kind, ""},
+                                                          {"td_partition_muls_in_pairs", kept_reason::unsupported_kind, ""}});
+    CHECK(plan.to_string() ==
+          "delegation of __torch__.m to backends td_partition_no_mul_regions, td_partition_adds_only, td_partition_muls_in_pairs\n"
+          "  forward: 1 region, 1 nodes delegated, 2 kept in TorchScript\n"
+          "    region forward_region_0: 1 nodes (aten::add) on td_partition_adds_only at <string>:3\n"
+          "    kept aten::relu: unsupported kind at <string>:5\n"
+          "    kept aten::mul at <string>:4:\n"
+          "      td_partition_no_mul_regions: refused by the backend (2-node region)\n"
+          "      td_partition_adds_only: unsupported kind\n"
+          "      td_partition_muls_in_pairs: region too small (1 node < 2)\n");
+
+    // Lowered, saved and loaded: the same report, as data and as text.
+    auto lowered = torch_delegate::lower_partially<NoMulRegions, AddsOnly, MulsInPairs>(module);
+    CHECK(torch_delegate::delegation_report_data_of(lowered) == plan);
+    const std::string path = temp_path("three_reasons.pt");
+    lowered.save(path);
+    auto loaded = torch::jit::load(path);
+    CHECK(torch_delegate::delegation_report_data_of(loaded) == plan);
+    CHECK(torch_delegate::delegation_report_of(loaded) == plan.to_string());
+    std::remove(path.c_str());
+    const at::Tensor x = torch::randn({4}), h = torch::randn({4});
+    CHECK(loaded.forward({x, h}).toTensor().allclose(torch::jit::Module(module).forward({x, h}).toTensor()));
+  }
+  SUBCASE("the primary reason is the furthest, wherever its backend is in the list") {
+    // adds_only first: the mul is unsupported there; no_mul_regions then refuses it alone.
+    const auto plan = torch_delegate::delegation_plan<AddsOnly, NoMulRegions>(module);
+    const torch_delegate::kept_node mul = kept_of(plan, "aten::mul");
+    CHECK(mul.per_backend == std::vector<backend_reason>{
+                                 {"td_partition_adds_only", kept_reason::unsupported_kind, ""},
+                                 {"td_partition_no_mul_regions", kept_reason::refused_by_backend, "1-node region"}});
+    CHECK(mul.reason == kept_reason::refused_by_backend);
+    CHECK(mul.detail == "1-node region");
+  }
+  SUBCASE("backends that got as far: the first's is the primary") {
+    const auto plan = torch_delegate::delegation_plan<MulsInPairs, MulsInThrees>(module);
+    const torch_delegate::kept_node mul = kept_of(plan, "aten::mul");
+    CHECK(mul.per_backend == std::vector<backend_reason>{
+                                 {"td_partition_muls_in_pairs", kept_reason::region_too_small, "1 node < 2"},
+                                 {"td_partition_muls_in_threes", kept_reason::region_too_small, "1 node < 3"}});
+    CHECK(mul.detail == "1 node < 2");
+    CHECK(contains(plan.to_string(), "    kept aten::mul at <string>:4:\n"
+                                     "      td_partition_muls_in_pairs: region too small (1 node < 2)\n"
+                                     "      td_partition_muls_in_threes: region too small (1 node < 3)\n"));
+  }
+  SUBCASE("one backend: its reason, once, on one line (as before several backends)") {
+    const auto plan = torch_delegate::delegation_plan<MulsInPairs>(module);
+    const torch_delegate::kept_node mul = kept_of(plan, "aten::mul");
+    CHECK(mul.per_backend ==
+          std::vector<backend_reason>{{"td_partition_muls_in_pairs", kept_reason::region_too_small, "1 node < 2"}});
+    CHECK(contains(plan.to_string(), "    kept aten::mul: region too small (1 node < 2) at <string>:4\n"));
+  }
+  SUBCASE("require_full names the first node by its primary reason") {
+    torch_delegate::partition_options options;
+    options.require_full = true;
+    CHECK_THROWS_WITH((torch_delegate::lower_partially<AddsOnly, NoMulRegions>(module, options)),
+                      doctest::Contains("require_full: 2 node(s) would stay in TorchScript, the first aten::relu (unsupported kind)"));
+    CHECK_THROWS_WITH((torch_delegate::delegation_plan<AddsOnly, NoMulRegions, MulsInPairs>(
+                          script("def forward(self, x, h):\n    return (x + h) * h\n"), options)),
+                      doctest::Contains("the first aten::mul (refused by the backend: 1-node region) at <string>:2"));
   }
 }
 
@@ -1512,6 +1667,35 @@ def forward(self, x, h):
       CHECK(region.backend_ms >= 0);
       CHECK(region.backend_ms <= region.torchscript_ms);  // delegated only where faster
     }
+  }
+  SUBCASE("a node the first backend measured slower and the next does not support: both reasons; a replay keeps them") {
+    const auto plan = torch_delegate::delegation_plan<SlowReference, AddsOnly>(module, options);
+    const torch_delegate::kept_node* mul = nullptr;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.kind == "aten::mul") mul = &node;
+    REQUIRE(mul);
+    REQUIRE(mul->per_backend.size() == 2);
+    CHECK(mul->per_backend[0].backend == "td_partition_slow_reference");
+    CHECK(mul->per_backend[0].reason == torch_delegate::kept_reason::slower_on_backend);
+    CHECK(contains(mul->per_backend[0].detail, " ms on td_partition_slow_reference, "));
+    CHECK(mul->per_backend[1] ==
+          torch_delegate::backend_reason{"td_partition_adds_only", torch_delegate::kept_reason::unsupported_kind, ""});
+    // Slower on a backend that supports it says more than unsupported on one that does not.
+    CHECK(mul->reason == torch_delegate::kept_reason::slower_on_backend);
+    CHECK(mul->detail == mul->per_backend[0].detail);
+    CHECK(contains(plan.to_string(), "    kept aten::mul at <string>:3:\n"
+                                     "      td_partition_slow_reference: slower on the backend (" +
+                                         mul->detail + ")\n      td_partition_adds_only: unsupported kind\n"));
+    // Replayed, the first backend's region keeps its own measured reason (not "not delegated in
+    // the replayed plan").
+    torch_delegate::partition_options again = options;
+    again.measure = false;
+    again.replay = plan;
+    const auto replayed = torch_delegate::delegation_plan<SlowReference, AddsOnly>(module, again);
+    bool same = false;
+    for (const auto& node : replayed.methods[0].kept)
+      if (node.kind == "aten::mul") same = node.per_backend == mul->per_backend && node.reason == mul->reason;
+    CHECK(same);
   }
   SUBCASE("every measured region has both times, and is delegated only where its backend is faster") {
     const auto plan = torch_delegate::delegation_plan<ReferenceBackend>(module, options);

@@ -1,7 +1,8 @@
 // Partial lowering: the demo backend (add and sub only) takes the regions of a method it
 // supports; relu and the weight read stay in TorchScript. The delegation report before lowering
 // (a dry run) and after save and load; the outputs equal the original's. Then selective lowering
-// (one submodule, by path) and availability fallback (a backend whose device goes away).
+// (one submodule, by path), availability fallback (a backend whose device goes away), and the
+// plan for two backends, where a node neither takes is reported with each one's reason.
 #include <backend_with_compiler_demo/demo_backend.hpp>
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/torch_delegate.hpp>
@@ -16,6 +17,16 @@ std::atomic<bool> device_present{true};
 struct UnpluggableDemo : demo::DemoBackend {
   static constexpr std::string_view name = "unpluggable_demo";
   static bool is_available() { return device_present.load(); }
+};
+
+// An accelerator that also runs relu, but is worth a call only for regions of 8 nodes or more
+// (listed before the demo in a dry run; never compiled here).
+struct BigRegionsAccelerator : demo::DemoBackend {
+  static constexpr std::string_view name = "big_regions_accelerator";
+  static constexpr std::size_t min_region_size = 8;
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::relu || demo::DemoBackend::supports(node);
+  }
 };
 
 int main() {
@@ -56,6 +67,13 @@ def forward(self, x, h):
   torch::jit::Module selective = torch_delegate::lower_partially<demo::DemoBackend>(net, only_encoder);
   // [selective]
   equal = equal && selective.forward({x, h}).toTensor().allclose(net.forward({x, h}).toTensor());
+
+  // [several]
+  const torch_delegate::delegation_report two = torch_delegate::delegation_plan<BigRegionsAccelerator, demo::DemoBackend>(model);
+  std::cout << "--- output: several ---\n" << two.to_string() << "--- end output ---\n";
+  // [several]
+  const torch_delegate::kept_node& relu = two.methods.at(0).kept.back();
+  equal = equal && relu.per_backend.size() == 2 && relu.reason == torch_delegate::kept_reason::region_too_small;
 
   // [fallback]
   torch_delegate::partition_options fallback;

@@ -58,17 +58,45 @@ struct region_report {
   bool operator==(const region_report&) const = default;
 };
 
+/// One backend's reason for not taking a node (lowering to several backends, each backend of
+/// the list gives one).
+struct backend_reason {
+  std::string backend;
+  kept_reason reason;
+  std::string detail;
+
+  bool operator==(const backend_reason&) const = default;
+};
+
 /// One node that stays in TorchScript.
 struct kept_node {
   std::string kind;
+  /// Why it stays: with several backends, the reason of the backend that got furthest with it
+  /// (primary_reason: a region refused or measured slower says more than an unsupported kind),
+  /// the first of the list among those that got as far. per_backend has every backend's.
   kept_reason reason;
   std::string detail;    // e.g. the type that cannot cross, the region size, the submodule kept
   std::string location;  // "model.py:12": the innermost line of the model's own source (not PyTorch's torch/nn/...), or ""
   int depth = 0;
   std::string submodule;  // the submodule it comes from, by attribute path ("features.3.block.2"); "" for the top
+  /// Each backend's reason, in the list's order (one entry with one backend). Read from a report
+  /// saved before format 6: the one reason saved then, as the last backend's (the backend whose
+  /// reason those builds reported). Empty in a kept_node made by hand.
+  std::vector<backend_reason> per_backend = {};
 
   bool operator==(const kept_node&) const = default;
 };
+
+/// How far a backend got with a node it did not take, to choose a kept node's primary reason:
+/// reasons that are no backend's (attribute reads, control flow, the user's choices) 0; the
+/// backend does not support it 1; supported but excluded by the user or written to 2-3; in a run
+/// whose boundary types or size fail 4-5; in a region the backend refused 6, measured slower 7,
+/// faster but gaining too little 8.
+TORCH_DELEGATE_DECL int progress_of(kept_reason reason);
+
+/// The entry of `per_backend` that got furthest (progress_of), the first of those that got as
+/// far; nullptr for an empty list.
+TORCH_DELEGATE_DECL const backend_reason* primary_reason(const std::vector<backend_reason>& per_backend);
 
 /// What partial lowering does (or did) with one method.
 struct method_delegation {

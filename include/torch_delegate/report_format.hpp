@@ -2,11 +2,17 @@
 // `_torch_delegate_report_data`): this header owns that format, as payload_format.hpp owns the
 // processed payload. Nothing else encodes or decodes it.
 //
-//   version 5: (5, backend, module, [(method, [region], [kept])])
+//   version 6: (6, backend, module, [(method, [region], [kept])])
 //       region: (name, node_count, [kind], location, depth, submodule, [conversion], backend,
 //                backend_ms, torchscript_ms)
-//       kept:   (kind, reason token, detail, location, depth, submodule)
+//       kept:   (kind, reason token, detail, location, depth, submodule,
+//                [(backend, reason token, detail)])
 //     backend: the report's backends, ", "-separated in priority order; a region's, its own.
+//     A kept node's reason and detail are its primary ones; the list has every backend's.
+//   version 5: as 6 without the kept nodes' per-backend reasons (a node no backend of a list
+//     took was saved with the last backend's reason; read back as that backend's, the only
+//     entry of kept_node::per_backend; before 5, the report's one backend's):
+//       kept:   (kind, reason token, detail, location, depth, submodule)
 //   version 4: as 5 without the regions' backend and times (a region's backend is the report's):
 //       region: (name, node_count, [kind], location, depth, submodule, [conversion])
 //       kept:   (kind, reason token, detail, location, depth, submodule)
@@ -33,7 +39,7 @@
 
 namespace torch_delegate::detail {
 
-inline constexpr std::int64_t report_format_version = 5;
+inline constexpr std::int64_t report_format_version = 6;
 
 /// The stable token a reason is saved as: "unsupported_kind", ...
 TORCH_DELEGATE_DECL std::string_view token_of(kept_reason reason);
@@ -45,6 +51,7 @@ TORCH_DELEGATE_INTERNAL c10::TypePtr report_data_type(std::int64_t version = rep
 TORCH_DELEGATE_DECL c10::TypePtr method_data_type(std::int64_t version);
 TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version);
 TORCH_DELEGATE_DECL c10::TypePtr kept_data_type(std::int64_t version);
+TORCH_DELEGATE_DECL c10::TypePtr backend_reason_data_type();
 
 /// The report as data, in the current version.
 TORCH_DELEGATE_DECL c10::IValue encode_report(const delegation_report& report);

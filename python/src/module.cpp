@@ -199,10 +199,15 @@ py::dict report_data(const td::delegation_report& report) {
                               py::arg("depth") = region.depth, py::arg("submodule") = region.submodule,
                               py::arg("conversions") = region.conversions, py::arg("backend") = region.backend,
                               py::arg("backend_ms") = region.backend_ms, py::arg("torchscript_ms") = region.torchscript_ms));
-    for (const td::kept_node& node : method.kept)
+    for (const td::kept_node& node : method.kept) {
+      py::list per_backend;
+      for (const td::backend_reason& each : node.per_backend)
+        per_backend.append(py::dict(py::arg("backend") = each.backend, py::arg("reason") = std::string(td::to_string(each.reason)),
+                                    py::arg("detail") = each.detail));
       kept.append(py::dict(py::arg("kind") = node.kind, py::arg("reason") = std::string(td::to_string(node.reason)),
                            py::arg("detail") = node.detail, py::arg("location") = node.location, py::arg("depth") = node.depth,
-                           py::arg("submodule") = node.submodule));
+                           py::arg("submodule") = node.submodule, py::arg("per_backend") = per_backend));
+    }
     methods.append(py::dict(py::arg("method") = method.method, py::arg("regions") = regions, py::arg("kept") = kept));
   }
   return py::dict(py::arg("backend") = report.backend, py::arg("module") = report.module, py::arg("methods") = methods,

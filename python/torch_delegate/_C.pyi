@@ -6,7 +6,8 @@ import torch
 
 class Error(RuntimeError): ...
 
-# {"backend", "module", "methods": [{"method", "regions": [{field: value}], "kept": [{field: value}]}], "text"}
+# {"backend", "module", "methods": [{"method", "regions": [{field: value}],
+#   "kept": [{field: value, "per_backend": [{"backend", "reason", "detail"}]}]}], "text"}
 ReportData = Dict[str, Any]
 
 def backends() -> List[Dict[str, Any]]: ...

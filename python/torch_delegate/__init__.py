@@ -27,6 +27,7 @@ from ._backends import require_registered as _require_registered
 
 __all__ = [
     "Backend",
+    "BackendReason",
     "ENTRY_POINT_GROUP",
     "Error",
     "InstalledBackend",
@@ -94,15 +95,30 @@ class Region:
 
 
 @dataclasses.dataclass(frozen=True)
+class BackendReason:
+    """One backend's reason for not taking a node."""
+
+    backend: str
+    reason: str  #: as KeptNode.reason
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
 class KeptNode:
     """One node that stays in TorchScript, and why."""
 
     kind: str
-    reason: str  #: "unsupported kind", "excluded by the user", "outside the submodules to lower", "control flow", ...
+    #: "unsupported kind", "excluded by the user", "outside the submodules to lower", "control flow", ...;
+    #: with several backends, the reason of the one that got furthest with it (a region refused or
+    #: measured slower before an unsupported kind), the first in the list among those that got as far
+    reason: str
     detail: str
     location: str  #: "model.py:12": the innermost line of the model's own source, or ""
     depth: int
     submodule: str = ""  #: the submodule it comes from, e.g. "features.3.block.2"; "" for the top
+    #: every backend's reason, in the list's order (one with one backend; a report saved before
+    #: format 6 has the one reason it saved, as the last backend's)
+    per_backend: List[BackendReason] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,7 +472,8 @@ def _report_of(data: dict) -> Report:
     # Fields by name, as _C gives them (never by position).
     methods = [
         MethodReport(method["method"], [Region(**region) for region in method["regions"]],
-                     [KeptNode(**kept) for kept in method["kept"]])
+                     [KeptNode(**dict(kept, per_backend=[BackendReason(**each) for each in kept["per_backend"]]))
+                      for kept in method["kept"]])
         for method in data["methods"]
     ]
     return Report(data["backend"], data["module"], methods, data["text"])

@@ -1,8 +1,9 @@
 """A picture of a partition: a partially lowered method's graph in Graphviz's dot language, each
 region one box (its node count, kinds, line and backend) inside a cluster coloured by its
-backend, each node kept in TorchScript grey with its reason. Regions are drawn collapsed, so a
-method of ten thousand nodes stays readable: its picture has as many boxes as it has regions and
-kept nodes. svg() renders with Graphviz's dot program (Debian: graphviz)."""
+backend, each node kept in TorchScript grey with its reason (each backend's, where the backends
+of a list give different ones). Regions are drawn collapsed, so a method of ten thousand nodes
+stays readable: its picture has as many boxes as it has regions and kept nodes. svg() renders
+with Graphviz's dot program (Debian: graphviz)."""
 from __future__ import annotations
 
 import shutil
@@ -85,11 +86,28 @@ def to_dot(report: "Report", module: Optional[torch.jit.ScriptModule] = None) ->
     return "\n".join(out) + "\n"
 
 
+def _disagreeing(node) -> list:
+    """Each backend's reason for a kept node when they are not all its primary reason (as the
+    text report, which then gives one line per backend); [] when one reason says it."""
+    per_backend = getattr(node, "per_backend", [])
+    if all((each.reason, each.detail) == (node.reason, node.detail) for each in per_backend):
+        return []
+    return per_backend
+
+
 def _kept_attributes(node, kind: str) -> str:
-    tooltip = f"{kind}: {node.reason}" + (f" ({node.detail})" if node.detail else "")
-    if node.location:
-        tooltip += f" at {node.location}"
-    label = f"{_short(kind)}\n{node.reason}" + (f"\n{node.location}" if node.location else "")
+    where = f"\n{node.location}" if node.location else ""
+    reasons = _disagreeing(node)
+    if reasons:
+        # The label: each backend's reason, one line each; the tooltip adds their details.
+        label = f"{_short(kind)}\n" + "\n".join(f"{each.backend}: {each.reason}" for each in reasons) + where
+        tooltip = f"{kind}" + (f" at {node.location}" if node.location else "") + ":" + "".join(
+            f"\n{each.backend}: {each.reason}" + (f" ({each.detail})" if each.detail else "") for each in reasons)
+    else:
+        label = f"{_short(kind)}\n{node.reason}" + where
+        tooltip = f"{kind}: {node.reason}" + (f" ({node.detail})" if node.detail else "")
+        if node.location:
+            tooltip += f" at {node.location}"
     return f"label={_quote(label)}, tooltip={_quote(tooltip)}, fillcolor={_quote(KEPT_COLOUR)}"
 
 

@@ -56,7 +56,7 @@ class AddReluSub(torch.nn.Module):
     """The demo backend takes add and sub, not relu: two regions around it."""
 
     def forward(self, x, h):
-        return torch.relu(x + h) - h
+        return torch.relu(x + h) - h  # ADD_RELU_SUB_LINE
 
 
 class ConvGate(torch.nn.Module):
@@ -215,6 +215,8 @@ class LowerPartially(unittest.TestCase):
         self.assertTrue(regions[0].location.endswith("save_v1.py:9"), regions[0].location)
         self.assertEqual([(k.kind, k.reason) for k in old.methods[0].kept],
                          [("prim::GetAttr", "attribute read"), ("aten::linear", "unsupported kind")])
+        # Format 1 saved one reason per node: read back as its one backend's.
+        self.assertEqual(old.methods[0].kept[1].per_backend, [td.BackendReason("pointwise_fusion", "unsupported kind", "")])
         x, h = torch.linspace(-2, 2, 8).reshape(2, 4), torch.ones(2, 4) * 0.25
         w = torch.arange(12.).reshape(3, 4) / 10 - 0.5
         expected = torch.relu(torch.nn.functional.linear(torch.sigmoid(x) * 2.0 + h, w) * 0.5 - 1.0)
@@ -239,6 +241,44 @@ class LowerPartially(unittest.TestCase):
             self.assertEqual(td.report(lowered).methods, planned.methods)
             x = torch.randn(1, 3, 8, 8)
             torch.testing.assert_close(lowered(x), scripted(x))
+
+    def test_each_backends_reason_for_a_node_no_backend_takes(self):
+        # The demo takes the add and the sub, not the relu; pointwise_fusion supports the relu but
+        # refuses a region of one relu (eager runs it as fast).
+        line = next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("# ADD_RELU_SUB_LINE"))
+        here = f"{__file__}:{line}"
+        scripted = torch.jit.script(AddReluSub())
+        backends = ["td_test_pluggable_demo", "pointwise_fusion"]
+        planned = td.plan(scripted, backends)
+        relu = next(k for k in planned.methods[0].kept if k.kind == "aten::relu")
+        self.assertEqual(relu.per_backend, [td.BackendReason("td_test_pluggable_demo", "unsupported kind", ""),
+                                            td.BackendReason("pointwise_fusion", "refused by the backend", "1-node region")])
+        # The primary reason: the backend that got furthest with it.
+        self.assertEqual((relu.reason, relu.detail), ("refused by the backend", "1-node region"))
+        self.assertIn(f"    kept aten::relu at {here}:\n"
+                      "      td_test_pluggable_demo: unsupported kind\n"
+                      "      pointwise_fusion: refused by the backend (1-node region)\n", str(planned))
+        # The picture: each backend's reason in the label, with its detail in the tooltip.
+        dot = planned.to_dot()
+        self.assertIn('label="relu\\ntd_test_pluggable_demo: unsupported kind\\npointwise_fusion: refused by the backend'
+                      f'\\n{here}", tooltip="aten::relu at {here}:\\ntd_test_pluggable_demo: unsupported kind'
+                      '\\npointwise_fusion: refused by the backend (1-node region)"', dot)
+        # Lowered, saved and loaded: the same report; its picture with the graph says the same.
+        lowered = td.lower(scripted, backends, partial=True)
+        saved = path("two_reasons.pt")
+        lowered.save(saved)
+        loaded = td.load(saved)
+        self.assertEqual(td.report(loaded), planned)
+        self.assertIn("pointwise_fusion: refused by the backend (1-node region)", td.report(loaded).to_dot(loaded))
+        x, h = torch.randn(4), torch.randn(4)
+        torch.testing.assert_close(loaded(x, h), scripted(x, h))
+        # One backend: its one reason, on one line, in the text and in the picture.
+        alone = td.plan(scripted, "td_test_pluggable_demo")
+        relu = next(k for k in alone.methods[0].kept if k.kind == "aten::relu")
+        self.assertEqual(relu.per_backend, [td.BackendReason("td_test_pluggable_demo", "unsupported kind", "")])
+        self.assertIn(f"    kept aten::relu: unsupported kind at {here}\n", str(alone))
+        self.assertIn(f'label="relu\\nunsupported kind\\n{here}", tooltip="aten::relu: unsupported kind at {here}"',
+                      alone.to_dot())
 
     def test_knobs(self):
         scripted = torch.jit.script(FeedForward())

@@ -41,11 +41,14 @@ struct region {
 /// Regions whose inputs and outputs no execute signature of the backend takes, or that its
 /// accepts_region refuses, are dissolved into kept nodes. `taken`: nodes an earlier backend of a
 /// priority list took (lowering to several backends); they end runs as a kept node does, and are
-/// not reported.
+/// not reported. Each kept node's per_backend is this backend's reason alone. `kept_nodes`: if
+/// given, gets the node of each entry added to `report.kept`, in the same order (lowering to
+/// several backends pairs each backend's reasons for one node).
 TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                                      const std::shared_ptr<torch::jit::Graph>& graph,
                                                      const std::string& method, method_delegation& report,
-                                                     const std::unordered_set<const torch::jit::Node*>* taken = nullptr);
+                                                     const std::unordered_set<const torch::jit::Node*>* taken = nullptr,
+                                                     std::vector<const torch::jit::Node*>* kept_nodes = nullptr);
 
 /// Whether `value` is an attribute read (a prim::GetAttr) of a type a region can hold as a
 /// constant: a number, a bool, a string, or a list of ints, floats or bools (ConvNeXt's

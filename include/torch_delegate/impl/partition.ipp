@@ -140,9 +140,15 @@ inline void add_region_method(torch::jit::Module& child, const std::string& name
 inline void check_full(const partition_options& options, const backend_lowering& backend, const method_delegation& report) {
   if (!options.require_full) return;
   std::vector<const kept_node*> kept;
+  // The tuple that packs a method's results, whichever backend's reason is the primary one (a
+  // backend that supports prim::TupleConstruct may have got further with it).
+  auto result_tuple = [](const kept_node& node) {
+    return node.reason == kept_reason::result_tuple ||
+           std::any_of(node.per_backend.begin(), node.per_backend.end(),
+                       [](const backend_reason& each) { return each.reason == kept_reason::result_tuple; });
+  };
   for (const kept_node& node : report.kept)
-    if (node.reason != kept_reason::attribute_read && node.reason != kept_reason::result_tuple &&
-        node.reason != kept_reason::outside_selection)
+    if (node.reason != kept_reason::attribute_read && !result_tuple(node) && node.reason != kept_reason::outside_selection)
       kept.push_back(&node);
   if (kept.empty()) return;
   const kept_node& first = *kept.front();
@@ -566,7 +572,8 @@ inline void check_backend_list(const backend_list& backends) {
 /// exists, take its canonical graph, form each backend's regions in priority order (a node goes
 /// to the first backend that takes it), place the layout conversions, apply require_full. (The
 /// callers check the submodule paths first, on the user's module: errors name its class, not a
-/// copy's.) A node every backend passes on is reported with the last backend's reason.
+/// copy's.) A node every backend passes on is reported with every backend's reason
+/// (kept_node::per_backend), its primary one the furthest (primary_reason).
 /// `specs` (lowering): each backend's {method: spec}, which measured regions are compiled with.
 inline std::vector<partitioned_method> partition_methods(const backend_list& backends, const torch::jit::Module& module,
                                                          const partition_options& options,
@@ -609,9 +616,16 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
     std::optional<std::unordered_map<const torch::jit::Value*, c10::IValue>> values;  // computed once, when needed
     double whole_ms = -1;  // the original method's time (min_gain), measured once, when needed
     std::vector<bool> matched;  // the replayed regions already paired with a candidate
+    // Each backend's reasons for each node it did not take, in the list's order: a node no
+    // backend takes is reported (by the last pass) with all of them.
+    std::unordered_map<const torch::jit::Node*, std::vector<backend_reason>> reasons_of;
+    std::vector<const torch::jit::Node*> last_kept;  // the node of each of the last pass's kept entries
     for (std::size_t k = 0; k < backends.size(); ++k) {
       method_delegation pass{method, {}, {}};
-      std::vector<region> regions = form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr);
+      std::vector<const torch::jit::Node*> kept_nodes;  // the node of each entry of pass.kept
+      std::vector<region> regions =
+          form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr, &kept_nodes);
+      const std::string backend_name(backends[k]->name());
       std::vector<std::string> why(regions.size());  // why each region stays in TorchScript; empty: delegated
       std::vector<kept_reason> reason(regions.size(), kept_reason::slower_on_backend);
       std::vector<std::size_t> winners;  // measured and faster on the backend
@@ -623,15 +637,24 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
             candidate.torchscript_ms = earlier->torchscript_ms;
           } else {
             why[i] = "not delegated in the replayed plan";
-            // A region the replayed report kept as slower or as gaining too little (measured, or
-            // dropped by the method's check) keeps that reason and its figures.
-            for (const kept_node& earlier : replayed ? replayed->kept : std::vector<kept_node>{})
-              if ((earlier.reason == kept_reason::slower_on_backend || earlier.reason == kept_reason::gain_below_minimum) &&
-                  !candidate.kinds.empty() && earlier.kind == candidate.kinds.front() && earlier.location == candidate.location) {
-                why[i] = earlier.detail;
-                reason[i] = earlier.reason;
+            // A region the replayed report kept as slower or as gaining too little on this
+            // backend (measured, or dropped by the method's check) keeps that reason and its
+            // figures. A kept node without per-backend reasons (made by hand) counts for any.
+            auto measured = [](kept_reason r) {
+              return r == kept_reason::slower_on_backend || r == kept_reason::gain_below_minimum;
+            };
+            for (const kept_node& earlier : replayed ? replayed->kept : std::vector<kept_node>{}) {
+              if (candidate.kinds.empty() || earlier.kind != candidate.kinds.front() || earlier.location != candidate.location)
+                continue;
+              const backend_reason* own = nullptr;
+              for (const backend_reason& each : earlier.per_backend)
+                if (each.backend == backend_name && measured(each.reason)) own = &each;
+              if (own || (earlier.per_backend.empty() && measured(earlier.reason))) {
+                why[i] = own ? own->detail : earlier.detail;
+                reason[i] = own ? own->reason : earlier.reason;
                 break;
               }
+            }
           }
         } else {
           if (!values) values = example_values(module, graph, examples->second);
@@ -674,8 +697,14 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
         for (const torch::jit::Node* node : regions[i].nodes) {
           model_location where = locate_in_model(node);
           pass.kept.push_back({node->kind().toQualString(), reason[i], why[i], std::move(where.line), regions[i].depth,
-                               std::move(where.submodule)});
+                               std::move(where.submodule), {{backend_name, reason[i], why[i]}}});
+          kept_nodes.push_back(node);
         }
+      }
+      for (std::size_t n = 0; n < pass.kept.size(); ++n) {
+        std::vector<backend_reason>& reasons = reasons_of[kept_nodes[n]];
+        if (reasons.empty() || reasons.back().backend != backend_name)  // once per backend
+          reasons.push_back({backend_name, pass.kept[n].reason, pass.kept[n].detail});
       }
       for (std::size_t i = 0; i < regions.size(); ++i) {
         if (!why[i].empty()) continue;
@@ -685,7 +714,20 @@ inline std::vector<partitioned_method> partition_methods(const backend_list& bac
         p.regions.push_back(std::move(regions[i]));
         p.backend_of.push_back(k);
       }
-      if (k + 1 == backends.size()) p.entry.kept = std::move(pass.kept);
+      if (k + 1 == backends.size()) {
+        p.entry.kept = std::move(pass.kept);
+        last_kept = std::move(kept_nodes);
+      }
+    }
+    // The last pass's kept nodes are those no backend took; every backend gave each a reason.
+    for (std::size_t n = 0; n < p.entry.kept.size(); ++n) {
+      kept_node& node = p.entry.kept[n];
+      std::vector<backend_reason>& reasons = reasons_of.at(last_kept[n]);
+      if (!reasons.empty()) node.per_backend = std::move(reasons);  // (a node is kept once per pass)
+      if (const backend_reason* primary = primary_reason(node.per_backend)) {
+        node.reason = primary->reason;
+        node.detail = primary->detail;
+      }
     }
     for (std::size_t k = 0; k < backends.size(); ++k)
       if (backends[k]->partition.channels_last) place_conversions(*backends[k], p.regions, p.entry, p.backend_of, k);
@@ -993,7 +1035,7 @@ inline torch::jit::Module checked_whole(const backend_list& backends, const torc
         detail << why.str();
         if (r.backend_ms >= 0) detail << " (alone: " << timing_text(r) << ")";
         entry->kept.push_back({r.kinds.empty() ? std::string() : r.kinds.front(), kept_reason::slower_on_backend, detail.str(),
-                               r.location, r.depth, r.submodule});
+                               r.location, r.depth, r.submodule, {{r.backend, kept_reason::slower_on_backend, detail.str()}}});
       }
       entry->regions = std::move(remaining);
       partition_options again = options;

@@ -79,22 +79,27 @@ struct partitioner {
   std::size_t min_size;
   method_delegation& report;
   const std::unordered_set<const torch::jit::Node*>* taken;
+  std::vector<const torch::jit::Node*>* kept_nodes;
   std::vector<region> regions;
 
   partitioner(const backend_lowering& b, const partition_options& o, std::shared_ptr<torch::jit::Graph> graph,
-              method_delegation& r, const std::unordered_set<const torch::jit::Node*>* t)
+              method_delegation& r, const std::unordered_set<const torch::jit::Node*>* t,
+              std::vector<const torch::jit::Node*>* k)
       : backend(b),
         options(o),
         alias(std::move(graph)),
         generic(has_generic_execute(b.signatures())),
         min_size(o.min_region_size ? o.min_region_size : std::max<std::size_t>(b.partition.min_region_size, 1)),
         report(r),
-        taken(t) {}
+        taken(t),
+        kept_nodes(k) {}
 
   void keep(const torch::jit::Node* node, kept_reason reason, std::string detail, int depth) {
     model_location where = locate_in_model(node);
+    std::vector<backend_reason> per_backend{{std::string(backend.name()), reason, detail}};
     report.kept.push_back({node->kind().toQualString(), reason, std::move(detail), std::move(where.line), depth,
-                           std::move(where.submodule)});
+                           std::move(where.submodule), std::move(per_backend)});
+    if (kept_nodes) kept_nodes->push_back(node);
   }
 
   /// Why `node` cannot join a region, or nothing.
@@ -278,8 +283,9 @@ inline model_location region_location(const std::vector<torch::jit::Node*>& node
 
 TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                         const std::shared_ptr<torch::jit::Graph>& graph, const std::string& method,
-                                        method_delegation& report, const std::unordered_set<const torch::jit::Node*>* taken) {
-  partitioner p(backend, options, graph, report, taken);
+                                        method_delegation& report, const std::unordered_set<const torch::jit::Node*>* taken,
+                                        std::vector<const torch::jit::Node*>* kept_nodes) {
+  partitioner p(backend, options, graph, report, taken, kept_nodes);
   p.partition(graph->block(), 0);
   std::vector<region> accepted;
   for (region& formed : p.regions) {

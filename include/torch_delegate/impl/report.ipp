@@ -5,6 +5,7 @@
 #include <torch_delegate/detail/errors.hpp>
 #include <torch_delegate/report.hpp>
 
+#include <algorithm>
 #include <sstream>
 
 namespace torch_delegate {
@@ -26,6 +27,41 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
   }
   return "?";
 }
+
+TORCH_DELEGATE_DECL int progress_of(kept_reason reason) {
+  switch (reason) {
+    case kept_reason::attribute_read:
+    case kept_reason::control_flow:
+    case kept_reason::outside_selection: return 0;
+    case kept_reason::unsupported_kind:
+    case kept_reason::result_tuple: return 1;
+    case kept_reason::excluded_by_user: return 2;
+    case kept_reason::mutation_or_aliasing: return 3;
+    case kept_reason::boundary_type: return 4;
+    case kept_reason::region_too_small: return 5;
+    case kept_reason::refused_by_backend: return 6;
+    case kept_reason::slower_on_backend: return 7;
+    case kept_reason::gain_below_minimum: return 8;
+  }
+  return 0;
+}
+
+TORCH_DELEGATE_DECL const backend_reason* primary_reason(const std::vector<backend_reason>& per_backend) {
+  const backend_reason* furthest = nullptr;
+  for (const backend_reason& each : per_backend)
+    if (!furthest || progress_of(each.reason) > progress_of(furthest->reason)) furthest = &each;
+  return furthest;
+}
+
+namespace detail {
+/// Whether every backend gave `node` the same reason and detail as its primary one: then one line
+/// says it (as with one backend).
+inline bool one_reason(const kept_node& node) {
+  return std::all_of(node.per_backend.begin(), node.per_backend.end(), [&](const backend_reason& each) {
+    return each.reason == node.reason && each.detail == node.detail;
+  });
+}
+}  // namespace detail
 
 TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
   std::ostringstream out;
@@ -49,10 +85,22 @@ TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
       for (const std::string& conversion : region.conversions) out << "      conversion: " << conversion << "\n";
     }
     for (const kept_node& node : method.kept) {
-      out << "    kept " << node.kind << ": " << torch_delegate::to_string(node.reason);
-      if (!node.detail.empty()) out << " (" << node.detail << ")";
-      out << (node.submodule.empty() ? "" : " in " + node.submodule) << (node.location.empty() ? "" : " at " + node.location)
-          << "\n";
+      const std::string where =
+          (node.submodule.empty() ? "" : " in " + node.submodule) + (node.location.empty() ? "" : " at " + node.location);
+      if (detail::one_reason(node)) {
+        out << "    kept " << node.kind << ": " << torch_delegate::to_string(node.reason);
+        if (!node.detail.empty()) out << " (" << node.detail << ")";
+        out << where << "\n";
+        continue;
+      }
+      // Backends that disagree: one line each, in the list's order (a detail may hold "; " or
+      // ", ": one line per backend keeps each readable).
+      out << "    kept " << node.kind << where << ":\n";
+      for (const backend_reason& each : node.per_backend) {
+        out << "      " << each.backend << ": " << torch_delegate::to_string(each.reason);
+        if (!each.detail.empty()) out << " (" << each.detail << ")";
+        out << "\n";
+      }
     }
   }
   return out.str();

@@ -1,4 +1,4 @@
-// Definitions for report_format.hpp: the saved delegation report, versions 1 to 5.
+// Definitions for report_format.hpp: the saved delegation report, versions 1 to 6.
 #pragma once
 
 #include <torch_delegate/report_format.hpp>
@@ -8,7 +8,7 @@
 
 namespace torch_delegate::detail {
 
-/// Each reason with its stable token. Never change a token: saved reports (version 3) hold them.
+/// Each reason with its stable token. Never change a token: saved reports (version 3 on) hold them.
 inline constexpr std::array<std::pair<kept_reason, std::string_view>, 12> reason_tokens{{
     {kept_reason::unsupported_kind, "unsupported_kind"},
     {kept_reason::excluded_by_user, "excluded_by_user"},
@@ -65,11 +65,22 @@ TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version) {
   return c10::TupleType::create(std::move(fields));
 }
 
+TORCH_DELEGATE_DECL c10::TypePtr backend_reason_data_type() {
+  return c10::TupleType::create({c10::StringType::get(), c10::StringType::get(), c10::StringType::get()});
+}
+
 TORCH_DELEGATE_DECL c10::TypePtr kept_data_type(std::int64_t version) {
   std::vector<c10::TypePtr> fields{c10::StringType::get(), c10::StringType::get(), c10::StringType::get(),
                                    c10::StringType::get(), c10::IntType::get()};
   if (version >= 2) fields.push_back(c10::StringType::get());  // submodule
+  if (version >= 6) fields.push_back(c10::ListType::create(backend_reason_data_type()));  // per_backend
   return c10::TupleType::create(std::move(fields));
+}
+
+/// The last name of a report's ", "-separated backends ("xnnpack, onednn": "onednn").
+inline std::string last_backend(const std::string& backends) {
+  const std::size_t comma = backends.rfind(", ");
+  return comma == std::string::npos ? backends : backends.substr(comma + 2);
 }
 
 TORCH_DELEGATE_DECL c10::TypePtr method_data_type(std::int64_t version) {
@@ -94,9 +105,14 @@ TORCH_DELEGATE_DECL c10::IValue encode_report(const delegation_report& report) {
                                                     c10::List<std::string>(region.conversions), region.backend,
                                                     region.backend_ms, region.torchscript_ms}));
     c10::impl::GenericList kept(kept_data_type(version));
-    for (const kept_node& node : method.kept)
+    for (const kept_node& node : method.kept) {
+      c10::impl::GenericList per_backend(backend_reason_data_type());
+      for (const backend_reason& each : node.per_backend)
+        per_backend.push_back(c10::ivalue::Tuple::create({each.backend, std::string(token_of(each.reason)), each.detail}));
       kept.push_back(c10::ivalue::Tuple::create({node.kind, std::string(token_of(node.reason)), node.detail, node.location,
-                                                 static_cast<std::int64_t>(node.depth), node.submodule}));
+                                                 static_cast<std::int64_t>(node.depth), node.submodule,
+                                                 std::move(per_backend)}));
+    }
     methods.push_back(c10::ivalue::Tuple::create({method.method, std::move(regions), std::move(kept)}));
   }
   return c10::ivalue::Tuple::create({version, report.backend, report.module, std::move(methods)});
@@ -171,8 +187,22 @@ inline std::optional<delegation_report> decode_report_checked(const c10::IValue&
         }
       }
       if (!reason) return std::nullopt;  // written by a newer build with reasons this one does not know
+      std::vector<backend_reason> per_backend;
+      if (version >= 6) {
+        for (const c10::IValue& each_value : kept[6].toListRef()) {
+          if (!is_tuple_of(each_value, backend_reason_data_type())) return std::nullopt;
+          const auto each = each_value.toTupleRef().elements().vec();
+          const std::optional<kept_reason> each_reason = reason_of_token(each[1].toStringRef());
+          if (!each_reason) return std::nullopt;
+          per_backend.push_back({each[0].toStringRef(), *each_reason, each[2].toStringRef()});
+        }
+      } else {
+        // Older builds saved one reason: the last backend's (before version 5, the only one's).
+        per_backend.push_back({last_backend(report.backend), *reason, detail});
+      }
       entry.kept.push_back({kept[0].toStringRef(), *reason, std::move(detail), kept[3].toStringRef(),
-                            static_cast<int>(kept[4].toInt()), version >= 2 ? kept[5].toStringRef() : std::string()});
+                            static_cast<int>(kept[4].toInt()), version >= 2 ? kept[5].toStringRef() : std::string(),
+                            std::move(per_backend)});
     }
     report.methods.push_back(std::move(entry));
   }
