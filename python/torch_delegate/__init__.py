@@ -1,6 +1,6 @@
 """torch_delegate from Python: lower TorchScript modules to torch-delegate backends, partially or
-whole, read the delegation report, and load lowered modules with a check that their backends are
-registered.
+whole, read the delegation report, and load lowered modules with a check that the file is what was
+saved (every record's CRC32) and that their backends are registered.
 
 A backend is a C++ library built with torch-delegate; load it first, as any TorchScript extension:
 
