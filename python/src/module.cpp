@@ -333,6 +333,9 @@ PYBIND11_MODULE(_C, m) {
     return py::dict(py::arg("backend") = "", py::arg("module") = "", py::arg("methods") = py::list(), py::arg("text") = text);
   });
 
-  m.def("check_loadable", [](const std::string& path) { guarded([&] { td::check_loadable(path); }); });
+  m.def("check_loadable", [](const std::string& path, bool verify) {
+    guarded([&] { td::check_loadable(path, td::load_options{.verify = verify}); });
+  }, py::arg("path"), py::arg("verify") = true);
+  m.def("check_archive", [](const std::string& path) { guarded([&] { td::check_archive(path); }); });
   m.def("backends_needed", [](const std::string& path) { return guarded([&] { return td::backends_needed(path); }); });
 }

@@ -1,6 +1,6 @@
 """torch_delegate from Python: lower TorchScript modules to torch-delegate backends, partially or
-whole, read the delegation report, and load lowered modules with a check that their backends are
-registered.
+whole, read the delegation report, and load lowered modules with a check that the file is what was
+saved (every record's CRC32) and that their backends are registered.
 
 A backend is a C++ library built with torch-delegate; load it first, as any TorchScript extension:
 
@@ -40,6 +40,7 @@ __all__ = [
     "available_backends",
     "backends",
     "backends_needed",
+    "check_archive",
     "load",
     "load_backend",
     "lower",
@@ -428,17 +429,37 @@ def report(module: torch.jit.ScriptModule) -> Optional[Report]:
 
 
 def load(path: str, map_location: Optional[Union[str, torch.device]] = None, *,
-         load_backends: bool = False) -> torch.jit.ScriptModule:
-    """torch.jit.load, after checking that every backend the saved module delegates to is
-    registered in this process and still has the execute signatures it was lowered for: a missing
-    one is a torch_delegate.Error that names it and says how to register it (for an installed
-    backend: torch_delegate.load_backend(name), or load_backends=True to load it here)."""
+         load_backends: bool = False, verify: bool = True) -> torch.jit.ScriptModule:
+    """torch.jit.load, after checking that the file is what was saved and that every backend the
+    saved module delegates to is registered in this process and still has the execute signatures
+    it was lowered for.
+
+    verify=True (the default) first checks the archive (check_archive): a record whose data no
+    longer matches the CRC32 the archive stores for it (the file was changed after it was saved),
+    a file cut short or a damaged zip structure is a torch_delegate.Error naming the file and the
+    record; LibTorch's own reader checks none of it. It reads the whole file once more
+    (docs/deployment.md gives the cost); verify=False skips it.
+
+    A backend that is not registered is a torch_delegate.Error that names it and says how to
+    register it (for an installed backend: torch_delegate.load_backend(name), or
+    load_backends=True to load it here)."""
     if not isinstance(path, str):
         path = str(path)
+    if verify:
+        _C.check_archive(path)
     if os.path.isfile(path):
         _require_registered(_C.backends_needed(path), "torch_delegate.load", load_backends)
-    _C.check_loadable(path)
+    _C.check_loadable(path, verify=False)  # the archive, when asked for, was checked above
     return torch.jit.load(path, map_location=map_location)
+
+
+def check_archive(path: str) -> None:
+    """Checks that a saved module's file is what was saved: every record's data against the CRC32
+    its zip archive stores, each record's headers against the central directory, the central
+    directory and its ZIP64 records against the file. Raises torch_delegate.Error
+    "torch-delegate: <path>: record '<name>' is damaged: ...; refusing to load it" (or names the
+    damaged structure). load() does this first unless verify=False."""
+    _C.check_archive(str(path))
 
 
 def backends_needed(path: str) -> List[str]:

@@ -2,9 +2,13 @@
 plan of a saved scripted model for a backend, the report of a lowered file, the backends a file
 needs. --json for data, --svg for a picture of the partition.
 
+Every command that reads a saved file first checks that it is what was saved (each record's CRC32
+and the zip structure, as torch_delegate.load does); --no-verify skips that.
+
 Exit codes: 0 done; 1 torch-delegate refused (the message says why); 2 bad command line;
 3 no such file; 4 the file is not a TorchScript module; 5 a backend that is not installed, or
-installed but not loaded (the message says how to load it)."""
+installed but not loaded (the message says how to load it); 6 the file is damaged (changed after
+it was saved, or cut short: the message names the record)."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +19,7 @@ import sys
 import zipfile
 from typing import List, Optional, Sequence
 
-EXIT_REFUSED, EXIT_USAGE, EXIT_NO_FILE, EXIT_NOT_TORCHSCRIPT, EXIT_BACKEND = 1, 2, 3, 4, 5
+EXIT_REFUSED, EXIT_USAGE, EXIT_NO_FILE, EXIT_NOT_TORCHSCRIPT, EXIT_BACKEND, EXIT_DAMAGED = 1, 2, 3, 4, 5, 6
 
 
 class _Exit(Exception):
@@ -24,11 +28,20 @@ class _Exit(Exception):
         self.code = code
 
 
-def _check_file(path: str) -> None:
+def _check_file(path: str, verify: bool) -> None:
     if not os.path.exists(path):
         raise _Exit(EXIT_NO_FILE, f"{path}: no such file")
     if os.path.isdir(path):
         raise _Exit(EXIT_NO_FILE, f"{path}: is a directory, not a saved module")
+    with open(path, "rb") as data:
+        starts_as_zip = data.read(4) == b"PK\x03\x04"
+    if verify and (starts_as_zip or zipfile.is_zipfile(path)):
+        # A zip archive, or one cut short (it starts as one): checked as torch_delegate.load checks it.
+        import torch_delegate
+        try:
+            torch_delegate.check_archive(path)
+        except torch_delegate.Error as error:
+            raise _Exit(EXIT_DAMAGED, str(error).strip()) from None
     if not zipfile.is_zipfile(path):
         raise _Exit(EXIT_NOT_TORCHSCRIPT, f"{path}: not a TorchScript module (not a zip archive; save one with "
                                           f"torch.jit.save or module.save)")
@@ -106,7 +119,7 @@ def _command_backends(arguments) -> int:
 def _command_plan(arguments) -> int:
     import torch
     import torch_delegate
-    _check_file(arguments.model)
+    _check_file(arguments.model, arguments.verify)
     names = _backend_names(arguments.backend)
     _load_backends(names)
     module = torch.jit.load(arguments.model)
@@ -125,7 +138,7 @@ def _command_plan(arguments) -> int:
 
 def _command_report(arguments) -> int:
     import torch_delegate
-    _check_file(arguments.file)
+    _check_file(arguments.file, arguments.verify)
     needed = torch_delegate.backends_needed(arguments.file)
     if arguments.load_backends:
         _load_backends(needed)
@@ -137,7 +150,7 @@ def _command_report(arguments) -> int:
             f"install {'them' if len(missing) > 1 else 'it'} (installed: {', '.join(sorted(installed)) or 'none'})"
         raise _Exit(EXIT_BACKEND, f"{arguments.file} needs the backend{'s' if len(missing) > 1 else ''} "
                                   f"{', '.join(missing)}, not loaded in this process: {hint}")
-    module = torch_delegate.load(arguments.file)
+    module = torch_delegate.load(arguments.file, verify=False)  # _check_file checked it
     report = torch_delegate.report(module)
     if report is None:
         raise _Exit(EXIT_REFUSED, f"{arguments.file}: not partially lowered (no delegation report); "
@@ -150,7 +163,7 @@ def _command_report(arguments) -> int:
 
 def _command_needs(arguments) -> int:
     import torch_delegate
-    _check_file(arguments.file)
+    _check_file(arguments.file, arguments.verify)
     needed = torch_delegate.backends_needed(arguments.file)
     if arguments.json:
         print(json.dumps(needed))
@@ -179,18 +192,26 @@ def parser() -> argparse.ArgumentParser:
                            "save less than this share of the method's time (default 0.01)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--svg", metavar="OUT.svg", help="draw the partition (Graphviz)")
+    _verify_flag(plan)
     plan.set_defaults(run=_command_plan)
     report = commands.add_parser("report", help="the delegation report of a partially lowered file")
     report.add_argument("file")
     report.add_argument("--load-backends", action="store_true", help="load the installed backends the file needs")
     report.add_argument("--json", action="store_true")
     report.add_argument("--svg", metavar="OUT.svg", help="draw the partition (Graphviz)")
+    _verify_flag(report)
     report.set_defaults(run=_command_report)
     needs = commands.add_parser("needs", help="the backends a saved file needs (read without loading it)")
     needs.add_argument("file")
     needs.add_argument("--json", action="store_true")
+    _verify_flag(needs)
     needs.set_defaults(run=_command_needs)
     return top
+
+
+def _verify_flag(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--no-verify", dest="verify", action="store_false",
+                         help="do not check the file's records against their CRC32 first (exit code 6 when one differs)")
 
 
 def _share(text: str) -> float:

@@ -10,10 +10,13 @@ Run by `meson test` with /usr/bin/python3 (Debian's python3-torch); the environm
 """
 import math
 import os
+import struct
 import subprocess
 import sys
 import unittest
 import warnings
+import zipfile
+import zlib
 
 import torch
 from torch.jit.mobile import _load_for_lite_interpreter
@@ -402,6 +405,128 @@ class BadInput(unittest.TestCase):
                                               r".*<--- HERE\n \(torch-delegate: backend 'td_test_pluggable_demo', "
                                               r"method 'forward': in preprocess\)$"):
             td.lower(torch.jit.script(Divides()), "td_test_pluggable_demo")
+
+
+class WideFeedForward(torch.nn.Module):
+    """Linear -> GELU -> Linear with 1 MiB weights each: pointwise_fusion takes the GELU, the
+    Linears stay in TorchScript and their weights are records of the saved archive."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256)
+
+    def forward(self, x):
+        return self.down(gelu_tanh(self.up(x)))
+
+
+def data_start(file_bytes, info):
+    """Where a record's data starts in the file: after its local header, name and extra field."""
+    name_length, extra_length = struct.unpack_from("<HH", file_bytes, info.header_offset + 26)
+    return info.header_offset + 30 + name_length + extra_length
+
+
+def cli(*arguments):
+    done = subprocess.run([sys.executable, "-m", "torch_delegate", *arguments], capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+class DamagedFiles(unittest.TestCase):
+    """A saved module changed after it was saved (a weight record whose bytes no longer match its
+    CRC32), cut short, or with a damaged zip structure is refused by load and the command line."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.manual_seed(0)
+        cls.lowered = td.lower(torch.jit.script(WideFeedForward().eval()), "pointwise_fusion", partial=True)
+        cls.intact = path("damage_intact.pt")
+        cls.lowered.save(cls.intact)
+        cls.x = torch.randn(4, 256)
+        cls.expected = cls.lowered(cls.x)
+        with open(cls.intact, "rb") as data:
+            cls.bytes = data.read()
+        with zipfile.ZipFile(cls.intact) as archive:
+            # The biggest record: a Linear's 1 MiB weight.
+            cls.weight = max(archive.infolist(), key=lambda info: info.file_size)
+        cls.damaged = path("damage_weights.pt")
+        changed = bytearray(cls.bytes)
+        start = data_start(changed, cls.weight) + 100000
+        for at in range(start, start + 4096, 4):
+            changed[at + 1] ^= 0x01  # the second byte of each float: a change of about 1e-5 of its value
+        with open(cls.damaged, "wb") as out:
+            out.write(changed)
+        begin = data_start(changed, cls.weight)
+        cls.refusal = (f"torch-delegate: {cls.damaged}: record '{cls.weight.filename}' is damaged: the CRC32 of its "
+                       f"{cls.weight.file_size} bytes is 0x{zlib.crc32(changed[begin:begin + cls.weight.file_size]):08x}, "
+                       f"the archive says 0x{cls.weight.CRC:08x} (the file was changed after it was saved); refusing to "
+                       f"load it")
+
+    def test_load_refuses_a_changed_weight_record(self):
+        with self.assertRaises(td.Error) as raised:
+            td.load(self.damaged)
+        self.assertEqual(str(raised.exception), self.refusal)
+        with self.assertRaises(td.Error) as raised:
+            td.check_archive(self.damaged)
+        self.assertEqual(str(raised.exception), self.refusal)
+        # Python's zipfile finds the same record damaged.
+        with zipfile.ZipFile(self.damaged) as archive:
+            self.assertEqual(archive.testzip(), self.weight.filename)
+
+    def test_unchecked_the_changed_weights_load_and_run(self):
+        # Why the check exists: LibTorch 1.13's reader (torch.jit.load) compares no CRC32.
+        changed = torch.jit.load(self.damaged)(self.x)
+        self.assertFalse(torch.equal(changed, self.expected))
+        self.assertTrue(torch.allclose(changed, self.expected, atol=1e-2))
+        self.assertTrue(torch.equal(td.load(self.damaged, verify=False)(self.x), changed))
+
+    def test_an_intact_file_loads(self):
+        td.check_archive(self.intact)
+        self.assertTrue(torch.equal(td.load(self.intact)(self.x), self.expected))
+        for name in sorted(os.listdir(DATA)):
+            if name.endswith((".pt", ".ptl")):
+                td.check_archive(os.path.join(DATA, name))
+
+    def test_archives_of_other_writers_pass(self):
+        # Python's zipfile rewrites the archive, records deflated or stored, without data descriptors.
+        for compression in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
+            rewritten = path(f"damage_rewritten_{compression}.pt")
+            with zipfile.ZipFile(self.intact) as source, zipfile.ZipFile(rewritten, "w", compression) as target:
+                for info in source.infolist():
+                    target.writestr(info.filename, source.read(info))
+            td.check_archive(rewritten)
+
+    def test_a_damaged_central_directory_and_a_cut_file(self):
+        # The weight's CRC32 in the central directory (46 bytes before the last copy of its name).
+        changed = bytearray(self.bytes)
+        entry = self.bytes.rfind(self.weight.filename.encode()) - 46
+        self.assertEqual(changed[entry:entry + 4], b"PK\x01\x02")
+        changed[entry + 16] ^= 0x01
+        damaged = path("damage_directory.pt")
+        with open(damaged, "wb") as out:
+            out.write(changed)
+        descriptor = data_start(changed, self.weight) + self.weight.compress_size
+        with self.assertRaises(td.Error) as raised:
+            td.load(damaged)
+        self.assertEqual(str(raised.exception),
+                         f"torch-delegate: {damaged}: record '{self.weight.filename}' is damaged: its data descriptor (at "
+                         f"byte {descriptor}) says its CRC32 is 0x{self.weight.CRC:08x}, the central directory says "
+                         f"0x{self.weight.CRC ^ 1:08x}; refusing to load it")
+        with zipfile.ZipFile(damaged) as archive:
+            self.assertEqual(archive.testzip(), self.weight.filename)
+        cut = path("damage_cut.pt")
+        with open(cut, "wb") as out:
+            out.write(self.bytes[:len(self.bytes) // 2])
+        with self.assertRaises(td.Error) as raised:
+            td.load(cut)
+        self.assertEqual(str(raised.exception),
+                         f"torch-delegate: {cut}: not a zip archive, or one cut short: it has no end-of-central-directory "
+                         f"record (a saved module ends with one); refusing to load it")
+        self.assertEqual(cli("needs", cut), (6, "", f"torch_delegate needs: {str(raised.exception)}\n"))
+
+    def test_the_command_line_refuses_it(self):
+        for command in (("needs", self.damaged), ("report", self.damaged), ("plan", self.damaged, "pointwise_fusion")):
+            self.assertEqual(cli(*command), (6, "", f"torch_delegate {command[0]}: {self.refusal}\n"))
+        self.assertEqual(cli("needs", "--no-verify", self.damaged), (0, "pointwise_fusion\n", ""))
+        self.assertEqual(cli("needs", self.intact), (0, "pointwise_fusion\n", ""))
 
 
 if __name__ == "__main__":

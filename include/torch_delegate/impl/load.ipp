@@ -75,7 +75,10 @@ TORCH_DELEGATE_DECL std::vector<std::string> backends_needed(const std::string& 
   return names;
 }
 
-TORCH_DELEGATE_DECL void check_loadable(const std::string& path) {
+TORCH_DELEGATE_DECL void check_archive(const std::string& path) { detail::check_archive_file(path); }
+
+TORCH_DELEGATE_DECL void check_loadable(const std::string& path, const load_options& options) {
+  if (options.verify) check_archive(path);
   const std::vector<std::string> code = detail::saved_code(path);
   std::vector<std::string> backends;
   for (const std::string& text : code)
@@ -90,8 +93,8 @@ TORCH_DELEGATE_DECL void check_loadable(const std::string& path) {
   }
 }
 
-TORCH_DELEGATE_DECL torch::jit::Module load(const std::string& path) {
-  check_loadable(path);
+TORCH_DELEGATE_DECL torch::jit::Module load(const std::string& path, const load_options& options) {
+  check_loadable(path, options);
   return torch::jit::load(path);
 }
 
