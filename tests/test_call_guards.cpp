@@ -131,3 +131,14 @@ TEST_CASE("empty tensors: refused before execute unless the backend runs them") 
   auto generic = torch_delegate::lower<GenericDetachingBackend>(script(forward_source));
   CHECK(generic.forward({torch::ones({0, 4}), torch::ones({4})}).toTensor().sizes() == at::IntArrayRef({0, 4}));
 }
+
+TEST_CASE("autograd: a region's method is told apart by its name, in modules saved by any build") {
+  using torch_delegate::detail::names::is_region_method;
+  using torch_delegate::detail::names::region_method;
+  CHECK(is_region_method(region_method("forward", 0)));
+  CHECK(is_region_method(region_method("encode", 12)));
+  CHECK_FALSE(is_region_method("forward"));
+  CHECK_FALSE(is_region_method("forward_region_"));
+  CHECK_FALSE(is_region_method("_region_3"));
+  CHECK_FALSE(is_region_method("forward_region_1a"));
+}

@@ -51,7 +51,7 @@ TORCH_DELEGATE_INTERNAL c10::TypePtr report_data_type(std::int64_t version = rep
 TORCH_DELEGATE_DECL c10::TypePtr method_data_type(std::int64_t version);
 TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version);
 TORCH_DELEGATE_DECL c10::TypePtr kept_data_type(std::int64_t version);
-TORCH_DELEGATE_DECL c10::TypePtr backend_reason_data_type();
+TORCH_DELEGATE_INTERNAL c10::TypePtr backend_reason_data_type();
 
 /// The report as data, in the current version.
 TORCH_DELEGATE_DECL c10::IValue encode_report(const delegation_report& report);

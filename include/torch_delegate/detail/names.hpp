@@ -80,5 +80,13 @@ inline std::string regions_class(std::string_view backend) {
 inline std::string region_method(std::string_view method, std::size_t index) {
   return std::string(method) + "_region_" + std::to_string(index);
 }
+/// Whether `name` is a region's method ("<method>_region_<digits>"), in modules saved by any build.
+inline bool is_region_method(std::string_view name) {
+  const std::size_t at = name.rfind("_region_");
+  if (at == std::string_view::npos || at == 0 || at + 8 == name.size()) return false;
+  for (char c : name.substr(at + 8))
+    if (c < '0' || c > '9') return false;
+  return true;
+}
 
 }  // namespace torch_delegate::detail::names

@@ -61,7 +61,7 @@ inline void inspect_tensor(const method_info& method, const at::Tensor& tensor, 
                              "with fallback=True or on_other_shapes=\"torchscript\" (C++: "
                              "partition_options::fallback_when_unavailable, other_shapes::torchscript) so that "
                              "TorchScript runs them");
-  if (!inspection.wants_gradient() && tensor.requires_grad() && at::GradMode::is_enabled()) {
+  if (method.checks_autograd && !inspection.wants_gradient() && tensor.requires_grad() && at::GradMode::is_enabled()) {
     inspection.gradient_argument = index;
     inspection.gradient_tensor = place;
   }
@@ -119,16 +119,19 @@ inline std::optional<std::string> detached_tensor(const c10::IValue& value, cons
   return std::nullopt;
 }
 
+TORCH_DELEGATE_INTERNAL std::string dropped_gradient_message(std::string_view who, std::string_view what, std::string_view backend) {
+  return "autograd: " + std::string(who) + " requires grad and grad mode is on, but " + std::string(what) +
+         " comes back from backend '" + std::string(backend) +
+         "' without autograd history (the backend runs outside autograd): its gradient would be silently lost. Call the "
+         "model under torch.no_grad() or torch.inference_mode() (C++: torch::NoGradGuard or c10::InferenceMode), or lower "
+         "it with fallback=True or on_other_shapes=\"torchscript\" so that such calls run in TorchScript";
+}
+
 TORCH_DELEGATE_DECL void check_output_history(const method_info& method, const call_inspection& inspection,
                                                   std::size_t output, const c10::IValue& value) {
   const std::optional<std::string> detached = detached_tensor(value, "output " + std::to_string(output + 1));
   if (!detached) return;
-  fail(method.where(), "autograd: " + inspection.gradient_tensor + " requires grad and grad mode is on, but " + *detached +
-                           " comes back from backend '" + method.backend +
-                           "' without autograd history (the backend runs outside autograd): its gradient would be "
-                           "silently lost. Call the model under torch.no_grad() or torch.inference_mode() (C++: "
-                           "torch::NoGradGuard or c10::InferenceMode), or lower it with fallback=True or "
-                           "on_other_shapes=\"torchscript\" so that such calls run in TorchScript");
+  fail(method.where(), dropped_gradient_message(inspection.gradient_tensor, *detached, method.backend));
 }
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_output_count(const method_info& method, std::size_t given) {

@@ -197,28 +197,68 @@ inline torch::jit::Value* inputs_match(torch::jit::Graph& graph, const std::vect
   return all;
 }
 
-/// Whether a call of a region with these inputs may run on its backend, as far as autograd and
-/// empty tensors go: not while grad mode is on and a tensor input requires grad (the backend's
-/// outputs would have no autograd history), and, for a backend that does not run empty tensors
-/// (runs_empty_tensors), not with an input of no elements. nullptr: the region has no tensor input.
+/// Whether the method was called with grad mode on and a tensor argument that requires grad:
+/// inserted once at its entry (nullptr: it takes no tensor). The method's own arguments, not its
+/// regions' inputs: those may require grad only because TorchScript computed them from
+/// parameters, which inference outside no_grad does (a non-frozen model).
+inline torch::jit::Value* method_wants_gradient(torch::jit::Graph& graph) {
+  torch::jit::Value* any = nullptr;
+  torch::jit::WithInsertPoint at_entry(graph.block()->nodes().front());
+  for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
+    torch::jit::Value* argument = graph.inputs()[i];
+    if (!argument->type()->isSubtypeOf(*c10::TensorType::get())) continue;
+    torch::jit::Value* requires_grad = graph.insert(c10::prim::requires_grad, {argument});
+    any = any ? graph.insert(c10::aten::__or__, {any, requires_grad}) : requires_grad;
+  }
+  if (!any) return nullptr;
+  return graph.insert(c10::aten::__and__, {graph.insert(c10::Symbol::fromQualString("aten::is_grad_enabled"), {}), any});
+}
+
+/// Where a region keeps its TorchScript path: whether a call may run on its backend as far as
+/// autograd and empty tensors go: not when the method wants a gradient (its backend's outputs
+/// would have no autograd history), and, for a backend that does not run empty tensors
+/// (runs_empty_tensors), not with an input of no elements. nullptr: nothing to ask.
 inline torch::jit::Value* backend_can_run(torch::jit::Graph& graph, const std::vector<torch::jit::Value*>& inputs,
-                                          bool runs_empty_tensors) {
-  torch::jit::Value* wants_gradient = nullptr;
-  torch::jit::Value* all_have_elements = nullptr;
+                                          bool runs_empty_tensors, torch::jit::Value* wants_gradient) {
+  torch::jit::Value* can_run = wants_gradient ? graph.insert(c10::aten::__not__, {wants_gradient}) : nullptr;
+  if (runs_empty_tensors) return can_run;
   for (torch::jit::Value* input : inputs) {
     if (!input->type()->isSubtypeOf(*c10::TensorType::get())) continue;
-    torch::jit::Value* requires_grad = graph.insert(c10::prim::requires_grad, {input});
-    wants_gradient = wants_gradient ? graph.insert(c10::aten::__or__, {wants_gradient, requires_grad}) : requires_grad;
-    if (runs_empty_tensors) continue;
-    torch::jit::Value* has_elements =
-        graph.insert(c10::aten::gt, {graph.insert(c10::Symbol::fromQualString("aten::numel"), {input}), graph.insertConstant(static_cast<std::int64_t>(0))});
-    all_have_elements = all_have_elements ? graph.insert(c10::aten::__and__, {all_have_elements, has_elements}) : has_elements;
+    torch::jit::Value* has_elements = graph.insert(
+        c10::aten::gt, {graph.insert(c10::Symbol::fromQualString("aten::numel"), {input}), graph.insertConstant(static_cast<std::int64_t>(0))});
+    can_run = can_run ? graph.insert(c10::aten::__and__, {can_run, has_elements}) : has_elements;
   }
-  if (!wants_gradient) return nullptr;
-  torch::jit::Value* grad_mode = graph.insert(c10::Symbol::fromQualString("aten::is_grad_enabled"), {});
-  torch::jit::Value* no_gradient =
-      graph.insert(c10::aten::__not__, {graph.insert(c10::aten::__and__, {grad_mode, wants_gradient})});
-  return all_have_elements ? graph.insert(c10::aten::__and__, {no_gradient, all_have_elements}) : no_gradient;
+  return can_run;
+}
+
+/// Where a region has no TorchScript path: after its call, when the method wants a gradient, a
+/// floating-point result without autograd history raises (the backend ran outside autograd; a
+/// backend that runs ATen operators passes). Costs one branch on a bool otherwise.
+inline void check_region_history(torch::jit::Graph& graph, torch::jit::Value* wants_gradient,
+                                 const std::vector<torch::jit::Value*>& results, const std::string& backend,
+                                 const std::string& method, const std::string& region) {
+  torch::jit::Node* check = graph.insertNode(graph.create(c10::prim::If, {wants_gradient}, 0));
+  check->addBlock();
+  check->addBlock();
+  torch::jit::WithInsertPoint inside(check->blocks()[0]->return_node());
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    torch::jit::Value* result = results[i];
+    if (!result->type()->isSubtypeOf(*c10::TensorType::get())) continue;
+    torch::jit::Value* floating = graph.insert(c10::Symbol::fromQualString("aten::is_floating_point"), {result});
+    torch::jit::Value* detached =
+        graph.insert(c10::aten::__and__, {floating, graph.insert(c10::aten::__not__, {graph.insert(c10::prim::requires_grad, {result})})});
+    torch::jit::Node* fail = graph.insertNode(graph.create(c10::prim::If, {detached}, 0));
+    fail->addBlock();
+    fail->addBlock();
+    torch::jit::WithInsertPoint raise_here(fail->blocks()[0]->return_node());
+    const std::string message =
+        describe({backend, region}) + ": " +
+        dropped_gradient_message("an argument of method '" + method + "'", "output " + std::to_string(i + 1) + " of the region",
+                                 backend);
+    graph.insertNode(graph.create(c10::prim::RaiseException, {graph.insertConstant(message),
+                                                                       graph.insertConstant(std::string("builtins.RuntimeError"))},
+                                  0));
+  }
 }
 
 /// The input spec of a value whose type is complete (recorded from example inputs), else none.
@@ -820,6 +860,8 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
           ask->output()->setType(c10::BoolType::get());
           available[k] = ask->output();
         }
+      // Autograd, decided on the method's own arguments (method_wants_gradient).
+      torch::jit::Value* const wants_gradient = method_wants_gradient(*graph);
 
       // Each region's nodes replaced by a call of its method on the child. A region's input may be
       // an output of an earlier region, replaced (and destroyed) by then: `replaced` maps it.
@@ -865,7 +907,8 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
             auto found = replaced.find(input);
             inputs.push_back(found == replaced.end() ? input : found->second);
           }
-          if (torch::jit::Value* can_run = backend_can_run(*graph, inputs, backends[k]->runtime->runs_empty_tensors))
+          if (torch::jit::Value* can_run =
+                  backend_can_run(*graph, inputs, backends[k]->runtime->runs_empty_tensors, wants_gradient))
             condition = graph->insert(c10::aten::__and__, {condition, can_run});
         }
         torch::jit::Node* choice = nullptr;
@@ -897,6 +940,9 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
           results.assign(unpack->outputs().begin(), unpack->outputs().end());
         }
         if (!choice) {
+          if (wants_gradient)
+            check_region_history(*graph, wants_gradient, results, std::string(backends[k]->name()), method,
+                                 entry.regions[i].name);
           for (std::size_t k = 0; k < results.size(); ++k) replace(formed.outputs[k], results[k]);
           for (auto node = formed.nodes.rbegin(); node != formed.nodes.rend(); ++node) (*node)->destroy();
           continue;

@@ -65,7 +65,7 @@ TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version) {
   return c10::TupleType::create(std::move(fields));
 }
 
-TORCH_DELEGATE_DECL c10::TypePtr backend_reason_data_type() {
+TORCH_DELEGATE_INTERNAL c10::TypePtr backend_reason_data_type() {
   return c10::TupleType::create({c10::StringType::get(), c10::StringType::get(), c10::StringType::get()});
 }
 
