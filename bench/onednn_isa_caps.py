@@ -9,6 +9,8 @@ variant once per round), medians. Also counts the reference kernels (is_referenc
 from the backend's debug query.
 
 Usage: PYTHONPATH=<build>/python bench/onednn_isa_caps.py <libonednn_backend.so> [--rounds N] [--models a,b,...]
+       [--threads N] (2 by default; OpenMP's spinning threads make 2-thread figures meaningless on a
+       machine loaded beyond its cores: the load average is printed with the table)
 Prints a Markdown table (docs/performance.md, "oneDNN under ISA caps (issue 37)").
 """
 import json
@@ -40,14 +42,14 @@ def cpu_isa():
     return "SSE4.1" if "sse4_1" in flags else "older than SSE4.1", model, False
 
 
-def child(library, models, rounds):
+def child(library, models, rounds, threads):
     """One cap (set by the parent in the environment): every model, interleaved, medians in ms."""
     import torch
     import torchvision
     import torch_delegate
     from torch_delegate import _C  # noqa: F401  (the extension, before the backend's library)
     torch.ops.load_library(library)
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     results = {}
     for name in models:
         torch.manual_seed(0)
@@ -79,11 +81,14 @@ def child(library, models, rounds):
 def main():
     library = sys.argv[1]
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 30
+    threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 2
     models = sys.argv[sys.argv.index("--models") + 1].split(",") if "--models" in sys.argv else MODELS
     isa, cpu, avx512 = cpu_isa()
     caps = ["SSE41", "AVX2"] + (["(none: AVX-512)"] if avx512 else [])
     env = dict(os.environ, LD_LIBRARY_PATH=OPENBLAS + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else ""))
-    print(f"CPU: {cpu}; ISA: {isa}; batch 1, 3x224x224, 2 threads, OpenBLAS, {rounds} interleaved rounds, median ms\n")
+    load = os.getloadavg()[0]
+    print(f"CPU: {cpu}; ISA: {isa}; batch 1, 3x224x224, {threads} threads, OpenBLAS, {rounds} interleaved rounds, median ms; "
+          f"load average {load:.1f} on {os.cpu_count()} cores at the start\n")
     print("| cap | model | optimize_for_inference | onednn | ratio (ofi / onednn) | regions | reference kernels | steps in ATen |")
     print("|---|---|---|---|---|---|---|---|")
     for cap in caps:
@@ -91,7 +96,7 @@ def main():
         cap_env.pop("ONEDNN_MAX_CPU_ISA", None)
         if not cap.startswith("("):
             cap_env["ONEDNN_MAX_CPU_ISA"] = cap
-        out = subprocess.run([sys.executable, __file__, "--child", library, ",".join(models), str(rounds)], env=cap_env,
+        out = subprocess.run([sys.executable, __file__, "--child", library, ",".join(models), str(rounds), str(threads)], env=cap_env,
                              check=True, capture_output=True, text=True).stdout
         results = json.loads(out.strip().splitlines()[-1])
         for name in models:
@@ -103,6 +108,6 @@ def main():
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3].split(","), int(sys.argv[4]))
+        child(sys.argv[2], sys.argv[3].split(","), int(sys.argv[4]), int(sys.argv[5]))
     else:
         main()
