@@ -7,6 +7,7 @@
 #include "../common/clamp_range.hpp"
 #include "../common/folded_conv2d.hpp"
 
+#include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/named_data.hpp>
 #include <torch_delegate/node_queries.hpp>
 
@@ -14,11 +15,15 @@
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
+#include <c10/core/InferenceMode.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl_debug.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -405,6 +410,29 @@ torch_delegate::preprocess_result<region_payload> OnednnBackend::preprocess(cons
 // ---------------------------------------------------------------------------------------------
 // runtime: oneDNN's own primitives, planned per input shape
 
+bool is_reference(std::string_view implementation) {
+  // oneDNN names an implementation "<kernel>:<isa or 'any'>", some with a prefix ("x64:gemm:jit");
+  // its reference kernels are "ref:any", "ref_<variant>:any" (and "gemm:ref" off x64): plain C++
+  // loops, 10-100x slower than the JIT ones a plan can nearly always get in another layout.
+  for (std::size_t begin = 0; begin <= implementation.size();) {
+    const std::size_t end = std::min(implementation.find(':', begin), implementation.size());
+    if (implementation.substr(begin, end - begin).starts_with("ref")) return true;
+    begin = end + 1;
+  }
+  // Tests walk the fallback order by naming more kernels "reference" (read once per process).
+  static const std::vector<std::string> also = [] {
+    std::vector<std::string> names;
+    const char* given = std::getenv("TD_ONEDNN_TREAT_AS_REFERENCE");
+    for (std::string_view rest = given ? given : ""; !rest.empty();) {
+      const std::size_t comma = std::min(rest.find(','), rest.size());
+      if (comma > 0) names.emplace_back(rest.substr(0, comma));
+      rest.remove_prefix(std::min(comma + 1, rest.size()));
+    }
+    return names;
+  }();
+  return std::any_of(also.begin(), also.end(), [&](const std::string& name) { return implementation.find(name) != std::string_view::npos; });
+}
+
 namespace {
 
 using dims = dnnl::memory::dims;
@@ -468,6 +496,9 @@ struct plan_call {
   dnnl::primitive primitive;
   std::vector<std::pair<int, std::size_t>> arguments;  // (DNNL_ARG_*, slot)
   md scratchpad;                                       // empty when it needs none
+  /// Instead of a primitive: a step run by ATen (only where oneDNN had nothing but a reference
+  /// kernel for it), given the call's arguments.
+  std::function<void(const std::unordered_map<int, dnnl::memory>&)> host;
 };
 
 struct call_context;
@@ -486,6 +517,7 @@ struct execution_plan {
   std::vector<std::size_t> outputs;      // slots read out, in order
   std::vector<dims> output_dims;
   std::vector<dnnl::primitive> output_reorders;  // slot -> a dense (row-major) tensor
+  std::vector<plan_implementation> implementations;  // per call, then per output reorder: the debug query
   // Contexts no call is using (a call takes one, or makes one, and gives it back).
   mutable std::mutex idle_mutex;
   mutable std::vector<std::unique_ptr<call_context>> idle;
@@ -541,7 +573,10 @@ class planner {
  public:
   planner(const compiled_region& region, plan_cache& cache, const std::vector<std::vector<std::int64_t>>& shapes)
       : region_(region), cache_(cache), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
-    for (std::size_t i = 0; i < shapes.size(); ++i) slot_of_[i] = add_slot(dense(dims(shapes[i])));
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      slot_of_[i] = add_slot(dense(dims(shapes[i])));
+      shapes_ += (i ? ", " : "") + c10::str(c10::IntArrayRef(shapes[i]));
+    }
     count_uses();
   }
 
@@ -554,16 +589,7 @@ class planner {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       if (skipped[i]) continue;
       try {
-        try {
-          run(i, fused[i]);
-        } catch (const dnnl::error&) {
-          // A convolution refused its post-ops (a residual in a layout its kernels do not write):
-          // it runs alone and the steps it would have fused after it. (Its primitive descriptor is
-          // made before anything is added to the plan.)
-          if (steps[i].record.op != convolution || fused[i].empty()) throw;
-          run(i, {});
-          for (std::size_t k : fused[i]) run(k, {});
-        }
+        run(i, fused[i]);  // a convolution or a linear that refuses its post-ops runs them after it
       } catch (const dnnl::error& error) {
         TORCH_CHECK(false, "onednn: region ", region_.method, ": step ", i, " (", op_name(steps[i].record.op),
                     ") on input ", describe(steps[i]), ": oneDNN refused it: ", error.what());
@@ -576,6 +602,7 @@ class planner {
       plan_.output_dims.push_back(d);
       plan_.output_reorders.emplace_back(
           dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), dense(d))));
+      record(plan_.output_reorders.back(), "output " + std::to_string(plan_.outputs.size() - 1));
       last_use_[root(slot)] = plan_.calls.size();  // read after the last call
     }
     place();
@@ -670,14 +697,30 @@ class planner {
     return to;
   }
 
-  void call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad) {
+  void call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad,
+            std::function<void(const std::unordered_map<int, dnnl::memory>&)> host = {}, const char* host_kind = nullptr,
+            const char* host_op = nullptr) {
     for (const auto& argument : arguments) {
       const std::size_t slot = root(argument.second);
       if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO) first_use_[slot] = std::min(first_use_[slot], plan_.calls.size());
       last_use_[slot] = plan_.calls.size();
     }
     scratchpad_bytes_ = std::max(scratchpad_bytes_, scratchpad.get_size());
-    plan_.calls.push_back({std::move(primitive), std::move(arguments), scratchpad});
+    const std::string step = std::to_string(step_) + " " + op_name((*region_.steps)[step_].record.op);
+    if (host)
+      plan_.implementations.push_back({region_.method, shapes_, step, host_kind, host_op});
+    else
+      record(primitive, step);
+    plan_.calls.push_back({std::move(primitive), std::move(arguments), scratchpad, std::move(host)});
+  }
+
+  /// Adds a primitive's kind and implementation to the plan's list (the debug query).
+  void record(const dnnl::primitive& primitive, std::string step) {
+    const char* implementation = nullptr;
+    dnnl::error::wrap_c_api(dnnl_primitive_desc_query(primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0, &implementation),
+                            "could not read a primitive's implementation");
+    plan_.implementations.push_back({region_.method, shapes_, std::move(step),
+                                     dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(primitive.get_kind())), implementation});
   }
 
   /// `given` (a weight or bias, in any layout) reordered into `want`, as a constant slot.
@@ -701,6 +744,7 @@ class planner {
   }
 
   void run(std::size_t index, const std::vector<std::size_t>& fused) {
+    step_ = index;
     const compiled_step& step = (*region_.steps)[index];
     const auto& p = step.record.ints;
     switch (step.record.op) {
@@ -731,11 +775,7 @@ class planner {
         for (std::size_t k = 0; k < da.size(); ++k)
           TORCH_CHECK(da.size() == db.size() && (db[k] == da[k] || db[k] == 1), "onednn: region ", region_.method, ": a mul of ",
                       c10::IntArrayRef(da), " and ", c10::IntArrayRef(db), " (the second must be of the first's shape or [N, C, 1, 1])");
-        const md out(plan_.slots[a].dims(), f32, tag::any);
-        const dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_mul, plan_.slots[a], plan_.slots[b], out}, attributes(),
-                                              cpu_engine());
-        define(p[2], pd.dst_desc());
-        return call(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(p[2])}}, pd.scratchpad_desc());
+        return binary(dnnl::algorithm::binary_mul, a, b, {}, p[2]);
       }
       case permute: {
         const std::size_t in = value(p[0]);
@@ -796,35 +836,40 @@ class planner {
                       c10::IntArrayRef(by), " does not broadcast to ", c10::IntArrayRef(d));
         const std::size_t factor = constant(cache_.weights[index], dense(padded));
         own_weights_.emplace_back(index, factor, no_slot);
-        const md out(d, f32, tag::any);
-        const dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_mul, plan_.slots[in], plan_.slots[factor], out}, attributes(),
-                                              cpu_engine());
-        define(p[1], pd.dst_desc());
-        return call(dnnl::binary(pd), {{DNNL_ARG_SRC_0, in}, {DNNL_ARG_SRC_1, factor}, {DNNL_ARG_DST, value(p[1])}},
-                    pd.scratchpad_desc());
+        return binary(dnnl::algorithm::binary_mul, in, factor, {}, p[1]);
       }
       case cat: {
-        std::vector<md> inputs;
+        // In the layouts the inputs have; where that is a reference kernel (channels that do not
+        // fill a blocked layout's last block: ShuffleNetV2's 58), all of them in nhwc, else nchw.
+        std::optional<dnnl::concat::primitive_desc> chosen;
+        std::optional<tag> relaid;
+        for (const std::optional<tag> layout : {std::optional<tag>(), std::optional<tag>(tag::nhwc), std::optional<tag>(tag::nchw)}) {
+          std::vector<md> inputs;
+          for (std::size_t k = 0; k + 1 < p.size(); ++k)
+            inputs.push_back(layout ? md(plan_.slots[value(p[k])].dims(), f32, *layout) : plan_.slots[value(p[k])]);
+          try {
+            dnnl::concat::primitive_desc pd(1, inputs, cpu_engine(), attributes());
+            const bool fast = !is_reference(pd.impl_info_str());
+            if (!chosen || fast) chosen = pd, relaid = layout;
+            if (fast) break;
+          } catch (const dnnl::error&) {
+          }
+        }
+        TORCH_CHECK(chosen.has_value(), "onednn: region ", region_.method, ": step ", index, " (cat): oneDNN refused it in every layout");
         std::vector<std::pair<int, std::size_t>> arguments;
         for (std::size_t k = 0; k + 1 < p.size(); ++k) {
           const std::size_t slot = value(p[k]);
-          inputs.push_back(plan_.slots[slot]);
-          arguments.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), slot);
+          arguments.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k),
+                                 relaid ? as(slot, md(plan_.slots[slot].dims(), f32, *relaid)) : slot);
         }
-        const dnnl::concat::primitive_desc pd(1, inputs, cpu_engine(), attributes());
-        define(p.back(), pd.dst_desc());
+        define(p.back(), chosen->dst_desc());
         arguments.emplace_back(DNNL_ARG_DST, value(p.back()));
-        return call(dnnl::concat(pd), std::move(arguments), pd.scratchpad_desc());
+        return call(dnnl::concat(*chosen), std::move(arguments), chosen->scratchpad_desc());
       }
       case add: {
-        const std::size_t a = value(p[0]), b = as(value(p[1]), plan_.slots[value(p[0])]);  // one layout: oneDNN's fast path
         dnnl::post_ops post_ops;
         if (p[3] & 1) post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-        const md out(plan_.slots[a].dims(), f32, tag::any);
-        const dnnl::binary::primitive_desc pd({dnnl::algorithm::binary_add, plan_.slots[a], plan_.slots[b], out},
-                                              attributes(post_ops), cpu_engine());
-        define(p[2], pd.dst_desc());
-        return call(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(p[2])}}, pd.scratchpad_desc());
+        return binary(dnnl::algorithm::binary_add, value(p[0]), value(p[1]), post_ops, p[2]);
       }
       case max_pool2d: {
         const std::size_t in = value(p[0]);
@@ -862,19 +907,23 @@ class planner {
     }
   }
 
-  void conv(std::size_t index, const std::vector<std::size_t>& fused) {
+  /// A convolution's primitive descriptor with the steps of `fused` as post-ops, its source in
+  /// `src` (a layout, or tag::any), its destination (and a residual it adds) in `layout`, or when
+  /// none is given in oneDNN's choice (with a residual: the residual's own layout); nullopt when
+  /// oneDNN refuses it.
+  struct conv_candidate {
+    dnnl::convolution_forward::primitive_desc pd;
+    std::vector<std::tuple<int, std::size_t, md>> addends;  // (post-op index, slot, the layout it is read in)
+  };
+  std::optional<conv_candidate> conv_desc(std::size_t index, const std::vector<std::size_t>& fused, const md& src,
+                                          std::optional<tag> layout) const {
     const compiled_step& step = (*region_.steps)[index];
     const auto& p = step.record.ints;
-    const std::size_t in = value(p[0]);
-    const dims d = plan_.slots[in].dims();
+    const dims d = plan_.slots[value(p[0])].dims();
     const std::vector<std::int64_t>& weight = step.weight_sizes;
-    const std::int64_t groups = p[8], out_channels = weight[0], channels = weight[1] * groups, kh = weight[2], kw = weight[3];
-    TORCH_CHECK(d[1] == channels, "onednn: region ", region_.method, ": a convolution of ", channels, " input channels given ",
-                d[1], " (input ", describe(step), ")");
+    const std::int64_t groups = p[8], out_channels = weight[0], kh = weight[2], kw = weight[3];
     const std::int64_t oh = (d[2] + 2 * p[4] - p[6] * (kh - 1) - 1) / p[2] + 1, ow = (d[3] + 2 * p[5] - p[7] * (kw - 1) - 1) / p[3] + 1;
-    TORCH_CHECK(oh > 0 && ow > 0, "onednn: region ", region_.method, ": a convolution's input ", describe(step), " is smaller than its kernel");
     const dims weight_dims = groups > 1 ? dims{groups, out_channels / groups, weight[1], kh, kw} : dims{out_channels, weight[1], kh, kw};
-
     dnnl::post_ops post_ops;
     int post_op_count = 0;
     auto append_relu = [&] {
@@ -882,16 +931,17 @@ class planner {
       ++post_op_count;
     };
     if (p[9]) append_relu();
-    md out({d[0], out_channels, oh, ow}, f32, tag::any);
-    std::vector<std::pair<int, std::size_t>> addends;  // (post-op index, slot)
-    std::int64_t made = p[1];
-    for (std::size_t index : fused) {
-      const step_record& r = (*region_.steps)[index].record;
+    md out({d[0], out_channels, oh, ow}, f32, layout ? *layout : tag::any);
+    conv_candidate made{{}, {}};
+    std::int64_t result = p[1];
+    for (std::size_t next : fused) {
+      const step_record& r = (*region_.steps)[next].record;
       if (r.op == add) {
-        const std::size_t other = value(r.ints[0] == made ? r.ints[1] : r.ints[0]);
-        out = plan_.slots[other];  // the sum is made in the other operand's layout
-        post_ops.append_binary(dnnl::algorithm::binary_add, plan_.slots[other]);
-        addends.emplace_back(post_op_count++, other);
+        const std::size_t other = value(r.ints[0] == result ? r.ints[1] : r.ints[0]);
+        const md addend = layout ? md(plan_.slots[other].dims(), f32, *layout) : plan_.slots[other];
+        out = addend;  // the sum is made in the residual's layout
+        post_ops.append_binary(dnnl::algorithm::binary_add, addend);
+        made.addends.emplace_back(post_op_count++, other, addend);
         if (r.ints[3] & 1) append_relu();
       } else {
         for (const auto& [algorithm, alpha, beta] : eltwise_chain(r)) {
@@ -899,32 +949,141 @@ class planner {
           ++post_op_count;
         }
       }
-      made = made_by(r);
+      result = made_by(r);
     }
-    auto primitive_desc = [&](const md& src) {
-      return dnnl::convolution_forward::primitive_desc(
+    try {
+      made.pd = dnnl::convolution_forward::primitive_desc(
           {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, md(weight_dims, f32, tag::any),
            md({out_channels}, f32, tag::x), out, {p[2], p[3]}, {p[6] - 1, p[7] - 1}, {p[4], p[5]}, {p[4], p[5]}},
           attributes(post_ops), cpu_engine());
-    };
-    // The layout oneDNN picks, unless it has a fast kernel for the input's own (no reorder then).
-    dnnl::convolution_forward::primitive_desc pd = primitive_desc(md(d, f32, tag::any));
-    if (pd.src_desc() != plan_.slots[in]) {
+    } catch (const dnnl::error&) {
+      return std::nullopt;  // e.g. a residual in a layout its kernels do not write
+    }
+    return made;
+  }
+
+  /// A convolution, never on a reference kernel (is_reference). In order, the first that oneDNN
+  /// runs with a JIT kernel: (1) with its post-ops fused, in the layout oneDNN picks or in its
+  /// input's own (no reorder; preferred when both are fast); (2) alone, the fused steps after it as
+  /// primitives of their own, the same two layouts; (3) alone, source and destination in each of
+  /// nChw16c, nChw8c, nhwc, nchw (weights: oneDNN's pick); (4) ATen's conv2d on dense NCHW, as
+  /// LibTorch runs it.
+  /// A binary primitive of `a` and `b` (b of a's shape, or broadcast) making value `made`: in the
+  /// layouts they have (b reordered to a's when of a's shape: oneDNN's fast path), or where that is
+  /// a reference kernel (a broadcast scale in a blocked layout under SSE4.1), both in nhwc, nChw8c
+  /// or nchw (dense for other ranks); if every one is a reference kernel, the first (the debug query
+  /// shows it: docs/onednn.md).
+  void binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made) {
+    const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+    std::vector<std::pair<md, md>> layouts{{plan_.slots[a], da == db ? plan_.slots[a] : plan_.slots[b]}};
+    if (da.size() == 4)
+      for (const tag layout : {tag::nhwc, tag::nChw8c, tag::nchw}) layouts.emplace_back(md(da, f32, layout), md(db, f32, layout));
+    else
+      layouts.emplace_back(dense(da), dense(db));
+    std::optional<dnnl::binary::primitive_desc> chosen;
+    std::pair<md, md> inputs;
+    for (const auto& [x, y] : layouts) {
       try {
-        auto own = primitive_desc(plan_.slots[in]);
-        if (std::string_view(own.impl_info_str()).find("ref") == std::string_view::npos) pd = own;
+        dnnl::binary::primitive_desc pd({algorithm, x, y, md(da, f32, tag::any)}, attributes(post_ops), cpu_engine());
+        const bool fast = !is_reference(pd.impl_info_str());
+        if (!chosen || fast) chosen = pd, inputs = {x, y};
+        if (fast) break;
       } catch (const dnnl::error&) {
       }
     }
-    const std::size_t src = as(in, pd.src_desc());
+    TORCH_CHECK(chosen.has_value(), "onednn: region ", region_.method, ": step ", step_, " (", op_name((*region_.steps)[step_].record.op),
+                "): oneDNN refused it in every layout");
+    const std::size_t x = as(a, inputs.first), y = as(b, inputs.second);
+    define(made, chosen->dst_desc());
+    call(dnnl::binary(*chosen), {{DNNL_ARG_SRC_0, x}, {DNNL_ARG_SRC_1, y}, {DNNL_ARG_DST, value(made)}}, chosen->scratchpad_desc());
+  }
+
+  void conv(std::size_t index, const std::vector<std::size_t>& fused) {
+    const compiled_step& step = (*region_.steps)[index];
+    const auto& p = step.record.ints;
+    const std::size_t in = value(p[0]);
+    const dims d = plan_.slots[in].dims();
+    const std::vector<std::int64_t>& weight = step.weight_sizes;
+    const std::int64_t groups = p[8], channels = weight[1] * groups, kh = weight[2], kw = weight[3];
+    TORCH_CHECK(d[1] == channels, "onednn: region ", region_.method, ": a convolution of ", channels, " input channels given ",
+                d[1], " (input ", describe(step), ")");
+    const std::int64_t oh = (d[2] + 2 * p[4] - p[6] * (kh - 1) - 1) / p[2] + 1, ow = (d[3] + 2 * p[5] - p[7] * (kw - 1) - 1) / p[3] + 1;
+    TORCH_CHECK(oh > 0 && ow > 0, "onednn: region ", region_.method, ": a convolution's input ", describe(step), " is smaller than its kernel");
+    const auto fast = [](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()); };
+    const std::vector<std::size_t> alone;
+    for (const std::vector<std::size_t>* with : {&fused, &alone}) {
+      if (with == &alone && fused.empty()) break;  // (1) was already alone
+      std::optional<conv_candidate> chosen = conv_desc(index, *with, md(d, f32, tag::any), std::nullopt);
+      if (!chosen || chosen->pd.src_desc() != plan_.slots[in]) {
+        // The input's own layout saves a reorder, but not at the price of a GEMM-based kernel
+        // (im2col and a matrix product: ShuffleNetV2's convolutions on its 58-channel plain
+        // inputs ran 2x slower that way) where oneDNN's pick has a direct one.
+        std::optional<conv_candidate> own = conv_desc(index, *with, plan_.slots[in], std::nullopt);
+        const auto gemm = [](const std::optional<conv_candidate>& c) {
+          return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
+        };
+        if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen))) chosen = std::move(own);
+      }
+      if (fast(chosen)) return emit_conv(index, *chosen, *with, fused);
+    }
+    for (const tag layout : {tag::nChw16c, tag::nChw8c, tag::nhwc, tag::nchw}) {
+      std::optional<conv_candidate> candidate = conv_desc(index, alone, md(d, f32, layout), layout);
+      if (fast(candidate)) return emit_conv(index, *candidate, alone, fused);
+    }
+    conv_in_aten(index, fused);
+  }
+
+  void emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with,
+                 const std::vector<std::size_t>& fused) {
+    const auto& p = (*region_.steps)[index].record.ints;
+    const auto& pd = chosen.pd;
+    const std::size_t src = as(value(p[0]), pd.src_desc());
+    std::vector<std::pair<int, std::size_t>> addends;
+    for (const auto& [post_op, slot, layout] : chosen.addends)
+      addends.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1, as(slot, layout));
     const std::size_t weights = constant(cache_.weights[index], pd.weights_desc());
     const std::size_t bias = constant(cache_.biases[index], pd.bias_desc());
     own_weights_.emplace_back(index, weights, bias);
+    const std::int64_t made = with.empty() ? p[1] : made_by((*region_.steps)[with.back()].record);
     define(made, pd.dst_desc());
     std::vector<std::pair<int, std::size_t>> arguments{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}};
-    for (const auto& [index, slot] : addends) arguments.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, slot);
+    arguments.insert(arguments.end(), addends.begin(), addends.end());
     call(dnnl::convolution_forward(pd), std::move(arguments), pd.scratchpad_desc());
+    if (with.empty())
+      for (std::size_t next : fused) run(next, {});
+  }
+
+  /// A convolution for which oneDNN offered only reference kernels, in every layout: ATen's conv2d
+  /// on dense NCHW tensors (the weights kept dense in the plan), its fused steps after it.
+  void conv_in_aten(std::size_t index, const std::vector<std::size_t>& fused) {
+    const compiled_step& step = (*region_.steps)[index];
+    const auto& p = step.record.ints;
+    const dims d = plan_.slots[value(p[0])].dims();
+    const std::vector<std::int64_t> weight = step.weight_sizes;
+    const std::int64_t groups = p[8], out_channels = weight[0], kh = weight[2], kw = weight[3];
+    const std::int64_t oh = (d[2] + 2 * p[4] - p[6] * (kh - 1) - 1) / p[2] + 1, ow = (d[3] + 2 * p[5] - p[7] * (kw - 1) - 1) / p[3] + 1;
+    const dims weight_dims = groups > 1 ? dims{groups, out_channels / groups, weight[1], kh, kw} : dims{out_channels, weight[1], kh, kw};
+    const std::size_t src = as(value(p[0]), dense(d));
+    const std::size_t weights = constant(cache_.weights[index], md(weight_dims, f32, groups > 1 ? tag::goihw : tag::oihw));
+    const std::size_t bias = constant(cache_.biases[index], md({out_channels}, f32, tag::x));
+    own_weights_.emplace_back(index, weights, bias);
+    const dims out{d[0], out_channels, oh, ow};
+    define(p[1], dense(out));
+    const dnnl::memory weight_memory = plan_.constants[weights], bias_memory = plan_.constants[bias];
+    const std::vector<std::int64_t> stride{p[2], p[3]}, padding{p[4], p[5]}, dilation{p[6], p[7]};
+    const bool then_relu = p[9] != 0;
+    auto run_conv2d = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
+      c10::InferenceMode inference;
+      const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), d, at::kFloat);
+      const at::Tensor w = at::from_blob(weight_memory.get_data_handle(), weight, at::kFloat);
+      const at::Tensor b = at::from_blob(bias_memory.get_data_handle(), {out_channels}, at::kFloat);
+      at::Tensor y = at::conv2d(x, w, b, stride, padding, dilation, groups);
+      if (then_relu) y.relu_();
+      at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), out, at::kFloat).copy_(y);
+    };
+    call(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, value(p[1])}}, md(), run_conv2d, "convolution", "aten::conv2d");
+    for (std::size_t next : fused) run(next, {});
   }
 
   /// A linear over the last dimension: oneDNN's inner product on [rows, I] (the leading dimensions
@@ -940,26 +1099,56 @@ class planner {
     std::int64_t rows = 1;
     for (std::size_t k = 0; k + 1 < d.size(); ++k) rows *= d[k];
     const std::size_t flat = add_slot(plan_.slots[in].reshape({rows, features}), root(in));
-    dnnl::post_ops post_ops;
-    std::int64_t made = p[1];
-    for (std::size_t next : fused) {
-      const step_record& r = (*region_.steps)[next].record;
-      for (const auto& [algorithm, alpha, beta] : eltwise_chain(r)) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
-      made = made_by(r);
-    }
-    const dnnl::inner_product_forward::primitive_desc pd(
-        {dnnl::prop_kind::forward_inference, md({rows, features}, f32, tag::ab), md({outputs, features}, f32, tag::any),
-         md({outputs}, f32, tag::a), md({rows, outputs}, f32, tag::ab)},
-        attributes(post_ops), cpu_engine());
-    const std::size_t weights = constant(cache_.weights[index], pd.weights_desc());
-    const std::size_t bias = constant(cache_.biases[index], pd.bias_desc());
-    own_weights_.emplace_back(index, weights, bias);
-    const std::size_t out = add_slot(pd.dst_desc());
     dims shaped(d.begin(), d.end() - 1);
     shaped.push_back(outputs);
-    slot_of_.at(static_cast<std::size_t>(made)) = add_slot(dense(shaped), out);
-    call(dnnl::inner_product_forward(pd),
-         {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
+    // Never a reference kernel: with its activations as post-ops, else alone (the activations
+    // after it as primitives of their own), else ATen's linear.
+    auto inner_product = [&](const std::vector<std::size_t>& with) -> std::optional<dnnl::inner_product_forward::primitive_desc> {
+      dnnl::post_ops post_ops;
+      for (std::size_t next : with)
+        for (const auto& [algorithm, alpha, beta] : eltwise_chain((*region_.steps)[next].record))
+          post_ops.append_eltwise(1.f, algorithm, alpha, beta);
+      try {
+        dnnl::inner_product_forward::primitive_desc pd(
+            {dnnl::prop_kind::forward_inference, md({rows, features}, f32, tag::ab), md({outputs, features}, f32, tag::any),
+             md({outputs}, f32, tag::a), md({rows, outputs}, f32, tag::ab)},
+            attributes(post_ops), cpu_engine());
+        if (!is_reference(pd.impl_info_str())) return pd;
+      } catch (const dnnl::error&) {
+      }
+      return std::nullopt;
+    };
+    const std::vector<std::size_t> alone;
+    for (const std::vector<std::size_t>* with : {&fused, &alone}) {
+      if (with == &alone && fused.empty()) break;
+      const auto pd = inner_product(*with);
+      if (!pd) continue;
+      const std::size_t weights = constant(cache_.weights[index], pd->weights_desc());
+      const std::size_t bias = constant(cache_.biases[index], pd->bias_desc());
+      own_weights_.emplace_back(index, weights, bias);
+      const std::size_t out = add_slot(pd->dst_desc());
+      const std::int64_t made = with->empty() ? p[1] : made_by((*region_.steps)[with->back()].record);
+      slot_of_.at(static_cast<std::size_t>(made)) = add_slot(dense(shaped), out);
+      call(dnnl::inner_product_forward(*pd),
+           {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, out}}, pd->scratchpad_desc());
+      if (with->empty())
+        for (std::size_t next : fused) run(next, {});
+      return;
+    }
+    const std::size_t weights = constant(cache_.weights[index], md({outputs, features}, f32, tag::ab));
+    const std::size_t bias = constant(cache_.biases[index], md({outputs}, f32, tag::a));
+    own_weights_.emplace_back(index, weights, bias);
+    define(p[1], dense(shaped));
+    const dnnl::memory weight_memory = plan_.constants[weights], bias_memory = plan_.constants[bias];
+    auto run_linear = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
+      c10::InferenceMode inference;
+      const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), {rows, features}, at::kFloat);
+      const at::Tensor w = at::from_blob(weight_memory.get_data_handle(), {outputs, features}, at::kFloat);
+      const at::Tensor b = at::from_blob(bias_memory.get_data_handle(), {outputs}, at::kFloat);
+      at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), {rows, outputs}, at::kFloat).copy_(at::linear(x, w, b));
+    };
+    call(dnnl::primitive(), {{DNNL_ARG_SRC, flat}, {DNNL_ARG_DST, value(p[1])}}, md(), run_linear, "inner_product", "aten::linear");
+    for (std::size_t next : fused) run(next, {});
   }
 
   /// Gives each activation slot an offset in one buffer: two slots share bytes only when their
@@ -1006,9 +1195,21 @@ class planner {
   std::vector<std::size_t> first_use_, last_use_;  // slot -> first and last call index touching it
   std::vector<std::pair<std::size_t, std::size_t>> reordered_;
   std::size_t scratchpad_bytes_ = 0;
+  std::size_t step_ = 0;  // the step being planned (the debug query names it)
+  std::string shapes_;    // the input shapes, as the debug query prints them
 };
 
 }  // namespace
+
+std::vector<plan_implementation> plan_implementations(const torch::jit::Module& module) {
+  std::vector<plan_implementation> listed;
+  torch_delegate::for_each_compiled<OnednnBackend>(module, [&](const std::string&, const compiled_region& region) {
+    std::lock_guard<std::mutex> lock(region.plans->mutex);  // plans are added under it
+    for (const auto& [shapes, plan] : region.plans->plans)
+      if (plan) listed.insert(listed.end(), plan->implementations.begin(), plan->implementations.end());
+  });
+  return listed;
+}
 
 compiled_region OnednnBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
   TORCH_CHECK(is_available(), "onednn: this LibTorch was built without oneDNN");
@@ -1122,7 +1323,14 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
   }
   const dnnl::engine& engine = cpu_engine();
   thread_local dnnl::stream stream(cpu_engine());
-  for (std::size_t k = 0; k < plan->calls.size(); ++k) plan->calls[k].primitive.execute(stream, context->arguments[k]);
+  for (std::size_t k = 0; k < plan->calls.size(); ++k) {
+    if (plan->calls[k].host) {
+      stream.wait();  // ATen reads what the primitives before it wrote
+      plan->calls[k].host(context->arguments[k]);
+    } else {
+      plan->calls[k].primitive.execute(stream, context->arguments[k]);
+    }
+  }
   const std::vector<dnnl::memory>& memory = context->memory;
   std::vector<c10::IValue> outputs;
   for (std::size_t k = 0; k < plan->outputs.size(); ++k) {

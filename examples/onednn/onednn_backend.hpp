@@ -12,6 +12,7 @@
 #include <torch_delegate/backend.hpp>
 #include <torch_delegate/preprocess.hpp>
 
+#include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <boost/hana/adapt_struct.hpp>
@@ -58,6 +59,25 @@ struct compiled_region {
   std::string method;
   std::shared_ptr<plan_cache> plans;
 };
+
+/// One primitive of a plan, as the debug query lists it (docs/onednn.md#which-kernels-a-plan-runs).
+struct plan_implementation {
+  std::string method;          // the lowered method (a region of a partial lowering: its name)
+  std::string shapes;          // the input shapes the plan was made for, e.g. "[1, 3, 96, 96]"
+  std::string step;            // the region's step it runs, e.g. "4 convolution" ("output 0": a result's reorder)
+  std::string kind;            // oneDNN's primitive kind (convolution, reorder, binary, ...); ATen's op for a step run there
+  std::string implementation;  // oneDNN's impl_info_str (jit_1x1:avx2, brgconv:avx512_core, ref:any) or ATen's op ("aten::conv2d")
+};
+
+/// Whether oneDNN's implementation name is a reference kernel: one of its ':'-separated parts
+/// starts with "ref" ("ref:any", "ref_int8:any", "gemm:ref"). TD_ONEDNN_TREAT_AS_REFERENCE, a
+/// comma-separated list, names more (by substring): tests walk the fallbacks with it.
+bool is_reference(std::string_view implementation);
+
+/// The primitives of every plan made so far by the regions of `module` lowered to onednn (the
+/// module itself, or its lowered children after a partial lowering), in call order. Python:
+/// torch.ops.torch_delegate_onednn.plan_implementations(module) (register_onednn.cpp).
+std::vector<plan_implementation> plan_implementations(const torch::jit::Module& module);
 
 // [struct]
 struct OnednnBackend {

@@ -8,6 +8,9 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <array>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 namespace torch_delegate {
 
@@ -31,6 +34,35 @@ inline torch::jit::Module lowered_part(std::string_view backend, const torch::ji
 }
 
 }  // namespace detail
+
+/// Calls `visit(method, handle)` with B's compiled handle (what B::compile returned) of each method
+/// lowered to B in `module` or any of its submodules: a module lowered whole, or each region of a
+/// partial lowering (a region is a method of a lowered child), and the handles re-planned for other
+/// input shapes. For a backend's debug queries (the onednn backend lists the kernels its plans
+/// chose). Handles are shared with running calls: read them as a call would (B's own locking).
+template <class B, class Visit>
+void for_each_compiled(const torch::jit::Module& module, Visit&& visit) {
+  const std::string backend_class = detail::names::backend_class(B::name);
+  for (const torch::jit::Module& part : module.modules()) {
+    if (!part.hasattr(std::string(detail::names::backend_object)) || !part.hasattr(std::string(detail::names::handles))) continue;
+    const c10::IValue backend = part.attr(std::string(detail::names::backend_object));
+    if (!backend.isObject() || backend.toObjectRef().type()->name()->qualifiedName() != backend_class) continue;
+    const c10::IValue handles = part.attr(std::string(detail::names::handles));
+    if (!handles.isGenericDict()) continue;
+    for (const auto& entry : handles.toGenericDict()) {
+      if (entry.value().isNone()) continue;  // lowered where B was unavailable: nothing compiled
+      detail::compiled_method& method = detail::compiled_method_of(entry.value(), detail::runtime_of<B>::value);
+      const std::string& name = entry.key().toStringRef();
+      visit(name, static_cast<const handle_t<B>&>(*static_cast<handle_t<B>*>(method.handle)));
+      std::vector<std::shared_ptr<void>> replanned;
+      {
+        std::lock_guard<std::mutex> lock(method.replans_mutex);
+        for (const auto& [given, handle] : method.replans) replanned.push_back(handle);
+      }
+      for (const auto& handle : replanned) visit(name, static_cast<const handle_t<B>&>(*static_cast<handle_t<B>*>(handle.get())));
+    }
+  }
+}
 
 template <class B, class Signature>
 class typed_method;
