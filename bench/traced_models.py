@@ -6,7 +6,7 @@ in one process, interleaved (round after round, each variant once per round; med
 
 Batch 1, 3x224x224, 2 threads, random weights (weights=None), default environment.
 
-Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/traced_models.py [--nodes] [--time] [--rounds N] [--models a,b]
+Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/traced_models.py [--nodes] [--time] [--rounds N] [--models a,b] [--size S]
 (--nodes: the node-count table over the whole sweep; --time: the timing table over TIMED;
 neither: both)
 """
@@ -31,6 +31,7 @@ parser.add_argument("--nodes", action="store_true")
 parser.add_argument("--time", action="store_true")
 parser.add_argument("--rounds", type=int, default=30)
 parser.add_argument("--models", default="")
+parser.add_argument("--size", type=int, default=224, help="the node table's image size (the timing is at 224)")
 args = parser.parse_args()
 both = not args.nodes and not args.time
 
@@ -43,9 +44,10 @@ isa = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in
 print(f"CPU: {cpu}, {isa}; torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 
-def build(name):
+def build(name, size=224):
     torch.manual_seed(0)
-    return getattr(torchvision.models, name)(weights=None, **KWARGS.get(name, {})).eval(), torch.randn(1, 3, 224, 224)
+    arguments = dict(KWARGS.get(name, {}), **({"image_size": size} if name == "vit_b_16" else {}))
+    return getattr(torchvision.models, name)(weights=None, **arguments).eval(), torch.randn(1, 3, size, size)
 
 
 def trace(model, x):
@@ -61,11 +63,11 @@ def delegated(module, backend, x):
 
 
 if args.nodes or both:
-    print("\nRegions/delegated nodes per form (plan with example inputs, 224x224):")
+    print(f"\nRegions/delegated nodes per form (plan with example inputs, {args.size}x{args.size}):")
     print("| model | backend | scripted | traced | frozen scripted | frozen traced |")
     print("|---|---|---|---|---|---|")
     for name in (args.models.split(",") if args.models else SWEEP):
-        model, x = build(name)
+        model, x = build(name, args.size)
         forms = [torch.jit.script(model), trace(model, x), torch.jit.freeze(torch.jit.script(model)),
                  torch.jit.freeze(trace(model, x))]
         for backend in BACKENDS:

@@ -3,7 +3,8 @@ frozen-traced (torch.jit.freeze(torch.jit.trace(...))) get the same regions, wit
 kinds and counts, as the same model scripted and frozen-scripted, for each shipped backend that
 was built (onednn, xnnpack); the lowered traced model matches eager. Small traced convolutions
 (1-d, 2-d, transposed, 3-d) check what the canonical graph rewrites aten::_convolution to, what it
-leaves, and that the sizes a trace recorded are not taken for every call's.
+leaves, and that the sizes a trace recorded are not taken for every call's; a traced attention
+whose undefined result has no type to record.
 
 Environment: PYTHONPATH (the built package), TD_ONEDNN_LIBRARY and TD_XNNPACK_LIBRARY (either may
 be empty: that backend was not built), TD_POINTWISE_LIBRARY (libpointwise_fusion.so),
@@ -152,6 +153,28 @@ class SmallTraced(unittest.TestCase):
             self.assertLess(relative_error(lowered(x), model(x)), 1e-5)
             other = torch.randn(2, 3, 9, 9)  # the traced model takes other batch sizes as before
             self.assertLess(relative_error(lowered(other), model(other)), 1e-5)
+
+    def test_an_undefined_tensor_result_has_no_type_to_record(self):
+        # A traced nn.MultiheadAttention (ViT's) calls aten::_native_multi_head_attention at the
+        # top level, whose second result is an undefined tensor when need_weights is False.
+        class Attention(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attention = nn.MultiheadAttention(16, 2, batch_first=True)
+
+            def forward(self, x):
+                y, _ = self.attention(x, x, x, need_weights=False)
+                return torch.relu(y) * 2.0 + x
+
+        torch.manual_seed(0)
+        model = Attention().eval()
+        x = torch.randn(1, 5, 16)
+        module = traced(model, x)
+        self.assertIn("aten::_native_multi_head_attention", [node.kind() for node in module.inlined_graph.nodes()])
+        self.assertEqual(torch_delegate.plan(module, "pointwise_fusion", example_inputs=(x,)).region_count, 1)
+        lowered = torch_delegate.lower(module, "pointwise_fusion", partial=True, example_inputs=(x,))
+        with torch.no_grad():
+            self.assertLess(relative_error(lowered(x), model(x)), 1e-5)
 
     @unittest.skipUnless("onednn" in BACKENDS, "onednn was not built")
     def test_a_plan_without_example_inputs_does_not_take_the_traced_sizes(self):
