@@ -31,11 +31,12 @@ struct method_info {
   std::vector<std::optional<tensor_spec>> input_specs;  // declared at lowering; empty: none
   std::int64_t max_replans = 0;  // other input shapes a call may re-plan it for (other_shapes::replan)
   bool runs_empty_tensors = false;  // the backend's runs_empty_tensors: else a call with an empty tensor is refused
-  /// Whether a call checks that autograd is not dropped: a whole lowered method, whose arguments
-  /// are the method's. Not a region of a partially lowered method: its inputs may require grad
-  /// only because TorchScript computed them from parameters, and the method itself checks its
-  /// own arguments (impl/partition.ipp).
-  bool checks_autograd = true;
+  /// A region of a partially lowered method (its name says so, names::is_region_method): an
+  /// argument that requires grad counts for the autograd check only when it is a leaf (the
+  /// model's input, or a parameter passed in). A computed one may require grad only because
+  /// TorchScript computed it from parameters, as plain inference outside no_grad does with a
+  /// model that is not frozen; that must keep running.
+  bool is_region = false;
 
   error_context where() const { return {backend, method}; }
 };
@@ -93,8 +94,7 @@ void inspect_typed_argument(const method_info& method, std::size_t index, const 
 
 /// The message of a call that would drop a gradient, after the context: "autograd: <who> requires
 /// grad and grad mode is on, but <what> comes back from backend '<backend>' without autograd
-/// history (...)" and the ways out. One text for the check here and the one partial lowering
-/// writes into TorchScript.
+/// history (...)" and the ways out.
 TORCH_DELEGATE_INTERNAL std::string dropped_gradient_message(std::string_view who, std::string_view what, std::string_view backend);
 
 /// After execute, when an argument wants a gradient: a floating-point output without autograd

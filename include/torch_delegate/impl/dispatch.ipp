@@ -61,7 +61,8 @@ inline void inspect_tensor(const method_info& method, const at::Tensor& tensor, 
                              "with fallback=True or on_other_shapes=\"torchscript\" (C++: "
                              "partition_options::fallback_when_unavailable, other_shapes::torchscript) so that "
                              "TorchScript runs them");
-  if (method.checks_autograd && !inspection.wants_gradient() && tensor.requires_grad() && at::GradMode::is_enabled()) {
+  if (!inspection.wants_gradient() && tensor.requires_grad() && (!method.is_region || tensor.is_leaf()) &&
+      at::GradMode::is_enabled()) {
     inspection.gradient_argument = index;
     inspection.gradient_tensor = place;
   }

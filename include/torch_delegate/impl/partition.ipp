@@ -231,36 +231,6 @@ inline torch::jit::Value* backend_can_run(torch::jit::Graph& graph, const std::v
   return can_run;
 }
 
-/// Where a region has no TorchScript path: after its call, when the method wants a gradient, a
-/// floating-point result without autograd history raises (the backend ran outside autograd; a
-/// backend that runs ATen operators passes). Costs one branch on a bool otherwise.
-inline void check_region_history(torch::jit::Graph& graph, torch::jit::Value* wants_gradient,
-                                 const std::vector<torch::jit::Value*>& results, const std::string& backend,
-                                 const std::string& method, const std::string& region) {
-  torch::jit::Node* check = graph.insertNode(graph.create(c10::prim::If, {wants_gradient}, 0));
-  check->addBlock();
-  check->addBlock();
-  torch::jit::WithInsertPoint inside(check->blocks()[0]->return_node());
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    torch::jit::Value* result = results[i];
-    if (!result->type()->isSubtypeOf(*c10::TensorType::get())) continue;
-    torch::jit::Value* floating = graph.insert(c10::Symbol::fromQualString("aten::is_floating_point"), {result});
-    torch::jit::Value* detached =
-        graph.insert(c10::aten::__and__, {floating, graph.insert(c10::aten::__not__, {graph.insert(c10::prim::requires_grad, {result})})});
-    torch::jit::Node* fail = graph.insertNode(graph.create(c10::prim::If, {detached}, 0));
-    fail->addBlock();
-    fail->addBlock();
-    torch::jit::WithInsertPoint raise_here(fail->blocks()[0]->return_node());
-    const std::string message =
-        describe({backend, region}) + ": " +
-        dropped_gradient_message("an argument of method '" + method + "'", "output " + std::to_string(i + 1) + " of the region",
-                                 backend);
-    graph.insertNode(graph.create(c10::prim::RaiseException, {graph.insertConstant(message),
-                                                                       graph.insertConstant(std::string("builtins.RuntimeError"))},
-                                  0));
-  }
-}
-
 /// The input spec of a value whose type is complete (recorded from example inputs), else none.
 /// Its dtype and sizes; any layout: at run time a value's strides depend on who made it (a
 /// region of a backend that works in NHWC returns channels-last tensors, and ATen's ops pass
@@ -860,8 +830,10 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
           ask->output()->setType(c10::BoolType::get());
           available[k] = ask->output();
         }
-      // Autograd, decided on the method's own arguments (method_wants_gradient).
-      torch::jit::Value* const wants_gradient = method_wants_gradient(*graph);
+      // Autograd, decided on the method's own arguments (method_wants_gradient), asked at entry
+      // once the first region that keeps its TorchScript path needs it.
+      torch::jit::Value* wants_gradient = nullptr;
+      bool asked_for_gradient = false;
 
       // Each region's nodes replaced by a call of its method on the child. A region's input may be
       // an output of an earlier region, replaced (and destroyed) by then: `replaced` maps it.
@@ -907,6 +879,10 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
             auto found = replaced.find(input);
             inputs.push_back(found == replaced.end() ? input : found->second);
           }
+          if (!asked_for_gradient) {
+            wants_gradient = method_wants_gradient(*graph);
+            asked_for_gradient = true;
+          }
           if (torch::jit::Value* can_run =
                   backend_can_run(*graph, inputs, backends[k]->runtime->runs_empty_tensors, wants_gradient))
             condition = graph->insert(c10::aten::__and__, {condition, can_run});
@@ -940,9 +916,6 @@ inline torch::jit::Module lower_partitioned(const backend_list& backends, const 
           results.assign(unpack->outputs().begin(), unpack->outputs().end());
         }
         if (!choice) {
-          if (wants_gradient)
-            check_region_history(*graph, wants_gradient, results, std::string(backends[k]->name()), method,
-                                 entry.regions[i].name);
           for (std::size_t k = 0; k < results.size(); ++k) replace(formed.outputs[k], results[k]);
           for (auto node = formed.nodes.rbegin(); node != formed.nodes.rend(); ++node) (*node)->destroy();
           continue;

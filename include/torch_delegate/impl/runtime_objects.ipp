@@ -98,7 +98,7 @@ TORCH_DELEGATE_DECL c10::impl::GenericDict compile_all(const c10::intrusive_ptr<
     const std::int64_t max_replans = runtime.replan ? record.max_replans : 0;
     method_info info{std::string(runtime.name), method, std::move(record.argument_names), record.output_count,
                      &signature, std::move(record.debug), std::move(record.input_specs), max_replans,
-                     runtime.runs_empty_tensors, !names::is_region_method(method)};
+                     runtime.runs_empty_tensors, names::is_region_method(method)};
     const compile_context context = compile_context_access::make(runtime.name, method, decoded.payload_version,
                                                                  named_data.get(), &release_requests,
                                                                  static_cast<std::size_t>(max_replans));
