@@ -85,10 +85,11 @@ void inspect_typed_argument(const method_info& method, std::size_t index, const 
   using plain = std::remove_cvref_t<T>;
   if constexpr (std::is_same_v<plain, at::Tensor>) {
     inspect_tensor_argument(method, index, value, inspection);
-  } else if constexpr (std::is_arithmetic_v<plain> || std::is_same_v<plain, std::string> || std::is_same_v<plain, c10::IValue>) {
-    if constexpr (std::is_same_v<plain, c10::IValue>) inspect_argument(method, index, value, inspection);
-  } else if constexpr (requires { c10::IValue(value); }) {
-    inspect_argument(method, index, c10::IValue(value), inspection);
+  } else if constexpr (std::is_same_v<plain, c10::IValue>) {
+    inspect_argument(method, index, value, inspection);
+  } else if constexpr (!std::is_arithmetic_v<plain> && !std::is_same_v<plain, std::string> &&
+                       requires { c10::IValue(value); }) {
+    inspect_argument(method, index, c10::IValue(value), inspection);  // lists and tuples may hold tensors
   }
 }
 
