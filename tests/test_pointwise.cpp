@@ -1,4 +1,4 @@
-// The pointwise_fusion backend (examples/pointwise_fusion): every op against eager, on every
+// The pointwise_fusion backend (backends/pointwise_fusion): every op against eager, on every
 // kernel ISA this CPU runs, over shapes that broadcast, are empty, strided or span threads, with
 // NaN, infinities and subnormals; random fused programs; its errors; its payload decoder; the
 // profiler seeing its worker threads; a partially lowered feed-forward block.

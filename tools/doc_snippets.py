@@ -59,7 +59,7 @@ PROGRAMS = {
     "demo": {"args": ["{tmp}/demo_lowered.pt"]},
     "python_feed_forward": {
         "command": ["/usr/bin/python3", "{root}/examples/python/feed_forward.py",
-                    "{build}/examples/pointwise_fusion/libpointwise_fusion.so"],
+                    "{build}/backends/pointwise_fusion/libpointwise_fusion.so"],
         "env": {"PYTHONPATH": "{build}/python"}},
     "runtime_only": {"before": [["demo", "{tmp}/runtime_only_input.pt"]], "args": ["{tmp}/runtime_only_input.pt"]},
 }

@@ -2,7 +2,7 @@
 and run: the Linears stay in TorchScript, the GELU written out and the residual tail are fused.
 
     PYTHONPATH=<build>/python /usr/bin/python3 examples/python/feed_forward.py \
-        <build>/examples/pointwise_fusion/libpointwise_fusion.so
+        <build>/backends/pointwise_fusion/libpointwise_fusion.so
 
 It saves feed_forward.pt in the working directory.
 Runs as a test (`meson test`); docs/python.md shows its code and what it prints.

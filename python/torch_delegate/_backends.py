@@ -1,5 +1,5 @@
-"""Backends by name: the ones this package ships (libraries in torch_delegate/backends/, or in a
-build tree's examples/), and third-party ones that name their library through the entry-point
+"""Backends by name: the ones this package ships (libraries in torch_delegate/backends/ in a wheel,
+in the install's libdir after `meson install`, or in a build tree's backends/), and third-party ones that name their library through the entry-point
 group "torch_delegate.backends". Nothing here loads native code unless asked to: listing reads
 file names and entry-point metadata only."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Optional
 
 import torch
 
-from . import _C
+from . import _C, _install
 
 #: The entry-point group a third-party backend package declares itself in. The entry point's name
 #: is the backend's name; its object is the path of the backend's library (a str or os.PathLike),
@@ -24,9 +24,19 @@ ENTRY_POINT_GROUP = "torch_delegate.backends"
 
 # The backends this package ships: name -> (library file, its directory in a build tree).
 _SHIPPED = {
-    "pointwise_fusion": ("libpointwise_fusion.so", "examples/pointwise_fusion"),
-    "xnnpack": ("libxnnpack_backend.so", "examples/xnnpack"),
-    "onednn": ("libonednn_backend.so", "examples/onednn"),
+    "pointwise_fusion": ("libpointwise_fusion.so", "backends/pointwise_fusion"),
+    "xnnpack": ("libxnnpack_backend.so", "backends/xnnpack"),
+    "onednn": ("libonednn_backend.so", "backends/onednn"),
+}
+# What each shipped backend is built on (backends/meson.build builds it where that is installed).
+_NEEDS = {
+    "pointwise_fusion": "a compiler with OpenMP",
+    "xnnpack": "Debian's libxnnpack-dev with libpthreadpool-dev",
+    "onednn": "Debian's libdnnl-dev",
+}
+# Teaching backends a build tree has (never installed): found by name there, for the tests and
+# the examples that load them from Python.
+_BUILD_TREE_ONLY = {
     "packed_linear": ("libpacked_linear.so", "."),
 }
 
@@ -52,11 +62,12 @@ def _registered() -> set:
 
 def _shipped_library(name: str) -> Optional[tuple]:
     """(path, source) of a shipped backend's library, or None where it was not built."""
-    file, build_dir = _SHIPPED[name]
-    installed = _PACKAGE / "backends" / file
-    if installed.is_file():
-        return str(installed), "shipped"
-    # A build tree: <build>/python/torch_delegate is this package, <build>/examples/... the backends.
+    file, build_dir = _SHIPPED[name] if name in _SHIPPED else _BUILD_TREE_ONLY[name]
+    if name in _SHIPPED:
+        for directory in (_PACKAGE / "backends", pathlib.Path(_install.BACKEND_LIBDIR or _PACKAGE / "backends")):
+            if (directory / file).is_file():
+                return str(directory / file), "shipped"
+    # A build tree: <build>/python/torch_delegate is this package, <build>/backends/... the backends.
     build = _PACKAGE.parent.parent
     if (build / "meson-private").is_dir() and (build / build_dir / file).is_file():
         return str(build / build_dir / file), "build tree"
@@ -93,7 +104,7 @@ def available_backends() -> List[InstalledBackend]:
     were built, then third-party ones from entry points (a name already taken is skipped)."""
     registered = _registered()
     found: Dict[str, InstalledBackend] = {}
-    for name in _SHIPPED:
+    for name in [*_SHIPPED, *_BUILD_TREE_ONLY]:
         library = _shipped_library(name)
         if library:
             found[name] = InstalledBackend(name, library[0], library[1], name in registered)
@@ -114,12 +125,11 @@ def load_backend(name: str) -> str:
     be loaded when `name` is none of them."""
     if not isinstance(name, str):
         raise TypeError(f"torch_delegate.load_backend: name must be a str, got {type(name).__name__}")
-    if name in _SHIPPED:
-        library = _shipped_library(name)
-        if library is None:
-            raise Error(f"torch_delegate.load_backend: the backend '{name}' ships with torch_delegate but was not built "
-                        f"in this installation (xnnpack needs Debian's libxnnpack-dev and libpthreadpool-dev when the "
-                        f"package is built)")
+    library = _shipped_library(name) if name in _SHIPPED or name in _BUILD_TREE_ONLY else None
+    if name in _SHIPPED and library is None:
+        raise Error(f"torch_delegate.load_backend: the backend '{name}' ships with torch_delegate but was not built "
+                    f"in this installation (it is built where {_NEEDS[name]} is installed when the package is built)")
+    if library is not None:
         path = library[0]
     else:
         entries = [entry for entry in _entry_points() if entry.name == name]

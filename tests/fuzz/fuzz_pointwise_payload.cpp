@@ -1,4 +1,4 @@
-// libFuzzer target: pointwise_fusion's payload decoder (examples/pointwise_fusion/fused_program.hpp)
+// libFuzzer target: pointwise_fusion's payload decoder (backends/pointwise_fusion/fused_program.hpp)
 // and its kernels on whatever decodes. Decoding gives a program or std::invalid_argument, never
 // a crash; a program that decodes re-encodes to text that decodes to the same program; running
 // it over a few elements (every slot in its own block buffer) reads and writes only its buffers.

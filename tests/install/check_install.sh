@@ -16,15 +16,16 @@ if [[ $kind == subproject ]]; then
   cat >"$project/meson.build" <<'MESON'
 project('torch-delegate-subproject-consumer', 'cpp', default_options: ['cpp_std=c++20', 'debug=false'])
 torch_delegate = dependency('torch_delegate', fallback: ['torch-delegate', 'torch_delegate_dep'],
-  default_options: ['tests=false', 'examples=false', 'bench=disabled'])
+  default_options: ['tests=false', 'examples=false', 'bench=disabled',
+                    'pointwise_fusion=disabled', 'xnnpack=disabled', 'onednn=disabled'])
 executable('consumer', 'consumer_app.cpp', dependencies: torch_delegate)
 MESON
   quiet meson setup "$build/consumer-subproject" "$project"
-  # Configured without warnings, and with only the library: no example (pointwise_fusion's
-  # per-ISA kernels) is part of a consumer's build.
+  # Configured without warnings, and with only the library: no example, and no shipped backend
+  # the consumer turned off (pointwise_fusion's per-ISA kernels), is part of a consumer's build.
   if grep -E "WARNING|DEPRECATION" "$log"; then echo "FAILED: the subproject configures with warnings"; exit 1; fi
   if meson introspect "$build/consumer-subproject" --targets | grep -q pointwise; then
-    echo "FAILED: a consumer's build has the pointwise_fusion example's targets"; exit 1
+    echo "FAILED: a consumer's build has the disabled pointwise_fusion backend's targets"; exit 1
   fi
   quiet ninja -C "$build/consumer-subproject"
   "$build/consumer-subproject/consumer"
@@ -40,6 +41,19 @@ test -f "$installed/include/torch_delegate/torch_delegate.hpp"
 pc=$(find "$installed" -name torch_delegate.pc); test -n "$pc"
 config=$(find "$installed" -name torch_delegateConfig.cmake); test -n "$config"
 echo "installed: $(cd "$installed" && find . -name '*.pc' -o -name '*Config*.cmake' | tr '\n' ' ')"
+# The shipped backends this build made (backends/): each installed with its library, its header
+# directory and its pkg-config file (docs/backends.md).
+backends=()
+for library in "$build"/backends/*/lib*.so; do
+  [[ -e $library ]] || continue
+  name=$(basename "$(dirname "$library")")
+  backends+=("$name")
+  test -f "$installed/lib/"*/"$(basename "$library")" || test -f "$installed/lib/$(basename "$library")" \
+    || { echo "FAILED: $(basename "$library") is not installed"; exit 1; }
+  test -d "$installed/include/torch_delegate/backends/$name" || { echo "FAILED: no headers for $name"; exit 1; }
+  test -n "$(find "$installed" -name "torch_delegate_$name.pc")" || { echo "FAILED: no torch_delegate_$name.pc"; exit 1; }
+done
+echo "installed backends: ${backends[*]}"
 
 case "$kind" in
   meson)
@@ -56,6 +70,13 @@ case "$kind" in
       test -f "$package/_C.pyi" && test -f "$package/py.typed" && ls "$package"/_C.*.so >/dev/null
       PYTHONPATH="$(dirname "$package")" LD_LIBRARY_PATH="$(dirname "$library")" /usr/bin/python3 -c \
         'import torch_delegate; assert isinstance(torch_delegate.backends(), list); print("python package:", torch_delegate.__file__)'
+      # Each installed backend library registers its backend when loaded (its run path finds the
+      # installed libtorch_delegate; LD_LIBRARY_PATH stands in for the staging directory).
+      for name in "${backends[@]}"; do
+        file=$(find "$installed" -name "lib${name}.so" -o -name "lib${name}_backend.so" | head -1)
+        PYTHONPATH="$(dirname "$package")" LD_LIBRARY_PATH="$(dirname "$library")" /usr/bin/python3 -c \
+          'import sys, torch, torch_delegate; torch.ops.load_library(sys.argv[1]); names = [b.name for b in torch_delegate.backends()]; assert sys.argv[2] in names, names; print("installed backend:", sys.argv[2])' "$file" "$name"
+      done
     fi
     ;;
   cmake)
@@ -63,5 +84,9 @@ case "$kind" in
       -DCMAKE_PREFIX_PATH="$installed"
     quiet cmake --build "$build/consumer-cmake"
     "$build/consumer-cmake/consumer"
+    # Every shipped backend this build has, as a CMake target (the consumer checks their files).
+    for name in "${backends[@]}"; do
+      grep -q "torch_delegate backends: .*\b$name\b" "$log" || { cat "$log"; echo "FAILED: no CMake target torch_delegate::$name"; exit 1; }
+    done
     ;;
 esac

@@ -1,4 +1,4 @@
-"""The onednn backend (examples/onednn) through torch_delegate.lower(..., partial=True): each op
+"""The onednn backend (backends/onednn) through torch_delegate.lower(..., partial=True): each op
 against eager over random parameters (scripted and frozen), torchvision's ResNets end to end in
 one region, what it leaves in TorchScript and why, save/load in stock Python and the lite
 interpreter, fallback where it is unavailable, and a priority list with xnnpack where a replayed

@@ -1,4 +1,4 @@
-"""The xnnpack backend (examples/xnnpack) through torch_delegate.lower(..., partial=True,
+"""The xnnpack backend (backends/xnnpack) through torch_delegate.lower(..., partial=True,
 example_inputs=...): every op it runs against eager over random parameters, torchvision's CNNs
 end to end (scripted and frozen), save/load in stock Python and the lite interpreter, fallback
 where the backend is unavailable, the input-spec error, and the forms XNNPACK 2022 cannot run

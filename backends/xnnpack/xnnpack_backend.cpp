@@ -3,8 +3,8 @@
 // execute (set up when pointers change, invoke).
 #include "xnnpack_backend.hpp"
 
-#include "../common/clamp_range.hpp"
-#include "../common/folded_conv2d.hpp"
+#include "common/clamp_range.hpp"
+#include "common/folded_conv2d.hpp"
 
 #include <torch_delegate/named_data.hpp>
 #include <torch_delegate/node_queries.hpp>

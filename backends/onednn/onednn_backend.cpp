@@ -4,8 +4,8 @@
 // buffer; inputs read in place, outputs reordered into dense tensors).
 #include "onednn_backend.hpp"
 
-#include "../common/clamp_range.hpp"
-#include "../common/folded_conv2d.hpp"
+#include "common/clamp_range.hpp"
+#include "common/folded_conv2d.hpp"
 
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/named_data.hpp>
