@@ -17,7 +17,7 @@ if [[ $kind == subproject ]]; then
 project('torch-delegate-subproject-consumer', 'cpp', default_options: ['cpp_std=c++20', 'debug=false'])
 torch_delegate = dependency('torch_delegate', fallback: ['torch-delegate', 'torch_delegate_dep'],
   default_options: ['tests=false', 'examples=false', 'bench=disabled',
-                    'pointwise_fusion=disabled', 'xnnpack=disabled', 'onednn=disabled'])
+                    'pointwise_fusion=disabled', 'xnnpack=disabled', 'onednn=disabled', 'python=disabled'])
 executable('consumer', 'consumer_app.cpp', dependencies: torch_delegate)
 MESON
   quiet meson setup "$build/consumer-subproject" "$project"
@@ -27,7 +27,8 @@ MESON
   if meson introspect "$build/consumer-subproject" --targets | grep -q pointwise; then
     echo "FAILED: a consumer's build has the disabled pointwise_fusion backend's targets"; exit 1
   fi
-  quiet ninja -C "$build/consumer-subproject"
+  # The consumer's own program (header-only): what a consumer waits for.
+  quiet ninja -C "$build/consumer-subproject" consumer
   "$build/consumer-subproject/consumer"
   exit 0
 fi
@@ -82,11 +83,11 @@ case "$kind" in
   cmake)
     quiet cmake -S "$source_root/examples/consumer_cmake" -B "$build/consumer-cmake" -G Ninja \
       -DCMAKE_PREFIX_PATH="$installed"
-    quiet cmake --build "$build/consumer-cmake"
-    "$build/consumer-cmake/consumer"
     # Every shipped backend this build has, as a CMake target (the consumer checks their files).
     for name in "${backends[@]}"; do
       grep -q "torch_delegate backends: .*\b$name\b" "$log" || { cat "$log"; echo "FAILED: no CMake target torch_delegate::$name"; exit 1; }
     done
+    quiet cmake --build "$build/consumer-cmake"
+    "$build/consumer-cmake/consumer"
     ;;
 esac

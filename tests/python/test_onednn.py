@@ -18,6 +18,8 @@ import torch.nn as nn
 
 import torch_delegate
 
+from torchvision_models import randomized, selected
+
 LIBRARY = os.environ["TD_ONEDNN_LIBRARY"]
 WORKDIR = os.environ.get("TD_WORKDIR", ".")
 torch.ops.load_library(LIBRARY)
@@ -61,15 +63,11 @@ class Residual(nn.Module):
         return torch.relu(y + shortcut)
 
 
-def randomized(model):
-    """Random BatchNorm statistics and affine parameters, so that folding them is checked."""
-    for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.5, 0.5)
-            module.running_var.uniform_(0.5, 2.0)
-            module.weight.data.uniform_(0.5, 1.5)
-            module.bias.data.uniform_(-0.5, 0.5)
-    return model.eval()
+# torchvision CNNs one region each: a smoke set in `meson test`, every one in the sweep
+# (torchvision_models.py).
+ONE_REGION_CNNS = selected(["regnet_y_400mf", "efficientnet_b0", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_0",
+                            "convnext_tiny"], smoke=["regnet_y_400mf", "mobilenet_v3_small"])
+RESNETS = selected(["resnet18", "resnet50"], smoke=["resnet18"])
 
 
 class Ops(unittest.TestCase):
@@ -249,7 +247,7 @@ class Models(unittest.TestCase):
     def test_torchvision_cnns_in_one_region(self):
         # Squeeze-excitation (RegNet-Y, EfficientNet, MobileNetV3), SiLU, hardswish, ReLU6, cat.
         import torchvision
-        for name in ["regnet_y_400mf", "efficientnet_b0", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_0", "convnext_tiny"]:
+        for name in ONE_REGION_CNNS:
             with self.subTest(model=name):
                 torch.manual_seed(0)
                 model = getattr(torchvision.models, name)(weights=None).eval()
@@ -263,7 +261,7 @@ class Models(unittest.TestCase):
 
     def test_resnets_in_one_region(self):
         import torchvision
-        for name in ["resnet18", "resnet50"]:
+        for name in RESNETS:
             for frozen in (False, True):
                 with self.subTest(model=name, frozen=frozen):
                     torch.manual_seed(0)

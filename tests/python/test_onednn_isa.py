@@ -21,9 +21,13 @@ import sys
 import tempfile
 import unittest
 
+from torchvision_models import selected
+
 LIBRARY = os.environ["TD_ONEDNN_LIBRARY"]
-MODELS = ["mobilenet_v2", "resnet18", "efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf", "squeezenet1_0",
-          "shufflenet_v2_x1_0"]
+# A smoke set in `meson test` (MobileNetV3's binary ops and ShuffleNetV2's concat are where
+# reference kernels were found); every model in the sweep (torchvision_models.py).
+MODELS = selected(["mobilenet_v2", "resnet18", "efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf", "squeezenet1_0",
+                   "shufflenet_v2_x1_0"], smoke=["mobilenet_v3_small", "shufflenet_v2_x1_0"])
 
 # Runs in a subprocess with the cap set: lowers each model, checks it against eager, prints one
 # JSON line per model between oneDNN's log lines of its lowered call.
@@ -32,15 +36,7 @@ import json, sys, torch, torch.nn as nn, torchvision
 import torch_delegate
 torch.ops.load_library(sys.argv[1])
 torch.set_num_threads(2)
-
-def randomized(model):
-    for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.5, 0.5)
-            module.running_var.uniform_(0.5, 2.0)
-            module.weight.data.uniform_(0.5, 1.5)
-            module.bias.data.uniform_(-0.5, 0.5)
-    return model.eval()
+from torchvision_models import randomized
 
 for name in sys.argv[2].split(","):
     torch.manual_seed(0)
@@ -65,6 +61,8 @@ for name in sys.argv[2].split(","):
 def run_child(models, cap=None, extra_env=None):
     """{model: (relative error, the query's list, oneDNN's log of the lowered call as (kind, impl))}"""
     env = dict(os.environ, ONEDNN_VERBOSE="1", **(extra_env or {}))
+    # The child imports torchvision_models from this directory.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)), env.get("PYTHONPATH")]))
     env.pop("ONEDNN_MAX_CPU_ISA", None)
     if cap:
         env["ONEDNN_MAX_CPU_ISA"] = cap

@@ -22,6 +22,8 @@ import torchvision
 
 import torch_delegate as td
 
+from torchvision_models import selected
+
 torch.ops.load_library(os.environ["TD_POINTWISE_LIBRARY"])
 torch.ops.load_library(os.environ["TD_BACKEND_LIBRARY"])
 WORKDIR = os.environ.get("TD_WORKDIR", ".")
@@ -39,7 +41,9 @@ MODELS = {
     "vit_b_16": {"image_size": 64},
     "swin_t": {},
 }
-SELECTED = [name for name in os.environ.get("TD_MODELS", ",".join(MODELS)).split(",") if name]
+# `meson test` runs a residual CNN, one with squeeze-excitation and a transformer; the sweep every
+# one (torchvision_models.py).
+SELECTED = selected(MODELS, smoke=["resnet18", "mobilenet_v3_small", "vit_b_16"])
 
 
 def path(name):

@@ -22,6 +22,8 @@ import torchvision
 
 import torch_delegate
 
+from torchvision_models import randomized, selected
+
 torch.set_num_threads(2)
 torch.ops.load_library(os.environ["TD_POINTWISE_LIBRARY"])
 BACKENDS = []
@@ -48,22 +50,8 @@ MODELS = {
     "convnext_tiny": ({}, True),
     "densenet121": ({}, False),
 }
-# The suite runs the first four (about 3 minutes on 2 cores); TD_MODELS=all runs every one.
-DEFAULT = ["resnet18", "mobilenet_v3_small", "shufflenet_v2_x1_0", "squeezenet1_0"]
-CHOSEN = os.environ.get("TD_MODELS", "")
-SELECTED = list(MODELS) if CHOSEN == "all" else [name for name in CHOSEN.split(",") if name] or DEFAULT
-
-
-def randomized(model):
-    """Random BatchNorm statistics and affine parameters: with default ones some models' outputs
-    do not depend on their input (googlenet), and an equal output would prove nothing."""
-    for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.5, 0.5)
-            module.running_var.uniform_(0.5, 2.0)
-            module.weight.data.uniform_(0.5, 1.5)
-            module.bias.data.uniform_(-0.5, 0.5)
-    return model.eval()
+# `meson test` runs two; the sweep every one (torchvision_models.py).
+SELECTED = selected(MODELS, smoke=["resnet18", "shufflenet_v2_x1_0"])
 
 
 def traced(model, x):

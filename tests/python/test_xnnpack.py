@@ -20,6 +20,8 @@ import torch.nn.functional as F
 
 import torch_delegate
 
+from torchvision_models import selected
+
 LIBRARY = os.environ["TD_XNNPACK_LIBRARY"]
 WORKDIR = os.environ.get("TD_WORKDIR", ".")
 torch.ops.load_library(LIBRARY)
@@ -138,7 +140,8 @@ class Models(unittest.TestCase):
 
     def test_models(self):
         import torchvision
-        for name in ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf"]:
+        for name in selected(["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf"],
+                             smoke=["resnet18", "mobilenet_v3_small"]):  # every one in the sweep (torchvision_models.py)
             for frozen in [True, False]:
                 with self.subTest(model=name, frozen=frozen):
                     torch.manual_seed(0)
