@@ -90,6 +90,7 @@ def _example_inputs(shapes: Optional[Sequence[str]]):
 
 def _report_json(report) -> str:
     data = dataclasses.asdict(report)
+    data["backend"] = ", ".join(report.backends)  # deprecated: the one string of the JSON before "backends"
     data["regions"] = report.region_count
     return json.dumps(data, indent=2)
 
