@@ -5,6 +5,7 @@
 // Python values become TorchScript values here (options, input specs); modules cross as
 // torch._C.ScriptModule (torch's own pybind11 type); errors from C++ become
 // torch_delegate.Error with the C++ text (no C++ backtrace), and C++ warnings Python warnings.
+#include <torch_delegate/detail/errors.hpp>
 #include <torch_delegate/load.hpp>
 #include <torch_delegate/lower.hpp>
 #include <torch_delegate/partition.hpp>
@@ -146,29 +147,36 @@ td::kept_reason reason_named(const std::string& token, const std::string& where)
 /// A torch_delegate.Report -> delegation_report (for partition_options::replay): every field read
 /// by name, the inverse of report_data below; kept reasons by their tokens.
 td::delegation_report report_of(py::handle given) {
-  std::string backends;
-  for (py::handle name : given.attr("backends")) backends += (backends.empty() ? "" : ", ") + name.cast<std::string>();
-  td::delegation_report report{backends, given.attr("module").cast<std::string>(), {}};
+  td::delegation_report report{.backend = td::detail::comma_separated(given.attr("backends").cast<std::vector<std::string>>()),
+                               .module = given.attr("module").cast<std::string>(),
+                               .methods = {}};
   for (py::handle method : given.attr("methods")) {
-    td::method_delegation entry{method.attr("method").cast<std::string>(), {}, {}};
+    td::method_delegation entry{.method = method.attr("method").cast<std::string>(), .regions = {}, .kept = {}};
     for (py::handle region : method.attr("regions"))
-      entry.regions.push_back(td::region_report{
-          region.attr("name").cast<std::string>(), region.attr("node_count").cast<std::size_t>(),
-          region.attr("kinds").cast<std::vector<std::string>>(), region.attr("location").cast<std::string>(),
-          region.attr("depth").cast<int>(), region.attr("submodule").cast<std::string>(),
-          region.attr("conversions").cast<std::vector<std::string>>(), region.attr("backend").cast<std::string>(),
-          region.attr("backend_ms").cast<double>(), region.attr("torchscript_ms").cast<double>()});
+      entry.regions.push_back(td::region_report{.name = region.attr("name").cast<std::string>(),
+                                                .node_count = region.attr("node_count").cast<std::size_t>(),
+                                                .kinds = region.attr("kinds").cast<std::vector<std::string>>(),
+                                                .location = region.attr("location").cast<std::string>(),
+                                                .depth = region.attr("depth").cast<int>(),
+                                                .submodule = region.attr("submodule").cast<std::string>(),
+                                                .conversions = region.attr("conversions").cast<std::vector<std::string>>(),
+                                                .backend = region.attr("backend").cast<std::string>(),
+                                                .backend_ms = region.attr("backend_ms").cast<double>(),
+                                                .torchscript_ms = region.attr("torchscript_ms").cast<double>()});
     for (py::handle node : method.attr("kept")) {
-      const std::string kind = node.attr("kind").cast<std::string>();
-      const std::string where = "replay: method '" + entry.method + "', kept " + kind;
-      td::kept_node kept{kind, reason_named(node.attr("reason_token").cast<std::string>(), where),
-                         node.attr("detail").cast<std::string>(), node.attr("location").cast<std::string>(),
-                         node.attr("depth").cast<int>(), node.attr("submodule").cast<std::string>()};
+      const std::string where = "replay: method '" + entry.method + "', kept " + node.attr("kind").cast<std::string>();
+      std::vector<td::backend_reason> per_backend;
       for (py::handle each : node.attr("per_backend"))
-        kept.per_backend.push_back(td::backend_reason{each.attr("backend").cast<std::string>(),
-                                                      reason_named(each.attr("reason_token").cast<std::string>(), where),
-                                                      each.attr("detail").cast<std::string>()});
-      entry.kept.push_back(std::move(kept));
+        per_backend.push_back(td::backend_reason{.backend = each.attr("backend").cast<std::string>(),
+                                                 .reason = reason_named(each.attr("reason_token").cast<std::string>(), where),
+                                                 .detail = each.attr("detail").cast<std::string>()});
+      entry.kept.push_back(td::kept_node{.kind = node.attr("kind").cast<std::string>(),
+                                         .reason = reason_named(node.attr("reason_token").cast<std::string>(), where),
+                                         .detail = node.attr("detail").cast<std::string>(),
+                                         .location = node.attr("location").cast<std::string>(),
+                                         .depth = node.attr("depth").cast<int>(),
+                                         .submodule = node.attr("submodule").cast<std::string>(),
+                                         .per_backend = std::move(per_backend)});
     }
     report.methods.push_back(std::move(entry));
   }
@@ -290,28 +298,31 @@ PYBIND11_MODULE(_C, m) {
       .value("error", td::other_shapes::error)
       .value("torchscript", td::other_shapes::torchscript)
       .value("replan", td::other_shapes::replan);
-  using options = td::partition_options;
-  py::class_<options>(m, "PartitionOptions", "torch_delegate::partition_options (partition.hpp)")
+  using td::partition_options;
+  py::class_<partition_options>(m, "PartitionOptions", "torch_delegate::partition_options (partition.hpp)")
       .def(py::init<>())
-      .def_readwrite("methods", &options::methods)
-      .def_readwrite("min_region_size", &options::min_region_size)
-      .def_readwrite("keep_kinds", &options::keep_kinds)
-      .def_readwrite("keep_submodules", &options::keep_submodules)
-      .def_readwrite("lower_submodules", &options::lower_submodules)
-      .def_readwrite("require_full", &options::require_full)
-      .def_readwrite("example_inputs", &options::example_inputs)
-      .def_readwrite("on_other_shapes", &options::on_other_shapes)
-      .def_readwrite("max_replans", &options::max_replans)
-      .def_readwrite("measure", &options::measure)
-      .def_readwrite("min_gain", &options::min_gain)
-      .def_readwrite("choose_order", &options::choose_order)
+      .def_readwrite("methods", &partition_options::methods)
+      .def_readwrite("min_region_size", &partition_options::min_region_size)
+      .def_readwrite("keep_kinds", &partition_options::keep_kinds)
+      .def_readwrite("keep_submodules", &partition_options::keep_submodules)
+      .def_readwrite("lower_submodules", &partition_options::lower_submodules)
+      .def_readwrite("require_full", &partition_options::require_full)
+      .def_readwrite("example_inputs", &partition_options::example_inputs)
+      .def_readwrite("on_other_shapes", &partition_options::on_other_shapes)
+      .def_readwrite("max_replans", &partition_options::max_replans)
+      .def_readwrite("measure", &partition_options::measure)
+      .def_readwrite("min_gain", &partition_options::min_gain)
+      .def_readwrite("choose_order", &partition_options::choose_order)
       // A torch_delegate.Report (or None) in; its data (as report() gives) out.
       .def_property(
-          "replay", [](const options& self) -> py::object { return self.replay ? py::object(report_data(*self.replay)) : py::none(); },
-          [](options& self, const py::object& report) {
+          "replay",
+          [](const partition_options& self) -> py::object {
+            return self.replay ? py::object(report_data(*self.replay)) : py::none();
+          },
+          [](partition_options& self, const py::object& report) {
             self.replay = report.is_none() ? std::nullopt : std::optional(report_of(report));
           })
-      .def_readwrite("fallback_when_unavailable", &options::fallback_when_unavailable);
+      .def_readwrite("fallback_when_unavailable", &partition_options::fallback_when_unavailable);
 
   // Each kept reason as (token, label), in kept_reason's order: the tokens are what saved reports
   // and replay name; the labels what the text says.

@@ -18,7 +18,7 @@ import collections.abc
 import dataclasses
 import os
 import warnings
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 
