@@ -151,11 +151,11 @@ def probe(blas):
             row["regions"] = {}
             for region in report.methods[0].regions:
                 row["regions"][region.backend] = row["regions"].get(region.backend, 0) + 1
-            row["first"] = report.backend.split(",")[0]
-            lost = ("slower on the backend", "gain below the minimum")
-            row["slower"] = sum(1 for node in report.methods[0].kept if node.reason in lost)
+            row["first"] = report.backends[0]
+            lost = ("slower_on_backend", "gain_below_minimum")
+            row["slower"] = sum(1 for node in report.methods[0].kept if node.reason_token in lost)
             # Why, for the log: what the region timings or the method's check measured.
-            row["slower_details"] = sorted({node.detail for node in report.methods[0].kept if node.reason in lost})[:3]
+            row["slower_details"] = sorted({node.detail for node in report.methods[0].kept if node.reason_token in lost})[:3]
             with torch.no_grad():
                 want = model(x)
                 # torchvision's ViT with weights=None has a zero classifier head: an output of

@@ -5,14 +5,17 @@
 // Python values become TorchScript values here (options, input specs); modules cross as
 // torch._C.ScriptModule (torch's own pybind11 type); errors from C++ become
 // torch_delegate.Error with the C++ text (no C++ backtrace), and C++ warnings Python warnings.
+#include <torch_delegate/detail/errors.hpp>
 #include <torch_delegate/load.hpp>
 #include <torch_delegate/lower.hpp>
 #include <torch_delegate/partition.hpp>
+#include <torch_delegate/report_format.hpp>
 #include <torch_delegate/version.hpp>
 
 #include <c10/util/Type.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/python/pybind.h>  // the IValue caster: example_inputs
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -135,56 +138,60 @@ td::input_specs input_specs_of(const py::dict& given) {
   return specs;
 }
 
-/// Measured partitioning: `measure`, and `replay`, a torch_delegate.Report (or None) whose
-/// regions' decisions are repeated (only its regions are read, by field name).
-void set_measuring(td::partition_options& options, bool measure, double min_gain, bool choose_order, const py::object& replay) {
-  options.measure = measure;
-  options.min_gain = min_gain;
-  options.choose_order = choose_order;
-  if (replay.is_none()) return;
-  td::delegation_report report{replay.attr("backend").cast<std::string>(), replay.attr("module").cast<std::string>(), {}};
-  for (py::handle method : replay.attr("methods")) {
-    td::method_delegation entry{method.attr("method").cast<std::string>(), {}, {}};
-    for (py::handle region : method.attr("regions")) {
-      td::region_report read;
-      read.name = region.attr("name").cast<std::string>();
-      read.node_count = region.attr("node_count").cast<std::size_t>();
-      read.kinds = region.attr("kinds").cast<std::vector<std::string>>();
-      read.location = region.attr("location").cast<std::string>();
-      read.depth = region.attr("depth").cast<int>();
-      read.backend = region.attr("backend").cast<std::string>();
-      read.backend_ms = region.attr("backend_ms").cast<double>();
-      read.torchscript_ms = region.attr("torchscript_ms").cast<double>();
-      entry.regions.push_back(std::move(read));
+/// The reason a report's token names ("unsupported_kind", ...), or a ValueError naming `where`.
+td::kept_reason reason_named(const std::string& token, const std::string& where) {
+  if (const std::optional<td::kept_reason> reason = td::detail::reason_of_token(token)) return *reason;
+  throw py::value_error("torch_delegate: " + where + ": unknown kept reason token '" + token + "'");
+}
+
+/// A torch_delegate.Report -> delegation_report (for partition_options::replay): every field read
+/// by name, the inverse of report_data below; kept reasons by their tokens.
+td::delegation_report report_of(py::handle given) {
+  td::delegation_report report{.backend = td::detail::comma_separated(given.attr("backends").cast<std::vector<std::string>>()),
+                               .module = given.attr("module").cast<std::string>(),
+                               .methods = {}};
+  for (py::handle method : given.attr("methods")) {
+    td::method_delegation entry{.method = method.attr("method").cast<std::string>(), .regions = {}, .kept = {}};
+    for (py::handle region : method.attr("regions"))
+      entry.regions.push_back(td::region_report{.name = region.attr("name").cast<std::string>(),
+                                                .node_count = region.attr("node_count").cast<std::size_t>(),
+                                                .kinds = region.attr("kinds").cast<std::vector<std::string>>(),
+                                                .location = region.attr("location").cast<std::string>(),
+                                                .depth = region.attr("depth").cast<int>(),
+                                                .submodule = region.attr("submodule").cast<std::string>(),
+                                                .conversions = region.attr("conversions").cast<std::vector<std::string>>(),
+                                                .backend = region.attr("backend").cast<std::string>(),
+                                                .backend_ms = region.attr("backend_ms").cast<double>(),
+                                                .torchscript_ms = region.attr("torchscript_ms").cast<double>()});
+    for (py::handle node : method.attr("kept")) {
+      const std::string where = "replay: method '" + entry.method + "', kept " + node.attr("kind").cast<std::string>();
+      std::vector<td::backend_reason> per_backend;
+      for (py::handle each : node.attr("per_backend"))
+        per_backend.push_back(td::backend_reason{.backend = each.attr("backend").cast<std::string>(),
+                                                 .reason = reason_named(each.attr("reason_token").cast<std::string>(), where),
+                                                 .detail = each.attr("detail").cast<std::string>()});
+      entry.kept.push_back(td::kept_node{.kind = node.attr("kind").cast<std::string>(),
+                                         .reason = reason_named(node.attr("reason_token").cast<std::string>(), where),
+                                         .detail = node.attr("detail").cast<std::string>(),
+                                         .location = node.attr("location").cast<std::string>(),
+                                         .depth = node.attr("depth").cast<int>(),
+                                         .submodule = node.attr("submodule").cast<std::string>(),
+                                         .per_backend = std::move(per_backend)});
     }
     report.methods.push_back(std::move(entry));
   }
-  options.replay = std::move(report);
+  return report;
 }
 
-td::partition_options partition_options_of(const std::vector<std::string>& methods, std::size_t min_region_size,
-                                            const std::vector<std::string>& keep_kinds,
-                                            const std::vector<std::string>& keep_submodules,
-                                            const std::vector<std::string>& lower_submodules, bool require_full, bool fallback,
-                                            const py::dict& example_inputs, const std::string& on_other_shapes = "error",
-                                            std::size_t max_replans = 4) {
-  td::partition_options options;
-  if (on_other_shapes == "torchscript") options.on_other_shapes = td::other_shapes::torchscript;
-  if (on_other_shapes == "replan") options.on_other_shapes = td::other_shapes::replan;
-  options.max_replans = max_replans;
-  for (auto [method, inputs] : example_inputs) {
-    std::vector<c10::IValue> values;
-    for (py::handle input : inputs) values.push_back(torch::jit::toTypeInferredIValue(input));
-    options.example_inputs.emplace(method.cast<std::string>(), std::move(values));
+/// "xnnpack, pointwise_fusion" (a report's backends, as C++ keeps them) -> ["xnnpack", "pointwise_fusion"].
+std::vector<std::string> backend_names(const std::string& joined) {
+  std::vector<std::string> names;
+  for (std::size_t start = 0; start < joined.size();) {
+    const std::size_t comma = joined.find(", ", start);
+    names.push_back(joined.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    start = comma == std::string::npos ? joined.size() : comma + 2;
   }
-  options.methods = methods;
-  options.min_region_size = min_region_size;
-  options.keep_kinds = {keep_kinds.begin(), keep_kinds.end()};
-  options.keep_submodules = {keep_submodules.begin(), keep_submodules.end()};
-  options.lower_submodules = {lower_submodules.begin(), lower_submodules.end()};
-  options.require_full = require_full;
-  options.fallback_when_unavailable = fallback;
-  return options;
+  return names;
 }
 
 /// A delegation report as plain Python data, every field by name (the package wraps it in
@@ -203,15 +210,17 @@ py::dict report_data(const td::delegation_report& report) {
       py::list per_backend;
       for (const td::backend_reason& each : node.per_backend)
         per_backend.append(py::dict(py::arg("backend") = each.backend, py::arg("reason") = std::string(td::to_string(each.reason)),
-                                    py::arg("detail") = each.detail));
+                                    py::arg("detail") = each.detail,
+                                    py::arg("reason_token") = std::string(td::detail::token_of(each.reason))));
       kept.append(py::dict(py::arg("kind") = node.kind, py::arg("reason") = std::string(td::to_string(node.reason)),
                            py::arg("detail") = node.detail, py::arg("location") = node.location, py::arg("depth") = node.depth,
-                           py::arg("submodule") = node.submodule, py::arg("per_backend") = per_backend));
+                           py::arg("submodule") = node.submodule, py::arg("per_backend") = per_backend,
+                           py::arg("reason_token") = std::string(td::detail::token_of(node.reason))));
     }
     methods.append(py::dict(py::arg("method") = method.method, py::arg("regions") = regions, py::arg("kept") = kept));
   }
-  return py::dict(py::arg("backend") = report.backend, py::arg("module") = report.module, py::arg("methods") = methods,
-                  py::arg("text") = report.to_string());
+  return py::dict(py::arg("backends") = backend_names(report.backend), py::arg("module") = report.module,
+                  py::arg("methods") = methods, py::arg("text") = report.to_string());
 }
 
 py::dict backend_description(const td::detail::backend_lowering& lowering) {
@@ -283,13 +292,50 @@ PYBIND11_MODULE(_C, m) {
           });
         });
 
+  // torch_delegate::partition_options, field for field (the package fills it from LowerOptions in
+  // one place, torch_delegate._partition_options); its defaults are the C++ defaults.
+  py::enum_<td::other_shapes>(m, "OtherShapes", "torch_delegate::other_shapes")
+      .value("error", td::other_shapes::error)
+      .value("torchscript", td::other_shapes::torchscript)
+      .value("replan", td::other_shapes::replan);
+  using td::partition_options;
+  py::class_<partition_options>(m, "PartitionOptions", "torch_delegate::partition_options (partition.hpp)")
+      .def(py::init<>())
+      .def_readwrite("methods", &partition_options::methods)
+      .def_readwrite("min_region_size", &partition_options::min_region_size)
+      .def_readwrite("keep_kinds", &partition_options::keep_kinds)
+      .def_readwrite("keep_submodules", &partition_options::keep_submodules)
+      .def_readwrite("lower_submodules", &partition_options::lower_submodules)
+      .def_readwrite("require_full", &partition_options::require_full)
+      .def_readwrite("example_inputs", &partition_options::example_inputs)
+      .def_readwrite("on_other_shapes", &partition_options::on_other_shapes)
+      .def_readwrite("max_replans", &partition_options::max_replans)
+      .def_readwrite("measure", &partition_options::measure)
+      .def_readwrite("min_gain", &partition_options::min_gain)
+      .def_readwrite("choose_order", &partition_options::choose_order)
+      // A torch_delegate.Report (or None) in; its data (as report() gives) out.
+      .def_property(
+          "replay",
+          [](const partition_options& self) -> py::object {
+            return self.replay ? py::object(report_data(*self.replay)) : py::none();
+          },
+          [](partition_options& self, const py::object& report) {
+            self.replay = report.is_none() ? std::nullopt : std::optional(report_of(report));
+          })
+      .def_readwrite("fallback_when_unavailable", &partition_options::fallback_when_unavailable);
+
+  // Each kept reason as (token, label), in kept_reason's order: the tokens are what saved reports
+  // and replay name; the labels what the text says.
+  py::list kept_reasons;
+  for (int reason = 0; td::detail::token_of(td::kept_reason(reason)) != "?"; ++reason)  // token_of: "?" past the last
+    kept_reasons.append(py::make_tuple(std::string(td::detail::token_of(td::kept_reason(reason))),
+                                       std::string(td::to_string(td::kept_reason(reason)))));
+  m.attr("kept_reasons") = kept_reasons;
+
   // backends: a priority list (one name for one backend); specs: one {method: options} per backend.
   m.def("lower_partially",
         [](const torch::jit::Module& module, const std::vector<std::string>& backends, const std::vector<py::dict>& specs,
-           const std::vector<std::string>& methods, std::size_t min_region_size, const std::vector<std::string>& keep_kinds,
-           const std::vector<std::string>& keep_submodules, const std::vector<std::string>& lower_submodules,
-           bool require_full, bool fallback, const py::dict& example_inputs, const std::string& on_other_shapes,
-           std::size_t max_replans, bool measure, double min_gain, bool choose_order, const py::object& replay) {
+           const td::partition_options& options) {
           // Pointers to the registry's records (guarded returns by value: not a reference to one).
           const td::detail::backend_list lowerings = guarded([&] {
             td::detail::backend_list found;
@@ -298,23 +344,13 @@ PYBIND11_MODULE(_C, m) {
           });
           std::vector<c10::impl::GenericDict> converted;
           for (std::size_t k = 0; k < backends.size(); ++k)
-            converted.push_back(compile_spec(*lowerings[k], k < specs.size() ? specs[k] : py::dict(), methods, false));
-          td::partition_options options =
-              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, fallback,
-                                   example_inputs, on_other_shapes, max_replans);
-          set_measuring(options, measure, min_gain, choose_order, replay);  // reads Python objects: not in guarded (no GIL there)
+            converted.push_back(compile_spec(*lowerings[k], k < specs.size() ? specs[k] : py::dict(), options.methods, false));
           return guarded([&] { return td::detail::lower_partially_with_all(lowerings, module, options, converted); });
-        });
+        },
+        py::arg("module"), py::arg("backends"), py::arg("specs"), py::arg("options"));
 
   m.def("plan",
-        [](const torch::jit::Module& module, const std::vector<std::string>& backends, const std::vector<std::string>& methods,
-           std::size_t min_region_size, const std::vector<std::string>& keep_kinds, const std::vector<std::string>& keep_submodules,
-           const std::vector<std::string>& lower_submodules, bool require_full, const py::dict& example_inputs, bool measure,
-           double min_gain, const py::object& replay) {
-          td::partition_options options =
-              partition_options_of(methods, min_region_size, keep_kinds, keep_submodules, lower_submodules, require_full, false,
-                                   example_inputs);
-          set_measuring(options, measure, min_gain, false, replay);  // reads Python objects: not in guarded (no GIL there)
+        [](const torch::jit::Module& module, const std::vector<std::string>& backends, const td::partition_options& options) {
           const td::delegation_report report = guarded([&] {
             td::detail::backend_list lowerings;
             for (const std::string& backend : backends)
@@ -322,7 +358,8 @@ PYBIND11_MODULE(_C, m) {
             return td::detail::partition_report_all(lowerings, module, options);
           });
           return report_data(report);
-        });
+        },
+        py::arg("module"), py::arg("backends"), py::arg("options"));
 
   m.def("report", [](const torch::jit::Module& module) -> py::object {
     const std::optional<td::delegation_report> report = guarded([&] { return td::delegation_report_data_of(module); });
@@ -330,7 +367,8 @@ PYBIND11_MODULE(_C, m) {
     const std::string text = guarded([&] { return td::delegation_report_of(module); });
     if (text.empty()) return py::none();
     // Saved before reports were data (or in a report format newer than this build reads).
-    return py::dict(py::arg("backend") = "", py::arg("module") = "", py::arg("methods") = py::list(), py::arg("text") = text);
+    return py::dict(py::arg("backends") = py::list(), py::arg("module") = "", py::arg("methods") = py::list(),
+                    py::arg("text") = text);
   });
 
   m.def("check_loadable", [](const std::string& path, bool verify) {

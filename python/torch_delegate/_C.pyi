@@ -1,26 +1,47 @@
 # Type stubs of torch_delegate._C, the package's C++ bindings (python/src/module.cpp). Use the
 # functions of the torch_delegate package; these take torch._C.ScriptModule, not ScriptModule.
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
 class Error(RuntimeError): ...
 
-# {"backend", "module", "methods": [{"method", "regions": [{field: value}],
-#   "kept": [{field: value, "per_backend": [{"backend", "reason", "detail"}]}]}], "text"}
+# {"backends": [name], "module", "methods": [{"method", "regions": [{field: value}],
+#   "kept": [{field: value, "reason_token", "per_backend": [{"backend", "reason", "detail", "reason_token"}]}]}], "text"}
 ReportData = Dict[str, Any]
+
+# Each kept reason as (token, label), in torch_delegate::kept_reason's order.
+kept_reasons: List[Tuple[str, str]]
+
+class OtherShapes:  # torch_delegate::other_shapes
+    error: OtherShapes
+    torchscript: OtherShapes
+    replan: OtherShapes
+    __members__: Dict[str, OtherShapes]
+
+class PartitionOptions:  # torch_delegate::partition_options, field for field; C++'s defaults
+    methods: List[str]
+    min_region_size: int
+    keep_kinds: Set[str]
+    keep_submodules: Set[str]
+    lower_submodules: Set[str]
+    require_full: bool
+    example_inputs: Dict[str, List[Any]]
+    on_other_shapes: OtherShapes
+    max_replans: int
+    measure: bool
+    min_gain: float
+    choose_order: bool
+    replay: Optional[ReportData]  # set from a torch_delegate.Report (or None); read back as its data
+    fallback_when_unavailable: bool
+    def __init__(self) -> None: ...
 
 def backends() -> List[Dict[str, Any]]: ...
 def lower_methods(module: torch._C.ScriptModule, backend: str, spec: Dict[str, Any], methods: List[str],
                   input_specs: Dict[str, List[Optional[Tuple[List[int], torch.dtype]]]]) -> torch._C.ScriptModule: ...
-def lower_partially(module: torch._C.ScriptModule, backends: List[str], specs: List[Dict[str, Any]], methods: List[str],
-                    min_region_size: int, keep_kinds: List[str], keep_submodules: List[str],
-                    lower_submodules: List[str], require_full: bool, fallback: bool,
-                    example_inputs: Dict[str, List[Any]], on_other_shapes: str,
-                    max_replans: int, measure: bool, min_gain: float, choose_order: bool, replay: Any) -> torch._C.ScriptModule: ...
-def plan(module: torch._C.ScriptModule, backends: List[str], methods: List[str], min_region_size: int, keep_kinds: List[str],
-         keep_submodules: List[str], lower_submodules: List[str], require_full: bool,
-         example_inputs: Dict[str, List[Any]], measure: bool, min_gain: float, replay: Any) -> ReportData: ...
+def lower_partially(module: torch._C.ScriptModule, backends: List[str], specs: List[Dict[str, Any]],
+                    options: PartitionOptions) -> torch._C.ScriptModule: ...
+def plan(module: torch._C.ScriptModule, backends: List[str], options: PartitionOptions) -> ReportData: ...
 def report(module: torch._C.ScriptModule) -> Optional[ReportData]: ...
 def check_loadable(path: str, verify: bool = True) -> None: ...
 def check_archive(path: str) -> None: ...

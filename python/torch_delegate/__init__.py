@@ -1,13 +1,12 @@
-"""torch_delegate from Python: lower TorchScript modules to torch-delegate backends, partially or
-whole, read the delegation report, and load lowered modules with a check that the file is what was
+"""torch_delegate from Python: lower TorchScript modules (or eager ones, scripted here) to
+torch-delegate backends, partially or whole, read the delegation report, and load lowered modules with a check that the file is what was
 saved (every record's CRC32) and that their backends are registered.
 
 A backend is a C++ library built with torch-delegate; load it first, as any TorchScript extension:
 
     import torch, torch_delegate
     torch.ops.load_library("libpointwise_fusion.so")
-    scripted = torch.jit.script(MyModel())
-    lowered = torch_delegate.lower(scripted, "pointwise_fusion", partial=True)
+    lowered = torch_delegate.lower(MyModel(), "pointwise_fusion", partial=True)  # or a scripted/traced module
     print(torch_delegate.report(lowered))
     lowered.save("model.pt")
 
@@ -15,9 +14,11 @@ See docs/python.md.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -32,6 +33,7 @@ __all__ = [
     "Error",
     "InstalledBackend",
     "KeptNode",
+    "LowerOptions",
     "MethodReport",
     "OptionInfo",
     "Region",
@@ -95,6 +97,22 @@ class Region:
     torchscript_ms: float = -1.0  #: measured: one call as TorchScript, in ms (-1: not measured)
 
 
+#: Each kept reason's token (stable: saved reports and replay name reasons by it) and its label
+#: (the text's), as the C++ report has them: {"unsupported_kind": "unsupported kind", ...}.
+_REASON_LABELS: Dict[str, str] = dict(_C.kept_reasons)
+_REASON_TOKENS: Dict[str, str] = {label: token for token, label in _C.kept_reasons}
+
+
+def _reason_token(reason: str, token: str, who: str) -> str:
+    """A kept reason's token: the one given, which must name `reason` (the label), or the label's."""
+    if not token and reason in _REASON_TOKENS:
+        return _REASON_TOKENS[reason]
+    if token and _REASON_LABELS.get(token) == reason:
+        return token
+    raise ValueError(f"{who}: reason {reason!r} with reason_token {token!r} is not a kept reason; the reasons "
+                     f"(token: label) are " + ", ".join(f"{t}: {label}" for t, label in _REASON_LABELS.items()))
+
+
 @dataclasses.dataclass(frozen=True)
 class BackendReason:
     """One backend's reason for not taking a node."""
@@ -102,6 +120,10 @@ class BackendReason:
     backend: str
     reason: str  #: as KeptNode.reason
     detail: str
+    reason_token: str = ""  #: as KeptNode.reason_token (filled from reason when not given)
+
+    def __post_init__(self):
+        object.__setattr__(self, "reason_token", _reason_token(self.reason, self.reason_token, "torch_delegate.BackendReason"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +142,13 @@ class KeptNode:
     #: every backend's reason, in the list's order (one with one backend; a report saved before
     #: format 6 has the one reason it saved, as the last backend's)
     per_backend: List[BackendReason] = dataclasses.field(default_factory=list)
+    #: reason's stable token, "unsupported_kind", "slower_on_backend", ... (C++'s kept_reason, as
+    #: saved reports name it): match on this, not on the label, which may be reworded. Filled from
+    #: reason when not given.
+    reason_token: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "reason_token", _reason_token(self.reason, self.reason_token, "torch_delegate.KeptNode"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,13 +170,25 @@ class Report:
 
     str(report) is the readable report (the same text as C++'s delegation_report::to_string()).
     A module partially lowered by a build older than this package carries the text only: then
-    backend and module are "" and methods is empty.
+    backends is [], module "" and methods is empty.
     """
 
-    backend: str
+    backends: List[str]  #: the backends, in priority order: ["xnnpack", "pointwise_fusion"] (one name for one)
     module: str
     methods: List[MethodReport]
     text: str
+
+    def __post_init__(self):
+        if isinstance(self.backends, str):
+            raise TypeError(f"torch_delegate.Report: backends is a list of backend names, e.g. ['xnnpack', "
+                            f"'pointwise_fusion'], got the str {self.backends!r}; give [{self.backends!r}] for one backend")
+
+    @property
+    def backend(self) -> str:
+        """Deprecated: the backends as one string, "xnnpack, pointwise_fusion"; use backends."""
+        warnings.warn("torch_delegate.Report.backend is deprecated: use Report.backends, a list of names "
+                      "(backend is ', '.join(report.backends))", DeprecationWarning, stacklevel=2)
+        return ", ".join(self.backends)
 
     @property
     def region_count(self) -> int:
@@ -184,33 +225,186 @@ class TensorSpec:
         return TensorSpec(list(example.shape), example.dtype)
 
 
+@dataclasses.dataclass(frozen=True)
+class LowerOptions:
+    """The knobs of lower() and plan(), one object for both. Every knob is None unless given:
+    None is "not given" (the C++ default of partition_options applies: its value is in the comment).
+    lower(..., **knobs) and plan(..., **knobs) fold their keywords into one of these (a keyword
+    overrides the same knob of options=). Each knob is checked here, once, when it is given.
+    """
+
+    #: the methods to lower or plan, a name or names (lower: the spec's methods, else "forward")
+    methods: Optional[Union[str, Sequence[str]]] = None
+    #: lower: False: whole methods, as torch._C._jit_to_backend does (the same module structure);
+    #: True: only the regions the backend supports are delegated, the rest stays in TorchScript
+    #: (plan is the dry run of partial lowering). The knobs below, up to replay, are partial ones.
+    partial: Optional[bool] = None
+    #: the smallest region worth a backend call, in nodes (0: the backend's own minimum)
+    min_region_size: Optional[int] = None
+    #: node kinds kept in TorchScript although the backend supports them, e.g. "aten::mul"
+    keep_kinds: Optional[Union[str, Sequence[str]]] = None
+    #: submodules (attribute paths, e.g. "encoder.block1") whose nodes stay in TorchScript
+    keep_submodules: Optional[Union[str, Sequence[str]]] = None
+    #: selective lowering: only these submodules' nodes are delegated
+    lower_submodules: Optional[Union[str, Sequence[str]]] = None
+    #: every node must be delegated, else an error naming the first that is not (False)
+    require_full: Optional[bool] = None
+    #: where the backend is unavailable, each region runs its original TorchScript instead of
+    #: failing with "Backend is not available." (False)
+    fallback: Optional[bool] = None
+    #: the arguments of one call, (x,) for the first method, or {method: (args...)}: the method
+    #: runs once on them while lowering; every region's tensors get their dtype, sizes and memory
+    #: format, which preprocess sees and which a call is checked against
+    example_inputs: Optional[Union[torch.Tensor, Sequence[Any], Mapping[str, Sequence[Any]]]] = None
+    #: with example_inputs, what a call with other dtypes or sizes does: "error" (the input-spec
+    #: error; the default), "torchscript" (the region's TorchScript runs) or "replan" (the backend
+    #: compiles the region again for them, for a backend that can: xnnpack)
+    on_other_shapes: Optional[str] = None
+    #: with on_other_shapes="replan": how many other shapes each region keeps compiled (4)
+    max_replans: Optional[int] = None
+    #: with example_inputs: time each candidate region on its backend and as TorchScript and
+    #: delegate it only where the backend is faster (False)
+    measure: Optional[bool] = None
+    #: with measure: a share of the method's time in [0, 1) (0.01: 1 %): the faster regions that
+    #: save least stay in TorchScript while together they save less; 0 delegates every faster one
+    min_gain: Optional[float] = None
+    #: lower only, with measure and several backends: also lower with each other backend first
+    #: (and, where a lowering mixes backends, its first alone) and keep the fastest (False)
+    choose_order: Optional[bool] = None
+    #: a Report (plan(..., measure=True) or report(lowered)) whose decisions are repeated: a
+    #: candidate region is delegated if and only if the report has it, a region it kept as slower
+    #: keeps that reason; nothing is timed
+    replay: Optional["Report"] = None
+    #: whole methods only: per method, one entry per argument: a TensorSpec, an example tensor or None
+    input_specs: Optional[Mapping[str, Sequence[Any]]] = None
+    #: load a named backend that is installed (available_backends()) but not yet loaded, instead of
+    #: raising an error that says how to load it (False)
+    load_backends: Optional[bool] = None
+
+    def __post_init__(self):
+        for knob in _KNOBS:
+            value = getattr(self, knob)
+            if value is not None:
+                object.__setattr__(self, knob, _knob(knob, value, "torch_delegate.LowerOptions"))
+
+
+_KNOBS = tuple(field.name for field in dataclasses.fields(LowerOptions))
+#: The knobs of partial lowering: lower(...) without partial=True refuses them.
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
                   "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "replay")
+_FLAGS = ("partial", "require_full", "fallback", "measure", "choose_order", "load_backends")
+_NAME_LISTS = ("methods", "keep_kinds", "keep_submodules", "lower_submodules")
+#: The knobs that take one of a few strings: the allowed values are the C++ enum's.
+_CHOICES = {"on_other_shapes": tuple(_C.OtherShapes.__members__)}
 
 
-def _example_inputs(example_inputs, methods, who):
-    """{method: [args]} from example_inputs=(x,) (the first method's) or {method: (args...)}."""
-    if example_inputs is None:
-        return {}
+def _knob(knob: str, value: Any, who: str) -> Any:
+    """A given knob's value, checked (TypeError or ValueError naming it, what it takes and what it
+    got) and normalised: names as a tuple, example_inputs as a tuple or {method: tuple}."""
+    if knob in _FLAGS:
+        if not isinstance(value, bool):
+            raise TypeError(f"{who}: {knob} must be True or False, got {value!r}")
+    elif knob in _NAME_LISTS:
+        names = [value] if isinstance(value, str) else list(value) if isinstance(value, collections.abc.Iterable) else None
+        if names is None or not all(isinstance(name, str) for name in names):
+            raise TypeError(f"{who}: {knob} must be a name (str) or names, got {value!r}")
+        if knob == "methods" and not names:
+            raise ValueError(f"{who}: methods must name at least one method, got {value!r}")
+        return tuple(names)
+    elif knob in _CHOICES:
+        if value not in _CHOICES[knob]:
+            raise ValueError(f"{who}: {knob} must be one of {', '.join(map(repr, _CHOICES[knob]))}, got {value!r}")
+    elif knob in ("min_region_size", "max_replans"):
+        least = 0 if knob == "min_region_size" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{who}: {knob} must be an int >= {least}, got {value!r}")
+    elif knob == "min_gain":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"{who}: min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got {value!r}")
+        return float(value)
+    elif knob == "replay":
+        if not isinstance(value, Report):
+            raise TypeError(f"{who}: replay must be a torch_delegate.Report (plan(..., measure=True) or report(lowered)), "
+                            f"got {type(value).__name__}")
+    elif knob == "example_inputs":
+        return _example_inputs_form(value, who)
+    elif knob == "input_specs":
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{who}: input_specs must be a dict of method name -> one entry per argument, "
+                            f"got {type(value).__name__}")
+    return value
+
+
+def _example_inputs_form(example_inputs, who):
+    """example_inputs as a tuple of one call's arguments (for the first method) or {method: tuple}."""
     if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    if isinstance(example_inputs, Mapping):
-        by_method = dict(example_inputs)
-    elif isinstance(example_inputs, (tuple, list)):
-        by_method = {methods[0]: example_inputs}
-    else:
+        return (example_inputs,)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs)
+    if not isinstance(example_inputs, Mapping):
         raise TypeError(f"{who}: example_inputs must be a tuple of a call's arguments or {{method: tuple}}, "
                         f"got {type(example_inputs).__name__}")
-    for method, inputs in by_method.items():
+    for method, inputs in example_inputs.items():
         if not isinstance(method, str) or not isinstance(inputs, (tuple, list)):
             raise TypeError(f"{who}: example_inputs: each entry must be method name (str) -> tuple of arguments")
-    return {method: list(inputs) for method, inputs in by_method.items()}
+    return {method: tuple(inputs) for method, inputs in example_inputs.items()}
 
 
-def _script_module(module: Any, who: str) -> torch._C.ScriptModule:
+def _options(options: Optional[LowerOptions], knobs: Dict[str, Any], who: str) -> LowerOptions:
+    """options= with the keywords of the call folded in (a keyword overrides the same knob of
+    options; None is not given): the one LowerOptions a call reads."""
+    if options is None:
+        options = LowerOptions()
+    elif not isinstance(options, LowerOptions):
+        raise TypeError(f"{who}: options must be a torch_delegate.LowerOptions, got {type(options).__name__}")
+    unknown = [knob for knob in knobs if knob not in _KNOBS]
+    if unknown:
+        raise TypeError(f"{who}: unknown keyword argument{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(map(repr, unknown))}; the knobs (torch_delegate.LowerOptions) are {', '.join(_KNOBS)}")
+    given = {knob: value for knob, value in knobs.items() if value is not None}  # None: not given
+    for knob, value in given.items():
+        _knob(knob, value, who)  # here too, so that the error names the call
+    return dataclasses.replace(options, **given)
+
+
+def _partition_options(options: LowerOptions, methods: List[str], who: str) -> "_C.PartitionOptions":
+    """The C++ partition_options of `options`: each knob given, C++'s default for the others."""
+    converted = _C.PartitionOptions()
+    converted.methods = methods
+    given = {knob: getattr(options, knob) for knob in _PARTIAL_KNOBS if getattr(options, knob) is not None}
+    for knob in ("keep_kinds", "keep_submodules", "lower_submodules"):
+        if knob in given:
+            given[knob] = set(given[knob])
+    if "fallback" in given:
+        given["fallback_when_unavailable"] = given.pop("fallback")
+    if "on_other_shapes" in given:
+        given["on_other_shapes"] = _C.OtherShapes.__members__[given["on_other_shapes"]]
+    if "example_inputs" in given:
+        inputs = given.pop("example_inputs")
+        by_method = inputs if isinstance(inputs, Mapping) else {methods[0]: inputs}
+        try:
+            converted.example_inputs = {method: list(arguments) for method, arguments in by_method.items()}
+        except TypeError:
+            raise TypeError(f"{who}: example_inputs: an argument has no TorchScript type; give tensors, numbers, "
+                            f"strings, or lists, tuples and dicts of them") from None
+    for knob, value in given.items():
+        setattr(converted, knob, value)
+    return converted
+
+
+def _script_module(module: Any, who: str, script_eager: bool = False) -> torch._C.ScriptModule:
+    """The TorchScript module to lower; with `script_eager`, an eager nn.Module scripted for the user."""
     if isinstance(module, torch.jit.ScriptModule):
         return module._c
     kind = type(module).__name__
+    if isinstance(module, torch.nn.Module) and script_eager:
+        try:
+            return torch.jit.script(module)._c
+        except Exception as error:
+            said = (str(error).strip().splitlines() or [""])[0]
+            raise TypeError(f"{who}: got {kind}, an eager torch.nn.Module, which torch.jit.script could not script "
+                            f"({type(error).__name__}: {said}); script or trace it yourself and pass the result: "
+                            f"torch.jit.script(module), or torch.jit.trace(module, example_inputs)") from error
     if isinstance(module, torch.nn.Module):
         raise TypeError(
             f"{who}: expected a TorchScript module (torch.jit.ScriptModule), got {kind}, an eager torch.nn.Module; "
@@ -218,23 +412,30 @@ def _script_module(module: Any, who: str) -> torch._C.ScriptModule:
     raise TypeError(f"{who}: expected a TorchScript module (torch.jit.ScriptModule), got {kind}")
 
 
-def _names(value: Union[str, Iterable[str]], knob: str, who: str) -> List[str]:
-    if isinstance(value, str):
-        return [value]
-    names = list(value)
-    for name in names:
-        if not isinstance(name, str):
-            raise TypeError(f"{who}: {knob} must be names (str), got {type(name).__name__}")
-    return names
+#: What the spec is, in the errors that refuse one.
+_SPEC_SHAPE = ("{backend: {method: options}}, e.g. {'xnnpack': {'forward': {'num_threads': 2}}}; with one backend, "
+               "{method: options} is short for it")
 
 
-def _spec_dict(spec: Optional[Mapping[str, Any]], who: str) -> Dict[str, Any]:
-    if spec is None:
-        return {}
+def _specs(spec: Optional[Mapping[str, Any]], backends: List[str], who: str) -> Dict[str, Dict[str, Any]]:
+    """The spec in its one shape: {backend: {method: options}}, every backend of the list a key.
+    With one backend, {method: options} (no backend's name among its keys) is that backend's."""
+    if spec is None or (isinstance(spec, Mapping) and not spec):
+        return {name: {} for name in backends}
     if not isinstance(spec, Mapping):
-        raise TypeError(f"{who}: spec must be a dict of method name -> options dict, e.g. "
-                        f"{{'forward': {{'num_threads': 2}}}}, got {type(spec).__name__}")
-    return dict(spec)
+        raise TypeError(f"{who}: spec must be a dict: {_SPEC_SHAPE}; got {type(spec).__name__}")
+    named = [key for key in spec if key in backends]
+    if not named and len(backends) == 1:
+        return {backends[0]: dict(spec)}
+    if len(named) != len(spec):
+        others = [key for key in spec if key not in backends]
+        raise ValueError(f"{who}: spec must be {_SPEC_SHAPE}. With the backends {', '.join(map(repr, backends))}, its keys "
+                         f"{', '.join(map(repr, others))} are no backend's: put each method's options under its backend's "
+                         f"name, {{{backends[0]!r}: {{'forward': {{...}}}}}}")
+    for name in named:
+        if spec[name] is not None and not isinstance(spec[name], Mapping):
+            raise TypeError(f"{who}: spec[{name!r}] must be a dict of method name -> options, got {type(spec[name]).__name__}")
+    return {name: dict(spec.get(name) or {}) for name in backends}
 
 
 def _input_specs(input_specs: Mapping[str, Sequence[Any]], who: str) -> Dict[str, list]:
@@ -268,157 +469,69 @@ def backends() -> List[Backend]:
     return found
 
 
-def lower(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], spec: Optional[Mapping[str, Any]] = None, *,
-          methods: Optional[Union[str, Iterable[str]]] = None,
-          partial: bool = False,
-          min_region_size: int = 0,
-          keep_kinds: Iterable[str] = (),
-          keep_submodules: Iterable[str] = (),
-          lower_submodules: Iterable[str] = (),
-          require_full: bool = False,
-          fallback: bool = False,
-          input_specs: Optional[Mapping[str, Sequence[Any]]] = None,
-          example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
-          on_other_shapes: str = "error",
-          max_replans: int = 4,
-          measure: bool = False,
-          min_gain: float = 0.01,
-          choose_order: bool = False,
-          replay: Optional["Report"] = None,
-          load_backends: bool = False) -> torch.jit.ScriptModule:
-    """Lowers a scripted or traced module to a registered backend; the original is not modified.
+def lower(module: Union[torch.jit.ScriptModule, torch.nn.Module], backend: Union[str, Sequence[str]],
+          spec: Optional[Mapping[str, Any]] = None, *, options: Optional[LowerOptions] = None,
+          **knobs: Any) -> torch.jit.ScriptModule:
+    """Lowers a module to a registered backend; the original is not modified.
 
+    module: a scripted or traced module (torch.jit.ScriptModule), or an eager torch.nn.Module,
+        which is scripted here with torch.jit.script (if it cannot be, a TypeError says so: script
+        or trace it yourself).
     backend: a backend's name, or (partial=True) a priority list of names, ["xnnpack",
         "pointwise_fusion"]: each node goes to the first backend that takes it; one delegate
-        child per backend; the report says which backend runs each region. Then spec maps each
-        backend's name to its compile options per method.
-    spec: compile options per method, {"forward": {"num_threads": 2, "approximate": True}}:
+        child per backend; the report says which backend runs each region.
+    spec: compile options, {backend: {method: options}}, e.g. {"xnnpack": {"forward":
+        {"num_threads": 2}}}; with one backend, {method: options} is short for it. Options are
         values of any mix of types; a method without options gets the backend's defaults.
-    methods: the methods to lower (default: the spec's methods, else "forward").
-    partial=False: whole methods, as torch._C._jit_to_backend does (the same module structure).
-    partial=True: only the regions the backend supports are delegated; the rest stays in
-        TorchScript. Its knobs: min_region_size (nodes; 0: the backend's own minimum),
-        keep_kinds (node kinds kept in TorchScript, e.g. "aten::mul"), keep_submodules and
-        lower_submodules (attribute paths, e.g. "encoder.block1"), require_full (every node
-        must be delegated, else an error naming the first that is not) and fallback (where the
-        backend is unavailable, each region runs its original TorchScript instead of failing).
-    input_specs: whole methods only: per method, one entry per argument: a TensorSpec, an
-        example tensor, or None (unchecked).
-    example_inputs: partial=True only: the arguments of one call, (x,) for "forward", or
-        {method: (args...)}. The method runs once on them while lowering; every region's
-        tensors get their dtype, sizes and memory format, which preprocess sees and which a
-        call is checked against.
-    on_other_shapes: with example_inputs, what a call whose tensors have other dtypes or sizes
-        does: "error" (the input-spec error, naming the region and the argument),
-        "torchscript" (the region's own TorchScript runs instead) or "replan" (the backend
-        compiles the region again for the new shapes, for a backend that can: xnnpack can).
-    max_replans: with on_other_shapes="replan", how many other shapes each region keeps
-        compiled (the least recently used is dropped beyond it).
-    measure: with example_inputs, time each candidate region on its backend and as TorchScript
-        and delegate it only where the backend is faster (the report gives both times; a
-        region one backend loses is offered to the next); then the method is timed whole and
-        regions of least gain are taken out while it is slower than the original.
-    min_gain: with measure, a share of the method's time (0.01: 1 %): the faster regions that
-        save least stay in TorchScript ("gain below the minimum") while together they save less.
-        0 delegates every region that is faster.
-    choose_order: with measure and several backends, also lower with each other backend first
-        (the rest in the list's order) and, where a lowering mixes backends, with its first
-        backend alone; time the methods whole side by side and keep the fastest (the list's
-        order unless another is faster by more than 2 %); the report's backend names the
-        backends used, in order. Lowering takes about as many times longer as there are
-        backends (twice that where lowerings mix backends).
-    replay: a Report (a measured plan, or report(lowered)) whose decisions are repeated: a
-        candidate region is delegated if and only if the report has it. Nothing is timed.
-    load_backends: load a named backend that is installed (available_backends()) but not yet
-        loaded, instead of raising an error that says how to load it.
+    options, knobs: a LowerOptions, and/or its knobs as keywords (partial=True, example_inputs=(x,),
+        ...): see LowerOptions. A keyword that is no knob is a TypeError listing the knobs.
 
     Returns a torch.jit.ScriptModule that saves and loads like any other. Raises TypeError or
     ValueError for a bad argument, torch_delegate.Error for what the backend or lowering refuses.
     """
     who = "torch_delegate.lower"
-    cpp_module = _script_module(module, who)
+    options = _options(options, knobs, who)
+    cpp_module = _script_module(module, who, script_eager=True)
     backends = _backend_names(backend, who)
-    _require_registered(backends, who, load_backends)
-    if len(backends) > 1:
-        if not partial:
-            raise ValueError(f"{who}: several backends ({', '.join(backends)}) need partial=True: each node goes to the "
-                             f"first backend in the list that takes it")
-        # spec: {backend: {method: options}} with several backends.
-        specs = spec or {}
-        if not isinstance(specs, Mapping) or any(name not in backends for name in specs):
-            raise ValueError(f"{who}: with several backends, spec maps a backend's name to its compile options "
-                             f"({{'{backends[0]}': {{'forward': {{...}}}}}}), got {spec!r}")
-        specs = [_spec_dict(specs.get(name), who) for name in backends]
-        spec = {}
-        for entry in specs:
-            spec.update(entry)
-    else:
-        spec = _spec_dict(spec, who)
-        specs = [spec]
-    if methods is None:
-        method_names = list(spec) or ["forward"]
-    else:
-        method_names = _names(methods, "methods", who)
-    if partial:
-        if input_specs is not None:
+    _require_registered(backends, who, bool(options.load_backends))
+    if len(backends) > 1 and not options.partial:
+        raise ValueError(f"{who}: several backends ({', '.join(backends)}) need partial=True: each node goes to the "
+                         f"first backend in the list that takes it")
+    specs = _specs(spec, backends, who)
+    methods = list(options.methods or dict.fromkeys(method for entry in specs.values() for method in entry) or ["forward"])
+    if options.partial:
+        if options.input_specs is not None:
             raise ValueError(f"{who}: input_specs apply to whole methods; they cannot be given with partial=True "
                              f"(give example_inputs instead)")
-        if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
-            raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
-        if on_other_shapes not in ("error", "torchscript", "replan"):
-            raise ValueError(f"{who}: on_other_shapes must be 'error', 'torchscript' or 'replan', got {on_other_shapes!r}")
-        if not isinstance(max_replans, int) or isinstance(max_replans, bool) or max_replans < 1:
-            raise ValueError(f"{who}: max_replans must be an int >= 1, got {max_replans!r}")
-        result = _C.lower_partially(cpp_module, backends, specs, method_names, min_region_size,
-                                    _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
-                                    _names(lower_submodules, "lower_submodules", who), bool(require_full), bool(fallback),
-                                    _example_inputs(example_inputs, method_names, who), on_other_shapes, max_replans,
-                                    bool(measure), _min_gain(min_gain, who), bool(choose_order), _replayed(replay, who))
+        result = _C.lower_partially(cpp_module, backends, [specs[name] for name in backends],
+                                    _partition_options(options, methods, who))
     else:
-        given = {"min_region_size": min_region_size != 0, "keep_kinds": bool(list(keep_kinds)),
-                 "keep_submodules": bool(list(keep_submodules)), "lower_submodules": bool(list(lower_submodules)),
-                 "require_full": bool(require_full), "fallback": bool(fallback)}
-        given["example_inputs"] = example_inputs is not None
-        given["on_other_shapes"] = on_other_shapes != "error"
-        given["max_replans"] = max_replans != 4
-        given["measure"] = bool(measure)
-        given["min_gain"] = min_gain != 0.01
-        given["choose_order"] = bool(choose_order)
-        given["replay"] = replay is not None
-        knobs = [knob for knob in _PARTIAL_KNOBS if given[knob]]
+        knobs = [knob for knob in _PARTIAL_KNOBS if getattr(options, knob) is not None]
         if knobs:
             raise ValueError(f"{who}: {', '.join(knobs)} {'is a' if len(knobs) == 1 else 'are'} partial-lowering "
                              f"knob{'' if len(knobs) == 1 else 's'}; pass partial=True to delegate supported regions "
                              f"and leave the rest to TorchScript")
-        result = _C.lower_methods(cpp_module, backends[0], spec, method_names,
-                                  _input_specs(input_specs, who) if input_specs else {})
+        result = _C.lower_methods(cpp_module, backends[0], specs[backends[0]], methods,
+                                  _input_specs(options.input_specs, who) if options.input_specs else {})
     return torch.jit._recursive.wrap_cpp_module(result)
 
 
-def plan(module: torch.jit.ScriptModule, backend: Union[str, Sequence[str]], *,
-         methods: Union[str, Iterable[str]] = ("forward",),
-         min_region_size: int = 0,
-         keep_kinds: Iterable[str] = (),
-         keep_submodules: Iterable[str] = (),
-         lower_submodules: Iterable[str] = (),
-         require_full: bool = False,
-         example_inputs: Optional[Union[Sequence[Any], Mapping[str, Sequence[Any]]]] = None,
-         measure: bool = False,
-         min_gain: float = 0.01,
-         replay: Optional["Report"] = None,
-         load_backends: bool = False) -> Report:
-    """Dry run of lower(..., partial=True): what would be delegated and why the rest would stay
-    in TorchScript. Nothing is lowered. load_backends: as for lower()."""
+def plan(module: Union[torch.jit.ScriptModule, torch.nn.Module], backend: Union[str, Sequence[str]], *,
+         options: Optional[LowerOptions] = None, **knobs: Any) -> Report:
+    """Dry run of lower(module, backend, options=options, partial=True, **knobs): what would be
+    delegated and why the rest would stay in TorchScript. Nothing is lowered. It takes the same
+    LowerOptions as lower (an eager module is scripted as there); partial=False and input_specs,
+    which are whole-method lowering's, are refused."""
     who = "torch_delegate.plan"
-    cpp_module = _script_module(module, who)
-    _require_registered(_backend_names(backend, who), who, load_backends)
-    if not isinstance(min_region_size, int) or isinstance(min_region_size, bool) or min_region_size < 0:
-        raise ValueError(f"{who}: min_region_size must be an int >= 0, got {min_region_size!r}")
-    return _report_of(_C.plan(cpp_module, _backend_names(backend, who), _names(methods, "methods", who), min_region_size,
-                              _names(keep_kinds, "keep_kinds", who), _names(keep_submodules, "keep_submodules", who),
-                              _names(lower_submodules, "lower_submodules", who), bool(require_full),
-                              _example_inputs(example_inputs, _names(methods, "methods", who), who), bool(measure),
-                              _min_gain(min_gain, who), _replayed(replay, who)))
+    options = _options(options, knobs, who)
+    if options.partial is False or options.input_specs is not None:
+        raise ValueError(f"{who}: a plan is of partial lowering; {'partial=False' if options.partial is False else 'input_specs'} "
+                         f"(whole-method lowering's) cannot be given to it")
+    cpp_module = _script_module(module, who, script_eager=True)
+    backends = _backend_names(backend, who)
+    _require_registered(backends, who, bool(options.load_backends))
+    methods = list(options.methods or ["forward"])
+    return _report_of(_C.plan(cpp_module, backends, _partition_options(options, methods, who)))
 
 
 def report(module: torch.jit.ScriptModule) -> Optional[Report]:
@@ -467,19 +580,6 @@ def backends_needed(path: str) -> List[str]:
     return list(_C.backends_needed(str(path)))
 
 
-def _min_gain(min_gain, who: str) -> float:
-    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain < 1:
-        raise ValueError(f"{who}: min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got {min_gain!r}")
-    return float(min_gain)
-
-
-def _replayed(replay, who: str):
-    if replay is not None and not isinstance(replay, Report):
-        raise TypeError(f"{who}: replay must be a torch_delegate.Report (plan(..., measure=True) or report(lowered)), "
-                        f"got {type(replay).__name__}")
-    return replay
-
-
 def _backend_names(backend, who: str) -> List[str]:
     """A backend's name, or a priority list of names (a node goes to the first that takes it)."""
     if isinstance(backend, str):
@@ -497,4 +597,4 @@ def _report_of(data: dict) -> Report:
                       for kept in method["kept"]])
         for method in data["methods"]
     ]
-    return Report(data["backend"], data["module"], methods, data["text"])
+    return Report(data["backends"], data["module"], methods, data["text"])

@@ -90,6 +90,7 @@ def _example_inputs(shapes: Optional[Sequence[str]]):
 
 def _report_json(report) -> str:
     data = dataclasses.asdict(report)
+    data["backend"] = ", ".join(report.backends)  # deprecated: the one string of the JSON before "backends"
     data["regions"] = report.region_count
     return json.dumps(data, indent=2)
 
@@ -124,13 +125,14 @@ def _command_plan(arguments) -> int:
     _load_backends(names)
     module = torch.jit.load(arguments.model)
     inputs = _example_inputs(arguments.example_input)
-    report = torch_delegate.plan(module, names if len(names) > 1 else names[0], example_inputs=inputs,
-                                 measure=arguments.measure, min_gain=arguments.min_gain)
-    drawn = None
+    # One LowerOptions for the plan and for the lowering the picture is drawn from.
+    options = torch_delegate.LowerOptions(partial=True, example_inputs=inputs, measure=arguments.measure,
+                                          min_gain=arguments.min_gain)
+    report = torch_delegate.plan(module, names, options=options)
     if arguments.svg:
-        # The picture of the plan is the method as lowering would leave it: lowered here, in memory.
-        drawn = torch_delegate.lower(module, names if len(names) > 1 else names[0], partial=True, example_inputs=inputs,
-                                     replay=report if arguments.measure else None)
+        # The picture of the plan is the method as lowering would leave it: lowered here, in memory,
+        # repeating a measured plan's decisions rather than timing again.
+        drawn = torch_delegate.lower(module, names, options=options, replay=report if arguments.measure else None)
         _write_svg(torch_delegate.report(drawn), drawn, arguments.svg)
     print(_report_json(report) if arguments.json else report)
     return 0

@@ -8,6 +8,7 @@ Run by `meson test` with /usr/bin/python3 (Debian's python3-torch); the environm
   TD_DATA                   tests/data (modules saved by earlier builds)
   TD_WORKDIR                a directory for files
 """
+import dataclasses
 import math
 import os
 import struct
@@ -176,7 +177,7 @@ class LowerPartially(unittest.TestCase):
         lowered = td.lower(scripted, "pointwise_fusion", partial=True)
         after = td.report(lowered)
         self.assertEqual(after, dry)
-        self.assertEqual(after.backend, "pointwise_fusion")
+        self.assertEqual(after.backends, ["pointwise_fusion"])
         self.assertEqual(after.module, "__torch__.FeedForward")
         self.assertEqual(after.region_count, 2)
         forward = after.methods[0]
@@ -204,14 +205,14 @@ class LowerPartially(unittest.TestCase):
     def test_report_of_a_module_saved_before_reports_were_data(self):
         loaded = td.load(os.path.join(DATA, "pointwise_fusion_format1_by_e0f6b63.pt"))
         old = td.report(loaded)
-        self.assertEqual((old.backend, old.module, old.methods), ("", "", []))
+        self.assertEqual((old.backends, old.module, old.methods), ([], "", []))
         self.assertIn("to backend 'pointwise_fusion'", str(old))
 
     def test_report_of_a_module_saved_with_report_data_format_1(self):
         # Saved at 4619e82, before regions and kept nodes named their submodule.
         loaded = td.load(os.path.join(DATA, "pointwise_report1_by_4619e82.pt"))
         old = td.report(loaded)
-        self.assertEqual((old.backend, old.module), ("pointwise_fusion", "__torch__.ReportV1"))
+        self.assertEqual((old.backends, old.module), (["pointwise_fusion"], "__torch__.ReportV1"))
         regions = old.methods[0].regions
         self.assertEqual([(r.node_count, r.kinds, r.submodule) for r in regions],
                          [(3, ["aten::sigmoid", "aten::mul", "aten::add"], ""), (3, ["aten::mul", "aten::sub", "aten::relu"], "")])
@@ -317,11 +318,27 @@ class BadInput(unittest.TestCase):
     def setUp(self):
         self.scripted = torch.jit.script(TwoInputs())
 
-    def test_an_eager_module(self):
+    def test_an_eager_module_that_cannot_be_scripted(self):
+        class Variadic(torch.nn.Module):
+            def forward(self, *inputs):
+                return inputs[0]
+
+        for call in (td.lower, td.plan):
+            with self.subTest(call=call.__name__):
+                with self.assertRaises(TypeError) as raised:
+                    call(Variadic(), "pointwise_fusion", partial=True)
+                self.assertEqual(str(raised.exception),
+                                 f"torch_delegate.{call.__name__}: got Variadic, an eager torch.nn.Module, which "
+                                 "torch.jit.script could not script (NotSupportedError: Compiled functions can't take "
+                                 "variable number of arguments or use keyword-only arguments with defaults:); script or "
+                                 "trace it yourself and pass the result: torch.jit.script(module), or "
+                                 "torch.jit.trace(module, example_inputs)")
+                self.assertIsInstance(raised.exception.__cause__, torch.jit.frontend.NotSupportedError)
+        # report reads what a lowered module carries: an eager module is refused, as any non-TorchScript value
         with self.assertRaises(TypeError) as raised:
-            td.lower(TwoInputs(), "td_test_typed")
+            td.report(TwoInputs())
         self.assertEqual(str(raised.exception),
-                         "torch_delegate.lower: expected a TorchScript module (torch.jit.ScriptModule), got TwoInputs, "
+                         "torch_delegate.report: expected a TorchScript module (torch.jit.ScriptModule), got TwoInputs, "
                          "an eager torch.nn.Module; script or trace it first: torch.jit.script(module)")
         with self.assertRaisesRegex(TypeError, r"^torch_delegate.report: expected a TorchScript module "
                                                r"\(torch.jit.ScriptModule\), got str$"):
@@ -350,8 +367,9 @@ class BadInput(unittest.TestCase):
              "type; give a bool, int, float, str, torch.Tensor, or a list or dict of one of them"),
             ({"forward": {1: "x"}}, TypeError, "torch_delegate.lower: the option keys of method 'forward' must be str, got int"),
             ({"backward": {"target": "cpu"}}, td.Error, "method 'backward'"),
-            (["forward"], TypeError, "torch_delegate.lower: spec must be a dict of method name -> options dict, e.g. "
-                                     "{'forward': {'num_threads': 2}}, got list"),
+            (["forward"], TypeError, "torch_delegate.lower: spec must be a dict: {backend: {method: options}}, e.g. "
+                                     "{'xnnpack': {'forward': {'num_threads': 2}}}; with one backend, {method: options} is "
+                                     "short for it; got list"),
         ]
         for spec, error, text in cases:
             with self.subTest(spec=spec):
@@ -363,8 +381,14 @@ class BadInput(unittest.TestCase):
             td.lower(self.scripted, "td_test_typed", {"forward": {"target": "cpu"}}, methods=["accum"])
 
     def test_unknown_and_misplaced_knobs(self):
-        with self.assertRaisesRegex(TypeError, r"unexpected keyword argument 'min_nodes'"):
-            td.lower(self.scripted, "pointwise_fusion", partial=True, min_nodes=3)
+        for call in (td.lower, td.plan):
+            with self.assertRaises(TypeError) as raised:
+                call(self.scripted, "pointwise_fusion", partial=True, min_nodes=3, max_nodes=4)
+            self.assertEqual(str(raised.exception),
+                             f"torch_delegate.{call.__name__}: unknown keyword arguments 'min_nodes', 'max_nodes'; the "
+                             "knobs (torch_delegate.LowerOptions) are methods, partial, min_region_size, keep_kinds, "
+                             "keep_submodules, lower_submodules, require_full, fallback, example_inputs, on_other_shapes, "
+                             "max_replans, measure, min_gain, choose_order, replay, input_specs, load_backends")
         with self.assertRaises(ValueError) as raised:
             td.lower(self.scripted, "pointwise_fusion", min_region_size=3, fallback=True)
         self.assertEqual(str(raised.exception),
@@ -405,6 +429,201 @@ class BadInput(unittest.TestCase):
                                               r".*<--- HERE\n \(torch-delegate: backend 'td_test_pluggable_demo', "
                                               r"method 'forward': in preprocess\)$"):
             td.lower(torch.jit.script(Divides()), "td_test_pluggable_demo")
+
+
+class Options(unittest.TestCase):
+    """One LowerOptions for lower and plan: None is "not given", each knob checked once."""
+
+    def setUp(self):
+        self.scripted = torch.jit.script(FeedForward())
+
+    def test_one_options_object_for_lower_and_plan(self):
+        options = td.LowerOptions(partial=True, min_region_size=3)
+        planned = td.plan(self.scripted, "pointwise_fusion", options=options)
+        self.assertEqual([r.node_count for r in planned.methods[0].regions], [8])
+        self.assertEqual(td.report(td.lower(self.scripted, "pointwise_fusion", options=options)), planned)
+        # the keywords of the call are folded in, overriding the same knob of options; None is not given
+        self.assertEqual(td.plan(self.scripted, "pointwise_fusion", options=options, min_region_size=1).region_count, 2)
+        self.assertEqual(td.plan(self.scripted, "pointwise_fusion", options=options, min_region_size=None).region_count, 1)
+        # whole-method lowering's knobs have no plan
+        for knobs, given in (({"partial": False}, "partial=False"), ({"input_specs": {"forward": [None]}}, "input_specs")):
+            with self.assertRaises(ValueError) as raised:
+                td.plan(self.scripted, "pointwise_fusion", **knobs)
+            self.assertEqual(str(raised.exception), f"torch_delegate.plan: a plan is of partial lowering; {given} "
+                                                    "(whole-method lowering's) cannot be given to it")
+        with self.assertRaises(TypeError) as raised:
+            td.lower(self.scripted, "pointwise_fusion", options={"partial": True})
+        self.assertEqual(str(raised.exception), "torch_delegate.lower: options must be a torch_delegate.LowerOptions, got dict")
+
+    def test_every_knob_is_none_unless_given_and_an_explicit_default_is_given(self):
+        self.assertTrue(all(value is None for value in dataclasses.asdict(td.LowerOptions()).values()))
+        # min_gain=0.01 is C++'s default, given explicitly: still a partial knob without partial=True
+        for knobs in ({"min_gain": 0.01}, {"fallback": False}, {"max_replans": 4}):
+            with self.subTest(knobs=knobs):
+                with self.assertRaises(ValueError) as raised:
+                    td.lower(self.scripted, "pointwise_fusion", **knobs)
+                self.assertEqual(str(raised.exception), f"torch_delegate.lower: {next(iter(knobs))} is a partial-lowering "
+                                                        "knob; pass partial=True to delegate supported regions and leave "
+                                                        "the rest to TorchScript")
+
+    def test_each_knob_is_checked_once_where_it_is_given(self):
+        cases = [
+            ({"on_other_shapes": "sometimes"}, ValueError,
+             "on_other_shapes must be one of 'error', 'torchscript', 'replan', got 'sometimes'"),
+            ({"partial": 1}, TypeError, "partial must be True or False, got 1"),
+            ({"min_region_size": -1}, ValueError, "min_region_size must be an int >= 0, got -1"),
+            ({"max_replans": 0}, ValueError, "max_replans must be an int >= 1, got 0"),
+            ({"min_gain": 1.5}, ValueError, "min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got 1.5"),
+            ({"keep_kinds": [1]}, TypeError, "keep_kinds must be a name (str) or names, got [1]"),
+            ({"methods": []}, ValueError, "methods must name at least one method, got []"),
+            ({"replay": "a plan"}, TypeError,
+             "replay must be a torch_delegate.Report (plan(..., measure=True) or report(lowered)), got str"),
+            ({"example_inputs": 3}, TypeError, "example_inputs must be a tuple of a call's arguments or {method: tuple}, got int"),
+        ]
+        for knobs, error, text in cases:
+            with self.subTest(knobs=knobs):
+                with self.assertRaises(error) as raised:
+                    td.LowerOptions(**knobs)
+                self.assertEqual(str(raised.exception), f"torch_delegate.LowerOptions: {text}")
+                for call in (td.lower, td.plan):
+                    with self.assertRaises(error) as raised:
+                        call(self.scripted, "pointwise_fusion", **knobs)
+                    self.assertEqual(str(raised.exception), f"torch_delegate.{call.__name__}: {text}")
+        # the allowed strings are the C++ enum's
+        self.assertEqual(list(td._C.OtherShapes.__members__), ["error", "torchscript", "replan"])
+        # names are normalised once: one name, or names, as a tuple
+        self.assertEqual(td.LowerOptions(keep_kinds="aten::mul", methods=["forward"]),
+                         td.LowerOptions(keep_kinds=("aten::mul",), methods="forward"))
+
+    def test_the_extensions_partition_options_are_filled_from_the_dataclass(self):
+        defaults = td._C.PartitionOptions()  # C++'s defaults: the package re-types none of them
+        self.assertEqual((defaults.methods, defaults.min_region_size, defaults.keep_kinds, defaults.require_full,
+                          defaults.on_other_shapes, defaults.max_replans, defaults.measure, defaults.min_gain,
+                          defaults.choose_order, defaults.replay, defaults.fallback_when_unavailable, defaults.example_inputs),
+                         (["forward"], 0, set(), False, td._C.OtherShapes.error, 4, False, 0.01, False, None, False, {}))
+        x = torch.randn(2, 16)
+        planned = td.plan(self.scripted, "pointwise_fusion")
+        converted = td._partition_options(td.LowerOptions(
+            partial=True, min_region_size=2, keep_kinds="aten::mul", keep_submodules=["up"], lower_submodules=["down"],
+            require_full=True, fallback=True, example_inputs=(x,), on_other_shapes="torchscript", max_replans=2,
+            measure=True, min_gain=0.5, choose_order=True, replay=planned), ["forward"], "test")
+        self.assertEqual((converted.methods, converted.min_region_size, converted.keep_kinds, converted.keep_submodules,
+                          converted.lower_submodules, converted.require_full, converted.fallback_when_unavailable,
+                          converted.on_other_shapes, converted.max_replans, converted.measure, converted.min_gain,
+                          converted.choose_order),
+                         (["forward"], 2, {"aten::mul"}, {"up"}, {"down"}, True, True, td._C.OtherShapes.torchscript, 2,
+                          True, 0.5, True))
+        self.assertTrue(torch.equal(converted.example_inputs["forward"][0], x))
+        self.assertEqual(td._report_of(converted.replay), planned)  # the report crosses whole, kept nodes too
+
+
+class EagerModules(unittest.TestCase):
+    def test_lower_and_plan_script_an_eager_module(self):
+        model = FeedForward().eval()
+        scripted = torch.jit.script(model)
+        x = torch.randn(4, 16)
+        self.assertEqual(td.plan(model, "pointwise_fusion"), td.plan(scripted, "pointwise_fusion"))
+        lowered = td.lower(model, "pointwise_fusion", partial=True)
+        self.assertIsInstance(lowered, torch.jit.ScriptModule)
+        self.assertEqual(td.report(lowered), td.plan(scripted, "pointwise_fusion"))
+        torch.testing.assert_close(lowered(x), model(x), rtol=1e-5, atol=1e-6)
+        self.assertIsInstance(model.up, torch.nn.Linear)  # the user's module is left as it was
+        whole = td.lower(TwoInputs(), "td_test_typed", {"forward": {"target": "cpu", "scale": 2.0}})
+        torch.testing.assert_close(whole(x, x), (x + x) * 2.0)
+
+
+class OneSpecShape(unittest.TestCase):
+    """spec is {backend: {method: options}}; with one backend {method: options} is short for it."""
+
+    def test_the_shorthand_and_the_full_shape_lower_alike(self):
+        scripted = torch.jit.script(TwoInputs())
+        x, h = torch.randn(3), torch.randn(3)
+        options = {"forward": {"target": "cpu", "scale": 2.5}}
+        for spec in (options, {"td_test_typed": options}):
+            with self.subTest(spec=spec):
+                torch.testing.assert_close(td.lower(scripted, "td_test_typed", spec)(x, h), (x + h) * 2.5)
+
+    def test_several_backends_need_the_full_shape(self):
+        scripted = torch.jit.script(AddReluSub())
+        backends = ["td_test_pluggable_demo", "pointwise_fusion"]
+        for spec in (None, {}, {"pointwise_fusion": {}}, {"td_test_pluggable_demo": {"forward": {}}, "pointwise_fusion": None}):
+            with self.subTest(spec=spec):
+                self.assertEqual(td.report(td.lower(scripted, backends, spec, partial=True)).backends, backends)
+        with self.assertRaises(ValueError) as raised:
+            td.lower(scripted, backends, {"forward": {}}, partial=True)
+        self.assertEqual(str(raised.exception),
+                         "torch_delegate.lower: spec must be {backend: {method: options}}, e.g. {'xnnpack': {'forward': "
+                         "{'num_threads': 2}}}; with one backend, {method: options} is short for it. With the backends "
+                         "'td_test_pluggable_demo', 'pointwise_fusion', its keys 'forward' are no backend's: put each "
+                         "method's options under its backend's name, {'td_test_pluggable_demo': {'forward': {...}}}")
+        with self.assertRaises(TypeError) as raised:
+            td.lower(scripted, backends, {"pointwise_fusion": ["forward"]}, partial=True)
+        self.assertEqual(str(raised.exception),
+                         "torch_delegate.lower: spec['pointwise_fusion'] must be a dict of method name -> options, got list")
+
+
+class ReportFields(unittest.TestCase):
+    def test_backends_is_a_list_and_backend_a_deprecated_string(self):
+        planned = td.plan(torch.jit.script(AddReluSub()), ["td_test_pluggable_demo", "pointwise_fusion"])
+        self.assertEqual(planned.backends, ["td_test_pluggable_demo", "pointwise_fusion"])
+        with self.assertWarns(DeprecationWarning) as warned:
+            self.assertEqual(planned.backend, "td_test_pluggable_demo, pointwise_fusion")
+        self.assertEqual(str(warned.warning), "torch_delegate.Report.backend is deprecated: use Report.backends, a list "
+                                              "of names (backend is ', '.join(report.backends))")
+        with self.assertRaises(TypeError) as raised:
+            td.Report("pointwise_fusion", "", [], "")
+        self.assertEqual(str(raised.exception), "torch_delegate.Report: backends is a list of backend names, e.g. "
+                                                "['xnnpack', 'pointwise_fusion'], got the str 'pointwise_fusion'; give "
+                                                "['pointwise_fusion'] for one backend")
+
+    def test_kept_reasons_have_their_token_beside_the_label(self):
+        self.assertEqual(len(td._C.kept_reasons), 12)
+        self.assertIn(("gain_below_minimum", "gain below the minimum"), td._C.kept_reasons)
+        planned = td.plan(torch.jit.script(AddReluSub()), ["td_test_pluggable_demo", "pointwise_fusion"])
+        relu = next(k for k in planned.methods[0].kept if k.kind == "aten::relu")
+        self.assertEqual((relu.reason, relu.reason_token), ("refused by the backend", "refused_by_backend"))
+        self.assertEqual([(each.reason, each.reason_token) for each in relu.per_backend],
+                         [("unsupported kind", "unsupported_kind"), ("refused by the backend", "refused_by_backend")])
+        # Made by hand from the label, the token is filled in; a token that does not name the label is refused.
+        self.assertEqual(td.BackendReason("b", "unsupported kind", "").reason_token, "unsupported_kind")
+        with self.assertRaises(ValueError) as raised:
+            td.BackendReason("b", "unsupported kind", "", "control_flow")
+        self.assertTrue(str(raised.exception).startswith(
+            "torch_delegate.BackendReason: reason 'unsupported kind' with reason_token 'control_flow' is not a kept "
+            "reason; the reasons (token: label) are unsupported_kind: unsupported kind, excluded_by_user: excluded by "
+            "the user, "), str(raised.exception))
+
+
+class LinearGelu(torch.nn.Module):
+    """One pointwise region (the GELU) after a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(16, 64)
+
+    def forward(self, x):
+        return gelu_tanh(self.up(x))
+
+
+class Replay(unittest.TestCase):
+    def test_a_replayed_plan_keeps_the_measured_reasons_as_cpp_replay_does(self):
+        # Measured with a minimum gain no region reaches: the GELU's region stays in TorchScript,
+        # its nodes kept as "gain below the minimum" (or "slower on the backend") with the timings.
+        scripted = torch.jit.script(LinearGelu())
+        x = torch.randn(64, 16)
+        measured = td.plan(scripted, "pointwise_fusion", example_inputs=(x,), measure=True, min_gain=0.99)
+        lost = [k for k in measured.methods[0].kept if k.reason_token in ("gain_below_minimum", "slower_on_backend")]
+        self.assertEqual(measured.region_count, 0)
+        self.assertEqual(len(lost), 8)
+        # Replayed from Python (nothing timed), the kept nodes keep those reasons and details, as
+        # C++'s replay of the same report does, not "not delegated in the replayed plan".
+        replayed = td.plan(scripted, "pointwise_fusion", example_inputs=(x,), replay=measured)
+        self.assertEqual(replayed.methods, measured.methods)
+        lowered = td.lower(scripted, "pointwise_fusion", partial=True, example_inputs=(x,), replay=measured)
+        self.assertEqual(td.report(lowered).methods, measured.methods)
+        # A lowered module's report replays the same way (C++ reads it from the module: the same report).
+        again = td.lower(scripted, "pointwise_fusion", partial=True, example_inputs=(x,), replay=td.report(lowered))
+        self.assertEqual(td.report(again).methods, measured.methods)
 
 
 class WideFeedForward(torch.nn.Module):

@@ -24,11 +24,12 @@ for path in sorted((root / "include").rglob("*")):
         if re.match(r"\s*namespace\s*\{", line):
             problems.append(f"{path.relative_to(root)}:{number}: 'namespace {{' in a header: use namespace detail and inline")
 
-# Each owned spelling, as a pattern over a string literal's text.
+# Each owned spelling, as a pattern over a string literal's text. (_region_: a region's method,
+# "forward_region_0", or the "_region_" it is built from; not the field name "min_region_size".)
 OWNED = [r"__torch__\.torch\.classes", r"__backends__", r"__torch_delegate__", r"_execute_", r"torch\.jit\.Lowered",
          r"__processed_module", r"__method_compile_spec", r"__handles", r"__backend\b", r"__backend_debug_info",
          r"__loweredModule__", r"td_is_available", r"td_check_saveable", r"__delegate\b", r"torch_delegate\.Regions",
-         r"_region_", r"ops\.torch_delegate", r"^torch_delegate$", r"^torch_delegate::_"]
+         r"_region_(\d|$)", r"ops\.torch_delegate", r"^torch_delegate$", r"^torch_delegate::_"]
 OWNER = root / "include" / "torch_delegate" / "detail" / "names.hpp"
 
 
