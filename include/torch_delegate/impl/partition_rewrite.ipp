@@ -136,6 +136,15 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
     old_value->replaceAllUsesWith(new_value);
     replaced[old_value] = new_value;
   };
+  // A region's inputs as they are now: an earlier region's output replaced by what replaced it.
+  auto current_inputs = [&](const region& formed) {
+    std::vector<torch::jit::Value*> inputs;
+    for (torch::jit::Value* input : formed.inputs) {
+      auto found = replaced.find(input);
+      inputs.push_back(found == replaced.end() ? input : found->second);
+    }
+    return inputs;
+  };
   for (std::size_t i = 0; i < regions.size(); ++i) {
     const region& formed = regions[i];
     for (torch::jit::Node* read : formed.hoisted) read->moveBefore(formed.nodes.front());
@@ -155,12 +164,7 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
       const auto specs = recorded_all.find(entry.regions[i].name);
       if (specs != recorded_all.end()) {
         torch::jit::WithInsertPoint before(formed.nodes.front());
-        std::vector<torch::jit::Value*> inputs;
-        for (torch::jit::Value* input : formed.inputs) {
-          auto found = replaced.find(input);
-          inputs.push_back(found == replaced.end() ? input : found->second);
-        }
-        if (torch::jit::Value* matches = inputs_match(*graph, inputs, specs->second))
+        if (torch::jit::Value* matches = inputs_match(*graph, current_inputs(formed), specs->second))
           condition = condition ? graph->insert(c10::aten::__and__, {condition, matches}) : matches;
       }
     }
@@ -168,11 +172,7 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
     // or answer without autograd: eager's result for them, gradients included.
     if (condition) {
       torch::jit::WithInsertPoint before(formed.nodes.front());
-      std::vector<torch::jit::Value*> inputs;
-      for (torch::jit::Value* input : formed.inputs) {
-        auto found = replaced.find(input);
-        inputs.push_back(found == replaced.end() ? input : found->second);
-      }
+      const std::vector<torch::jit::Value*> inputs = current_inputs(formed);
       if (!asked_for_gradient) {
         wants_gradient = method_wants_gradient(*graph);
         asked_for_gradient = true;
@@ -191,10 +191,7 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
     torch::jit::WithInsertPoint insert(choice ? choice->blocks()[0]->return_node() : formed.nodes.front());
     torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attributes[k]);
     std::vector<torch::jit::Value*> arguments{delegate};
-    for (torch::jit::Value* input : formed.inputs) {
-      auto found = replaced.find(input);
-      arguments.push_back(found == replaced.end() ? input : found->second);
-    }
+    for (torch::jit::Value* input : current_inputs(formed)) arguments.push_back(input);
     torch::jit::Node* call = graph->insertNode(graph->create(c10::prim::CallMethod, arguments, 1));
     call->s_(c10::attr::name, entry.regions[i].name);
     call->setSourceRange(formed.nodes.front()->sourceRange());
