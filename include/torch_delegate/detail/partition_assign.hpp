@@ -41,6 +41,7 @@ struct region_decision {
   std::string detail;                                    // kept: why, as the report gives it
 };
 
+// [region_decider]
 /// Says which of a backend's candidate regions the backend gets. A region it does not get stays
 /// in TorchScript for this backend, and is offered to the next backend of the list. Called for
 /// each method in turn (begin_method), then per backend of the list in order (decide).
@@ -53,6 +54,7 @@ struct region_decider {
   /// One decision per candidate region, in order.
   virtual std::vector<region_decision> decide(candidate_regions& candidates) = 0;
 };
+// [region_decider]
 
 /// The rules alone (the default): every candidate region goes to its backend, so each node goes
 /// to the first backend in the list whose support and region checks take it.
