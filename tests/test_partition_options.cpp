@@ -200,6 +200,8 @@ def forward(self, x, h):
   CHECK(data->to_string() == plan.to_string());
   CHECK(data->backend == plan.backend);
   REQUIRE(data->methods.size() == 1);
+  REQUIRE(!plan.methods[0].regions.empty());  // the loops below compare something
+  REQUIRE(!plan.methods[0].kept.empty());
   REQUIRE(data->methods[0].regions.size() == plan.methods[0].regions.size());
   for (std::size_t i = 0; i < plan.methods[0].regions.size(); ++i) {
     CHECK(data->methods[0].regions[i].kinds == plan.methods[0].regions[i].kinds);
