@@ -37,6 +37,13 @@ struct CustomOpsResolver : torch::jit::Resolver {
   }
   c10::TypePtr resolveType(const std::string&, const torch::jit::SourceRange&) override { return nullptr; }
 };
+
+/// A module "m" whose methods are `source`, which may call td_test_partition.<op>.
+torch::jit::Module script_with_custom_ops(const std::string& source) {
+  torch::jit::Module module("m");
+  module.define(source, std::make_shared<CustomOpsResolver>());
+  return module;
+}
 }  // namespace
 
 TEST_CASE("measured partitioning: a region slower on its backend stays in TorchScript; a plan replays decisions") {
@@ -153,14 +160,13 @@ def forward(self, x, h):
 }
 
 TEST_CASE("measured partitioning: the method decides last (regions fast alone, slower together, are taken out)") {
-  torch::jit::Module module("m");
-  module.define(R"(
+  torch::jit::Module module = script_with_custom_ops(R"(
 def forward(self, x):
     a = td_test_partition.slow_add(x, x)
     b = torch.relu(a)
     c = td_test_partition.slow_add(b, x)
     return torch.relu(c)
-)", std::make_shared<CustomOpsResolver>());
+)");
   const at::Tensor x = torch::randn({16});
   const at::Tensor want = torch::relu(torch::relu(x + x) + x);
   torch_delegate::partition_options options;
@@ -211,12 +217,11 @@ def forward(self, x):
 TEST_CASE("measured partitioning: a region that saves less than min_gain of its method stays in TorchScript") {
   // The region (slow_add) saves about 4 ms of a method of about 14 ms (sleepy stays in
   // TorchScript): about 29 %.
-  torch::jit::Module module("m");
-  module.define(R"(
+  torch::jit::Module module = script_with_custom_ops(R"(
 def forward(self, x):
     a = td_test_partition.slow_add(x, x)
     return td_test_partition.sleepy(a)
-)", std::make_shared<CustomOpsResolver>());
+)");
   const at::Tensor x = torch::randn({16});
   torch_delegate::partition_options options;
   options.example_inputs["forward"] = {x};
@@ -258,13 +263,12 @@ def forward(self, x):
     }
   }
   SUBCASE("regions that save little each, but much together, are delegated; the least while they add up to less") {
-    torch::jit::Module two("m");
-    two.define(R"(
+    torch::jit::Module two = script_with_custom_ops(R"(
 def forward(self, x):
     a = td_test_partition.slow_add(x, x)
     b = td_test_partition.sleepy(a)
     return td_test_partition.slow_add(b, x)
-)", std::make_shared<CustomOpsResolver>());
+)");
     // Two regions of about 4 ms each, in a method of about 18 ms.
     options.min_gain = 0.3;  // about 5.4 ms: one region alone is below, the two together are not
     auto plan = torch_delegate::delegation_plan<SwitchingBackend>(two, options);
@@ -299,12 +303,11 @@ def forward(self, x):
 }
 
 TEST_CASE("measured partitioning: choose_order keeps the fastest of the list's order, each other backend first, and each alone") {
-  torch::jit::Module module("m");
-  module.define(R"(
+  torch::jit::Module module = script_with_custom_ops(R"(
 def forward(self, x):
     a = td_test_partition.slow_add(x, x)
     return torch.relu(a)
-)", std::make_shared<CustomOpsResolver>());
+)");
   const at::Tensor x = torch::randn({16});
   const at::Tensor want = torch::relu(x + x);
   torch_delegate::partition_options options;
@@ -346,12 +349,11 @@ def forward(self, x):
     CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_slower_adds");
   }
   SUBCASE("choose_order: one backend alone, when its regions beside the other's are slower together") {
-    torch::jit::Module both("m");
-    both.define(R"(
+    torch::jit::Module both = script_with_custom_ops(R"(
 def forward(self, x):
     a = td_test_partition.slow_add(x, x)
     return td_test_partition.sleepy(a)
-)", std::make_shared<CustomOpsResolver>());
+)");
     options.example_inputs["forward"] = {x};
     auto backends_of = [](const torch::jit::Module& lowered) {  // "backend: kinds; ..."
       std::string names;
