@@ -19,6 +19,11 @@
 #include <torch_delegate/impl/lower.ipp>
 #include <torch_delegate/impl/named_data.ipp>
 #include <torch_delegate/impl/partition.ipp>
+#include <torch_delegate/impl/partition_assign.ipp>
+#include <torch_delegate/impl/partition_checks.ipp>
+#include <torch_delegate/impl/partition_extract.ipp>
+#include <torch_delegate/impl/partition_layouts.ipp>
+#include <torch_delegate/impl/partition_rewrite.ipp>
 #include <torch_delegate/impl/payload_format.ipp>
 #include <torch_delegate/impl/preprocess.ipp>
 #include <torch_delegate/impl/profiling.ipp>
@@ -28,4 +33,6 @@
 #include <torch_delegate/impl/report_format.ipp>
 #include <torch_delegate/impl/runtime_objects.ipp>
 #include <torch_delegate/impl/signature.ipp>
+#include <torch_delegate/impl/tuning.ipp>
+#include <torch_delegate/impl/tuning_timing.ipp>
 #include <torch_delegate/impl/version.ipp>

@@ -101,9 +101,6 @@ struct partition_options {
 
 namespace detail {
 
-/// A priority list of backends (lowering to several): a node goes to the first that takes it.
-using backend_list = std::vector<const backend_lowering*>;
-
 /// The report of a partial lowering without lowering anything.
 TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& backend, const torch::jit::Module& module,
                                                        const partition_options& options);

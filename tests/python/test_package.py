@@ -403,6 +403,15 @@ class BadInput(unittest.TestCase):
             td.lower(self.scripted, "test_backend", partial=True)
         with self.assertRaisesRegex(td.Error, r"keep_submodules.*'encoder'"):
             td.lower(self.scripted, "pointwise_fusion", partial=True, keep_submodules=["encoder"])
+        # measure without example_inputs: the C++ error, the same on both routes.
+        measure_without_inputs = ("torch-delegate: backend 'pointwise_fusion': measure times each candidate region on the "
+                                  "values example_inputs give it, and none are given: give example_inputs (the arguments "
+                                  "of each method to time), or leave measure off")
+        for attempt in (lambda: td.plan(self.scripted, "pointwise_fusion", measure=True),
+                        lambda: td.lower(self.scripted, "pointwise_fusion", partial=True, measure=True)):
+            with self.assertRaises(td.Error) as raised:
+                attempt()
+            self.assertEqual(str(raised.exception).strip(), measure_without_inputs)
         with self.assertRaisesRegex(TypeError, r"input spec 0 of method 'forward' must be a TensorSpec, an example "
                                                r"torch.Tensor or None, got list"):
             td.lower(self.scripted, "td_test_typed", {"forward": {"target": "x"}}, input_specs={"forward": [[2, 3], None]})

@@ -204,6 +204,12 @@ TORCH_DELEGATE_INTERNAL void publish_lowering(const backend_lowering& lowering);
 /// registered it); nullptr when none is. An entry of another layout is an error saying to rebuild.
 TORCH_DELEGATE_DECL const backend_lowering* find_lowering(std::string_view name);
 
+/// A priority list of backends (lowering to several): a node goes to the first that takes it.
+using backend_list = std::vector<const backend_lowering*>;
+
+/// "xnnpack, pointwise_fusion": a priority list's names, as reports and errors give them.
+TORCH_DELEGATE_INTERNAL std::string names_of(const backend_list& backends);
+
 /// Every backend lowering published in this process, by name.
 TORCH_DELEGATE_DECL std::vector<const backend_lowering*> published_lowerings();
 

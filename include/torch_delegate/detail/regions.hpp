@@ -1,7 +1,7 @@
 // The region pass of partial lowering: Graph -> regions (and the report of every node that stays
 // in TorchScript, with its reason). A pure pass: it reads a canonical graph (canonical_graph.hpp)
-// and changes nothing; extraction and the rewrite are partition.ipp's. Tested on graphs alone
-// (tests/test_partition.cpp, "region pass").
+// and changes nothing; extraction and the rewrite are partition_extract.hpp's and
+// partition_rewrite.hpp's. Tested on graphs alone (tests/test_partition_regions.cpp, "region pass").
 #pragma once
 
 #include <torch_delegate/detail/backend_lowering.hpp>

@@ -63,6 +63,10 @@ TORCH_DELEGATE_DECL const backend_lowering& lowering_named(std::string_view name
                    "");
 }
 
+TORCH_DELEGATE_INTERNAL std::string names_of(const backend_list& backends) {
+  return comma_separated(backends, [](const backend_lowering* backend) { return std::string(backend->name()); });
+}
+
 TORCH_DELEGATE_DECL lowering_plan plan_request(const backend_lowering& lowering, const torch::jit::Module& module,
                                                const c10::impl::GenericDict& method_compile_spec,
                                                bool fallback_when_unavailable, const input_specs* inputs) {

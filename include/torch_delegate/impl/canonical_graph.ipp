@@ -173,8 +173,8 @@ inline void fold_constant_membership(torch::jit::Block* block) {
 /// attribute the method reads from `self` that is a bool, int, float, str or None (`self.training`, a
 /// Conv2d's absent bias, a stored hyper-parameter) becomes a constant of its value now, so that
 /// the branches on it fold away (BatchNorm's `if self.training:`, dropout's `training` argument).
-/// Tensors stay attribute reads: the regions take them as constants (partition.ipp), the nodes
-/// left to TorchScript keep reading them.
+/// Tensors stay attribute reads: the regions take them as constants (partition_extract.ipp), the
+/// nodes left to TorchScript keep reading them.
 inline void fold_scalar_attributes(const torch::jit::Module& module, const std::shared_ptr<torch::jit::Graph>& graph) {
   std::vector<torch::jit::Node*> reads;  // in nested blocks too (MBConv's `if self.use_res_connect:` holds its reads)
   std::shared_ptr<torch::jit::Graph> walked = graph;

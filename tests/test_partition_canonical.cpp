@@ -1,0 +1,184 @@
+// Partial lowering on the canonical graph: mutation that can be observed, in-place ops made
+// out-of-place, constant lists folded, frozen modules.
+#include "partition_backends.hpp"
+
+using namespace test_helpers;
+using namespace partition_backends;
+
+TEST_CASE("partial lowering: a mutation that can be observed keeps its node in TorchScript") {
+  SUBCASE("a write to the method's argument: the caller sees it") {
+    auto module = script(R"(
+def forward(self, x):
+    x.relu_()
+    return x * 2.0
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    REQUIRE(!plan.methods[0].kept.empty());
+    CHECK(plan.methods[0].kept[0].kind == "aten::relu_");
+    CHECK(plan.methods[0].kept[0].reason == torch_delegate::kept_reason::mutation_or_aliasing);
+    CHECK(plan.methods[0].kept[0].detail == "writes to its input");
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+    const at::Tensor x = torch::randn({3});
+    at::Tensor x_lowered = x.clone(), x_original = x.clone();
+    CHECK(lowered.forward({x_lowered}).toTensor().allclose(module.forward({x_original}).toTensor()));
+    CHECK(x_lowered.equal(x_original));  // the write happened in both
+    CHECK(x_lowered.equal(x.relu()));
+  }
+  SUBCASE("a write through a view that is read later: removing it would change the result") {
+    const auto module = script(R"(
+def forward(self, x):
+    y = x * 2.0
+    z = y.view([-1])
+    y.relu_()
+    return z + 1.0
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    bool kept = false;
+    for (const auto& node : plan.methods[0].kept)
+      kept |= node.kind == "aten::relu_" && node.reason == torch_delegate::kept_reason::mutation_or_aliasing;
+    CHECK(kept);
+    lowered_equal<ConvLikeBackend>(module, {}, 1);
+  }
+}
+
+TEST_CASE("partial lowering: an in-place op whose out-of-place form computes something else stays, with its reason") {
+  SUBCASE("a comparison in place keeps the tensor's dtype; out of place it makes a bool tensor") {
+    auto module = script(R"(
+def forward(self, x):
+    m = torch.sigmoid(x)
+    m.gt_(0.5)
+    return m + 1.0
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    bool kept = false;
+    for (const auto& node : plan.methods[0].kept)
+      kept |= node.kind == "aten::gt_" && node.reason == torch_delegate::kept_reason::mutation_or_aliasing;
+    CHECK(kept);
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+    const at::Tensor x = torch::randn({3, 4});
+    const at::Tensor got = lowered.forward({x}).toTensor(), expected = module.forward({x}).toTensor();
+    CHECK(static_cast<int>(got.scalar_type()) == static_cast<int>(expected.scalar_type()));
+    CHECK(got.equal(expected));
+  }
+  SUBCASE("an add in place cannot broadcast its target; out of place it can") {
+    auto module = script(R"(
+def forward(self, x, w):
+    y = x * 1.0
+    y.add_(w)
+    return y
+)");
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+    const at::Tensor x = torch::randn({2, 1}), w = torch::randn({2, 3});
+    CHECK_THROWS(module.forward({x, w}));
+    CHECK_THROWS(lowered.forward({x, w}));
+    const at::Tensor same = torch::randn({2, 3});
+    CHECK(lowered.forward({x.expand({2, 3}).contiguous(), same}).toTensor().allclose(
+        module.forward({x.expand({2, 3}).contiguous(), same}).toTensor()));
+  }
+}
+
+TEST_CASE("partial lowering: a residual add in place of two tensors of one dtype becomes out-of-place (ResNet's out += identity)") {
+  torch::jit::Module module("m");
+  module.register_parameter("weight", torch::randn({3, 3, 3, 3}), false);
+  module.define(R"(
+def forward(self, x):
+    out = torch.conv2d(x, self.weight, None, [1, 1], [1, 1], [1, 1], 1)
+    out.relu_()
+    out += x
+    return torch.relu(out)
+)");
+  const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::conv2d", "aten::relu", "aten::add"});
+  REQUIRE(!plan.methods[0].kept.empty());  // the weight's read, at least: the loop checks something
+  for (const auto& kept : plan.methods[0].kept) CHECK(kept.reason == torch_delegate::kept_reason::attribute_read);
+  torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+  const at::Tensor x = torch::randn({1, 3, 6, 6});
+  CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+}
+
+TEST_CASE("partial lowering: an in-place op on a fresh tensor becomes out-of-place (it no longer keeps its producer)") {
+  // As ReLU6(inplace=True) after a conv in MobileNetV2 (hardtanh_ on the conv's output; its test
+  // on torchvision's model is tests/python/test_torchvision.py).
+  torch::jit::Module module("m");
+  module.register_parameter("weight", torch::randn({4, 3, 3, 3}), false);
+  module.define(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.weight, None, [1, 1], [1, 1], [1, 1], 1)
+    y.clamp_(0.0, 6.0)
+    return y + 1.0
+)");
+  const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::conv2d", "aten::clamp", "aten::add"});
+  REQUIRE(plan.methods[0].kept.size() == 1);  // the weight's read
+  CHECK(plan.methods[0].kept[0].reason == torch_delegate::kept_reason::attribute_read);
+  torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+  const at::Tensor x = torch::randn({1, 3, 8, 8});
+  CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+}
+
+TEST_CASE("partial lowering: constant int[] arguments are folded; a list stays inside its region") {
+  SUBCASE("conv's stride, padding and dilation lists are constants of the canonical graph") {
+    torch::jit::Module module("m");
+    module.register_parameter("weight", torch::randn({4, 3, 3, 3}), false);
+    module.define(R"(
+def forward(self, x):
+    return torch.relu(torch.conv2d(x, self.weight, None, [2, 2], [1, 1], [1, 1], 1))
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvOnlyBackend>(module);  // takes no ListConstruct
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::conv2d", "aten::relu"});
+    torch::jit::Module lowered = torch_delegate::lower_partially<ConvOnlyBackend>(module);
+    const at::Tensor x = torch::randn({1, 3, 9, 9});
+    CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+  }
+  SUBCASE("a list built from a run-time int, used only inside the region, does not end it") {
+    const auto module = script(R"(
+def forward(self, x):
+    n = x.size(0)
+    y = x.view([n, -1])
+    return torch.relu(y) * 2.0
+)");
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    CHECK(plan.methods[0].regions[0].kinds ==
+          std::vector<std::string>{"prim::ListConstruct", "aten::view", "aten::relu", "aten::mul"});
+    for (const auto& kept : plan.methods[0].kept) CHECK(kept.reason != torch_delegate::kept_reason::boundary_type);
+    lowered_equal<ConvLikeBackend>(module, {}, 1);
+  }
+  SUBCASE("a list that leaves the region keeps its maker in TorchScript, and cuts the region there") {
+    auto module = script(R"(
+def forward(self, x):
+    n = x.size(0)
+    a = torch.relu(x)
+    shape = [n, -1]
+    b = a.view(shape) * 2.0
+    return b + x.reshape(shape)
+)");
+    // The list is read outside (reshape): its maker stays, and so the view that reads it.
+    const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+    std::vector<std::string> kept;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::boundary_type) kept.push_back(node.kind + ": " + node.detail);
+    CHECK(kept == std::vector<std::string>{"prim::ListConstruct: List[int] output", "aten::view: List[int] input"});
+    REQUIRE(plan.methods[0].regions.size() == 3);  // relu | mul | the last add
+    CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::relu"});
+    CHECK(plan.methods[0].regions[1].kinds == std::vector<std::string>{"aten::mul"});
+    lowered_equal<ConvLikeBackend>(module, {}, 1);
+  }
+}
+
+TEST_CASE("partial lowering: a frozen module (inlined call stacks whose functions are gone)") {
+  torch::jit::Module parent = nested_modules("x + h - x");
+  parent.eval();
+  const torch::jit::Module frozen = torch::jit::freeze(parent);
+  const auto plan = torch_delegate::delegation_plan<DemoBackend>(frozen);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].node_count == 4);
+  CHECK(plan.methods[0].regions[0].submodule.empty());  // the parent's add is in it
+  const auto lowered = lowered_equal(frozen);
+  const auto report = torch_delegate::delegation_report_data_of(lowered);
+  REQUIRE(report);
+  CHECK(report->methods[0].regions[0].node_count == 4);
+}

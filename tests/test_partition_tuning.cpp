@@ -1,0 +1,399 @@
+// Tuning (detail/tuning.hpp): measured partitioning (measure, min_gain, the method's check,
+// choose_order) and replayed decisions, deterministic by sleeps; the checks of its options.
+#include "partition_backends.hpp"
+
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/frontend/sugared_value.h>
+
+#include <chrono>
+#include <thread>
+
+using namespace test_helpers;
+using namespace partition_backends;
+
+namespace {
+/// td_test_partition::slow_add: an add that takes 4 ms more in TorchScript and none on
+/// SwitchingBackend (as an accelerator runs an op the CPU runs slowly).
+at::Tensor slow_add(const at::Tensor& a, const at::Tensor& b) {
+  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  return a + b;
+}
+/// td_test_partition::sleepy: 10 ms in TorchScript (none on a backend: only SleepyTaker takes it).
+at::Tensor sleepy(const at::Tensor& a) {
+  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return a * 2;
+}
+TORCH_LIBRARY(td_test_partition, m) {
+  m.def("slow_add(Tensor a, Tensor b) -> Tensor", slow_add);
+  m.def("sleepy(Tensor a) -> Tensor", sleepy);
+}
+
+/// Resolves td_test_partition.<op> in TorchScript source (Module::define knows only torch.*).
+struct CustomOpsResolver : torch::jit::Resolver {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction& function,
+                                                         const torch::jit::SourceRange& range) override {
+    if (name == "td_test_partition") return std::make_shared<torch::jit::BuiltinModule>("td_test_partition");
+    return torch::jit::nativeResolver()->resolveValue(name, function, range);
+  }
+  c10::TypePtr resolveType(const std::string&, const torch::jit::SourceRange&) override { return nullptr; }
+};
+
+/// A module "m" whose methods are `source`, which may call td_test_partition.<op>.
+torch::jit::Module script_with_custom_ops(const std::string& source) {
+  torch::jit::Module module("m");
+  module.define(source, std::make_shared<CustomOpsResolver>());
+  return module;
+}
+}  // namespace
+
+TEST_CASE("measured partitioning: a region slower on its backend stays in TorchScript; a plan replays decisions") {
+  const auto module = script(R"(
+def forward(self, x, h):
+    a = x * h + x
+    b = torch.relu(a)
+    return b - h
+)");
+  const at::Tensor x = torch::randn({8}), h = torch::randn({8});
+  const at::Tensor want = torch::jit::Module(module).forward({x, h}).toTensor();
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x, h};
+  options.measure = true;
+
+  SUBCASE("slower: kept, with both times; the report says why") {
+    const auto plan = torch_delegate::delegation_plan<SlowReference>(module, options);
+    CHECK(plan.methods[0].regions.empty());
+    std::size_t slower = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::slower_on_backend) {
+        ++slower;
+        CHECK(node.detail.find(" ms on td_partition_slow_reference, ") != std::string::npos);
+        CHECK(node.detail.find(" ms in TorchScript") != std::string::npos);
+      }
+    CHECK(slower == 3);  // mul, add; sub (relu is not supported)
+    CHECK(torch_delegate::lower_partially<SlowReference>(module, options).forward({x, h}).toTensor().allclose(want));
+  }
+  SUBCASE("with a priority list, the next backend gets what the first lost") {
+    const auto plan = torch_delegate::delegation_plan<SlowReference, ReferenceBackend>(module, options);
+    for (const auto& region : plan.methods[0].regions) {
+      CHECK(region.backend == "td_partition_reference");
+      CHECK(region.backend_ms >= 0);
+      CHECK(region.backend_ms <= region.torchscript_ms);  // delegated only where faster
+    }
+    // The next backend got each lost region: delegated there, or measured slower there too (the
+    // two speeds are close: which one depends on the run). Not vacuous: something was offered.
+    std::size_t measured_slower = 0;
+    for (const auto& node : plan.methods[0].kept)
+      measured_slower += std::count_if(node.per_backend.begin(), node.per_backend.end(), [](const auto& each) {
+        return each.backend == "td_partition_reference" && each.reason == torch_delegate::kept_reason::slower_on_backend;
+      });
+    CHECK(plan.methods[0].regions.size() + measured_slower > 0);
+  }
+  SUBCASE("a node the first backend measured slower and the next does not support: both reasons; a replay keeps them") {
+    const auto plan = torch_delegate::delegation_plan<SlowReference, AddsOnly>(module, options);
+    const torch_delegate::kept_node* mul = nullptr;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.kind == "aten::mul") mul = &node;
+    REQUIRE(mul);
+    REQUIRE(mul->per_backend.size() == 2);
+    CHECK(mul->per_backend[0].backend == "td_partition_slow_reference");
+    CHECK(mul->per_backend[0].reason == torch_delegate::kept_reason::slower_on_backend);
+    CHECK(contains(mul->per_backend[0].detail, " ms on td_partition_slow_reference, "));
+    CHECK(mul->per_backend[1] ==
+          torch_delegate::backend_reason{"td_partition_adds_only", torch_delegate::kept_reason::unsupported_kind, ""});
+    // Slower on a backend that supports it says more than unsupported on one that does not.
+    CHECK(mul->reason == torch_delegate::kept_reason::slower_on_backend);
+    CHECK(mul->detail == mul->per_backend[0].detail);
+    CHECK(contains(plan.to_string(), "    kept aten::mul at <string>:3:\n"
+                                     "      td_partition_slow_reference: slower on the backend (" +
+                                         mul->detail + ")\n      td_partition_adds_only: unsupported kind\n"));
+    // Replayed, the first backend's region keeps its own measured reason (not "not delegated in
+    // the replayed plan").
+    torch_delegate::partition_options again = options;
+    again.measure = false;
+    again.replay = plan;
+    const auto replayed = torch_delegate::delegation_plan<SlowReference, AddsOnly>(module, again);
+    bool same = false;
+    for (const auto& node : replayed.methods[0].kept)
+      if (node.kind == "aten::mul") same = node.per_backend == mul->per_backend && node.reason == mul->reason;
+    CHECK(same);
+  }
+  SUBCASE("every measured region has both times, and is delegated only where its backend is faster") {
+    const auto plan = torch_delegate::delegation_plan<ReferenceBackend>(module, options);
+    for (const auto& region : plan.methods[0].regions) {
+      CHECK(region.backend_ms >= 0);
+      CHECK(region.backend_ms <= region.torchscript_ms);
+    }
+    std::size_t slower = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::slower_on_backend) {
+        ++slower;
+        CHECK(!node.detail.empty());
+      }
+    // Each of the 3 candidate nodes (mul, add; sub) is delegated or measured slower: the loops
+    // above looked at all of them (close speeds: which one depends on the run).
+    std::size_t delegated = 0;
+    for (const auto& region : plan.methods[0].regions) delegated += region.node_count;
+    CHECK(delegated + slower == 3);
+  }
+  SUBCASE("replay: the regions of an earlier report, nothing timed, whatever the backend's speed") {
+    options.measure = false;
+    const auto rule = torch_delegate::delegation_plan<SlowReference>(module, options);  // by the rules: delegated
+    REQUIRE(rule.methods[0].regions.size() == 2);
+    torch_delegate::delegation_report earlier = rule;
+    earlier.methods[0].regions.erase(earlier.methods[0].regions.begin());  // the first region was "slower"
+    earlier.methods[0].regions[0].backend_ms = 0.5;
+    earlier.methods[0].regions[0].torchscript_ms = 0.75;
+    options.replay = earlier;
+    const auto replayed = torch_delegate::delegation_plan<SlowReference>(module, options);
+    REQUIRE(replayed.methods[0].regions.size() == 1);
+    CHECK(replayed.methods[0].regions[0].kinds == rule.methods[0].regions[1].kinds);
+    CHECK(replayed.methods[0].regions[0].backend_ms == 0.5);
+    bool dropped = false;
+    for (const auto& node : replayed.methods[0].kept)
+      dropped |= node.reason == torch_delegate::kept_reason::slower_on_backend && node.detail == "not delegated in the replayed plan";
+    CHECK(dropped);
+    auto lowered = torch_delegate::lower_partially<SlowReference>(module, options);
+    CHECK(lowered.forward({x, h}).toTensor().allclose(want));
+    const bool same_regions = torch_delegate::delegation_report_data_of(lowered)->methods[0].regions == replayed.methods[0].regions;
+    CHECK(same_regions);
+  }
+}
+
+TEST_CASE("measured partitioning: the method decides last (regions fast alone, slower together, are taken out)") {
+  torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    b = torch.relu(a)
+    c = td_test_partition.slow_add(b, x)
+    return torch.relu(c)
+)");
+  const at::Tensor x = torch::randn({16});
+  const at::Tensor want = torch::relu(torch::relu(x + x) + x);
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+
+  SUBCASE("without measuring, both regions are delegated and every call switches") {
+    auto lowered = torch_delegate::lower_partially<SwitchingBackend>(module, options);
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->methods[0].regions.size() == 2);
+    SwitchingBackend::switches = 0;
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(SwitchingBackend::switches == 4);
+  }
+  SUBCASE("measured: each region wins alone (about 0 against 4 ms), so the plan delegates both") {
+    options.measure = true;
+    const auto plan = torch_delegate::delegation_plan<SwitchingBackend>(module, options);
+    REQUIRE(plan.methods[0].regions.size() == 2);
+    for (const auto& region : plan.methods[0].regions) CHECK(region.backend_ms < region.torchscript_ms);
+  }
+  SUBCASE("measured and lowered: the method (about 30 against 8 ms) takes one region out; the rest is faster") {
+    options.measure = true;
+    auto lowered = torch_delegate::lower_partially<SwitchingBackend>(module, options);
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    REQUIRE(report.methods[0].regions.size() == 1);
+    std::size_t taken_out = 0;
+    for (const auto& node : report.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::slower_on_backend) {
+        ++taken_out;
+        CHECK(node.kind == "td_test_partition::slow_add");
+        CHECK(node.detail.find("slower in the method: forward took ") != std::string::npos);
+        CHECK(node.detail.find(" ms as TorchScript; the regions of least measured gain are kept (alone: ") != std::string::npos);
+      }
+    CHECK(taken_out == 1);
+    SwitchingBackend::switches = 0;
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(SwitchingBackend::switches <= 1);  // one region left: it switches at most once, from another module
+    // Saved and loaded, the decision stays (nothing is timed at load).
+    const std::string path = temp_path("method_check.pt");
+    lowered.save(path);
+    auto loaded = torch::jit::load(path);
+    CHECK(torch_delegate::delegation_report_data_of(loaded)->methods[0].regions.size() == 1);
+    CHECK(loaded.forward({x}).toTensor().allclose(want));
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("measured partitioning: a region that saves less than min_gain of its method stays in TorchScript") {
+  // The region (slow_add) saves about 4 ms of a method of about 14 ms (sleepy stays in
+  // TorchScript): about 29 %.
+  torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return td_test_partition.sleepy(a)
+)");
+  const at::Tensor x = torch::randn({16});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.measure = true;
+
+  SUBCASE("min_gain 0.5: kept, with both times, the saving and the method's time") {
+    options.min_gain = 0.5;
+    const auto plan = torch_delegate::delegation_plan<SwitchingBackend>(module, options);
+    CHECK(plan.methods[0].regions.empty());
+    const auto kept_add = [](const torch_delegate::method_delegation& method) {
+      const auto found = std::find_if(method.kept.begin(), method.kept.end(),
+                                      [](const auto& node) { return node.kind == "td_test_partition::slow_add"; });
+      REQUIRE(found != method.kept.end());
+      return *found;
+    };
+    const auto node = kept_add(plan.methods[0]);
+    CHECK(node.reason == torch_delegate::kept_reason::gain_below_minimum);
+    CHECK(torch_delegate::to_string(node.reason) == "gain below the minimum");
+    CHECK(node.detail.find(" ms on td_partition_switching, ") != std::string::npos);
+    CHECK(node.detail.find(" ms in TorchScript: saves ") != std::string::npos);
+    CHECK(node.detail.find(" ms, less than 50 % of forward (") != std::string::npos);
+    CHECK(node.detail.find(" ms, min_gain)") != std::string::npos);
+    // A replayed plan keeps the reason and its detail; the lowered module saves them.
+    torch_delegate::partition_options replaying = options;
+    replaying.replay = plan;
+    auto lowered = torch_delegate::lower_partially<SwitchingBackend>(module, replaying);
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    CHECK(report.methods[0].regions.empty());
+    CHECK(kept_add(report.methods[0]).reason == torch_delegate::kept_reason::gain_below_minimum);
+    CHECK(kept_add(report.methods[0]).detail == node.detail);
+    CHECK(lowered.forward({x}).toTensor().allclose((x + x) * 2));
+  }
+  SUBCASE("min_gain 0.1 (or 0): delegated") {
+    for (double share : {0.1, 0.0}) {
+      options.min_gain = share;
+      const auto plan = torch_delegate::delegation_plan<SwitchingBackend>(module, options);
+      REQUIRE(plan.methods[0].regions.size() == 1);
+      CHECK(plan.methods[0].regions[0].backend_ms < plan.methods[0].regions[0].torchscript_ms);
+    }
+  }
+  SUBCASE("regions that save little each, but much together, are delegated; the least while they add up to less") {
+    torch::jit::Module two = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    b = td_test_partition.sleepy(a)
+    return td_test_partition.slow_add(b, x)
+)");
+    // Two regions of about 4 ms each, in a method of about 18 ms.
+    options.min_gain = 0.3;  // about 5.4 ms: one region alone is below, the two together are not
+    auto plan = torch_delegate::delegation_plan<SwitchingBackend>(two, options);
+    CHECK(plan.methods[0].regions.size() == 1);
+    std::size_t below = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::gain_below_minimum) {
+        ++below;
+        CHECK(node.detail.find(" ms, less than 30 % of forward (") != std::string::npos);
+        CHECK(node.detail.find("together") == std::string::npos);
+      }
+    CHECK(below == 1);
+    options.min_gain = 0.6;  // about 10.8 ms: both together are below
+    plan = torch_delegate::delegation_plan<SwitchingBackend>(two, options);
+    CHECK(plan.methods[0].regions.empty());
+    below = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.reason == torch_delegate::kept_reason::gain_below_minimum) {
+        ++below;
+        CHECK(node.detail.find(" ms; the 2 regions that save least save ") != std::string::npos);
+        CHECK(node.detail.find(" ms together, less than 60 % of forward (") != std::string::npos);
+      }
+    CHECK(below == 2);
+  }
+  SUBCASE("a min_gain outside [0, 1) is an error") {
+    for (double bad : {-0.1, 1.0, std::nan("")}) {
+      options.min_gain = bad;
+      CHECK_THROWS_WITH(torch_delegate::delegation_plan<SwitchingBackend>(module, options),
+                        doctest::Contains("min_gain is a share of the method's time, in [0, 1) (0.01: 1 %); got "));
+    }
+  }
+}
+
+TEST_CASE("measured partitioning: choose_order keeps the fastest of the list's order, each other backend first, and each alone") {
+  torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return torch.relu(a)
+)");
+  const at::Tensor x = torch::randn({16});
+  const at::Tensor want = torch::relu(x + x);
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.measure = true;
+  auto backend_of_region = [](const torch::jit::Module& lowered) {
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    REQUIRE(report.methods[0].regions.size() == 1);
+    return report.methods[0].regions[0].backend;
+  };
+
+  SUBCASE("the list's order: the first backend pays (3 against 4 ms) and takes the region") {
+    auto lowered = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    CHECK(backend_of_region(lowered) == "td_partition_slower_adds");
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_slower_adds, td_partition_faster_adds");
+  }
+  SUBCASE("choose_order: the other order is faster (0 against 3 ms) and is kept; the report names it") {
+    options.choose_order = true;
+    auto lowered = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_slower_adds");
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    // Saved and loaded, the order stays; replaying its report with the list's order repeats it.
+    const std::string path = temp_path("choose_order.pt");
+    lowered.save(path);
+    auto loaded = torch::jit::load(path);
+    CHECK(backend_of_region(loaded) == "td_partition_faster_adds");
+    CHECK(loaded.forward({x}).toTensor().allclose(want));
+    std::remove(path.c_str());
+    torch_delegate::partition_options replaying;
+    replaying.example_inputs = options.example_inputs;
+    replaying.replay = *torch_delegate::delegation_report_data_of(lowered);
+    CHECK(backend_of_region(torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, replaying)) == "td_partition_faster_adds");
+  }
+  SUBCASE("the list's order is kept when it is the fastest") {
+    options.choose_order = true;
+    auto lowered = torch_delegate::lower_partially<FasterAdds, SlowerAdds>(module, options);
+    CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_slower_adds");
+  }
+  SUBCASE("choose_order: one backend alone, when its regions beside the other's are slower together") {
+    torch::jit::Module both = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return td_test_partition.sleepy(a)
+)");
+    options.example_inputs["forward"] = {x};
+    auto backends_of = [](const torch::jit::Module& lowered) {  // "backend: kinds; ..."
+      std::string names;
+      const auto report = *torch_delegate::delegation_report_data_of(lowered);
+      for (const auto& region : report.methods[0].regions)
+        names += (names.empty() ? "" : "; ") + region.backend + ": " + region.kinds.at(0);
+      return names;
+    };
+    // The list's order: each region on its backend (0 + 12 ms against 4 + 10 in TorchScript).
+    auto listed = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(both, options);
+    CHECK(backends_of(listed) == "td_partition_faster_adds: td_test_partition::slow_add; td_partition_sleepy_taker: td_test_partition::sleepy");
+    options.choose_order = true;
+    auto chosen = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(both, options);
+    CHECK(backends_of(chosen) == "td_partition_sleepy_taker: td_test_partition::sleepy");
+    CHECK(torch_delegate::delegation_report_data_of(chosen)->backend == "td_partition_sleepy_taker");
+    CHECK(chosen.forward({x}).toTensor().allclose((x + x) * 2));
+  }
+  SUBCASE("without measure, an error") {
+    options.measure = false;
+    options.choose_order = true;
+    CHECK_THROWS_WITH((torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options)),
+                      doctest::Contains("choose_order compares measured lowerings: set measure (with example_inputs) too"));
+  }
+}
+
+TEST_CASE("tuning: measure without example inputs is an error, as choose_order without measure") {
+  const auto module = script(forward_source);
+  torch_delegate::partition_options options;
+  options.measure = true;  // and no example_inputs: nothing to time the regions on
+  const std::string expected =
+      "torch-delegate: backend 'td_partition_reference': measure times each candidate region on the values example_inputs "
+      "give it, and none are given: give example_inputs (the arguments of each method to time), or leave measure off";
+  CHECK(error_of([&] { torch_delegate::delegation_plan<ReferenceBackend>(module, options); }) == expected);
+  CHECK(error_of([&] { torch_delegate::lower_partially<ReferenceBackend>(module, options); }) == expected);
+  CHECK(error_of([&] { torch_delegate::lower_partially<ReferenceBackend, AddsOnly>(module, options); }) == expected);
+  // A replay times nothing, but measure still asks for example inputs: the request is wrong either way.
+  options.replay = torch_delegate::delegation_plan<ReferenceBackend>(module);
+  CHECK(error_of([&] { torch_delegate::delegation_plan<ReferenceBackend>(module, options); }) == expected);
+  // With example inputs: measured, no error.
+  options.replay.reset();
+  options.example_inputs["forward"] = {torch::randn({3}), torch::randn({3})};
+  CHECK_NOTHROW(torch_delegate::delegation_plan<ReferenceBackend>(module, options));
+}
