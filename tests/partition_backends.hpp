@@ -217,11 +217,11 @@ struct MulsInThrees : MulsInPairs {
   static constexpr std::size_t min_region_size = 3;
 };
 
-/// ReferenceBackend that takes 3 ms more per call: measured, it always loses to TorchScript.
+/// ReferenceBackend that takes 6 ms more per call: measured, it always loses to TorchScript.
 struct SlowReference : ReferenceBackend {
   static constexpr std::string_view name = "td_partition_slow_reference";
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::this_thread::sleep_for(std::chrono::milliseconds(6));
     return ReferenceBackend::execute(handle, inputs);
   }
 };
@@ -230,7 +230,7 @@ struct SlowReference : ReferenceBackend {
 inline thread_local bool on_switching_backend = false;
 
 /// A backend fast alone and slow in a method: each region runs slow_add at no cost, but a call
-/// of another region than the last one pays 15 ms (as a device that reloads its program or its
+/// of another region than the last one pays 30 ms (as a device that reloads its program or its
 /// weights when it switches regions). Timed alone, each region wins; in a method with two of
 /// them, every call switches. Deterministic: sleeps, not speeds.
 struct SwitchingBackend : test_backends::GenericBackend {
@@ -244,7 +244,7 @@ struct SwitchingBackend : test_backends::GenericBackend {
     if (last != handle.function.get()) {
       last = handle.function.get();
       ++switches;
-      std::this_thread::sleep_for(std::chrono::milliseconds(15));
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
     }
     on_switching_backend = true;
     auto outputs = GenericBackend::execute(handle, inputs);
@@ -253,12 +253,12 @@ struct SwitchingBackend : test_backends::GenericBackend {
   }
 };
 
-/// Two backends that run slow_add (4 ms in TorchScript): one in 3 ms, one at no cost.
+/// Two backends that run slow_add (8 ms in TorchScript): one in 6 ms, one at no cost.
 struct SlowerAdds : test_backends::GenericBackend {
   static constexpr std::string_view name = "td_partition_slower_adds";
   static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::this_thread::sleep_for(std::chrono::milliseconds(6));
     on_switching_backend = true;
     auto outputs = GenericBackend::execute(handle, inputs);
     on_switching_backend = false;
@@ -277,16 +277,16 @@ struct FasterAdds : test_backends::GenericBackend {
     return outputs;
   }
 };
-/// Runs sleepy (10 ms in TorchScript) at no cost, but in 12 ms right after FasterAdds ran: as one
+/// Runs sleepy (20 ms in TorchScript) at no cost, but in 24 ms right after FasterAdds ran: as one
 /// backend's threads wait while another's spin down. Each region is faster than TorchScript alone,
-/// and both in one method (12 ms) are slower than SleepyTaker alone (4 ms: slow_add in TorchScript).
+/// and both in one method (24 ms) are slower than SleepyTaker alone (8 ms: slow_add in TorchScript).
 struct SleepyTaker : test_backends::GenericBackend {
   static constexpr std::string_view name = "td_partition_sleepy_taker";
   static bool supports(const torch::jit::Node* node) {
     return node->kind().toQualString() == std::string("td_test_partition::sleepy") || node->kind() == c10::prim::Constant;
   }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
-    if (after_faster_adds) std::this_thread::sleep_for(std::chrono::milliseconds(12));
+    if (after_faster_adds) std::this_thread::sleep_for(std::chrono::milliseconds(24));
     after_faster_adds = false;
     on_switching_backend = true;
     auto outputs = GenericBackend::execute(handle, inputs);

@@ -12,15 +12,15 @@ using namespace test_helpers;
 using namespace partition_backends;
 
 namespace {
-/// td_test_partition::slow_add: an add that takes 4 ms more in TorchScript and none on
+/// td_test_partition::slow_add: an add that takes 8 ms more in TorchScript and none on
 /// SwitchingBackend (as an accelerator runs an op the CPU runs slowly).
 at::Tensor slow_add(const at::Tensor& a, const at::Tensor& b) {
-  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(8));
   return a + b;
 }
-/// td_test_partition::sleepy: 10 ms in TorchScript (none on a backend: only SleepyTaker takes it).
+/// td_test_partition::sleepy: 20 ms in TorchScript (none on a backend: only SleepyTaker takes it).
 at::Tensor sleepy(const at::Tensor& a) {
-  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!on_switching_backend) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   return a * 2;
 }
 TORCH_LIBRARY(td_test_partition, m) {
@@ -180,13 +180,13 @@ def forward(self, x):
     CHECK(lowered.forward({x}).toTensor().allclose(want));
     CHECK(SwitchingBackend::switches == 4);
   }
-  SUBCASE("measured: each region wins alone (about 0 against 4 ms), so the plan delegates both") {
+  SUBCASE("measured: each region wins alone (about 0 against 8 ms), so the plan delegates both") {
     options.measure = true;
     const auto plan = torch_delegate::delegation_plan<SwitchingBackend>(module, options);
     REQUIRE(plan.methods[0].regions.size() == 2);
     for (const auto& region : plan.methods[0].regions) CHECK(region.backend_ms < region.torchscript_ms);
   }
-  SUBCASE("measured and lowered: the method (about 30 against 8 ms) takes one region out; the rest is faster") {
+  SUBCASE("measured and lowered: the method (about 60 against 16 ms) takes one region out; the rest is faster") {
     options.measure = true;
     auto lowered = torch_delegate::lower_partially<SwitchingBackend>(module, options);
     const auto report = *torch_delegate::delegation_report_data_of(lowered);
@@ -215,7 +215,7 @@ def forward(self, x):
 }
 
 TEST_CASE("measured partitioning: a region that saves less than min_gain of its method stays in TorchScript") {
-  // The region (slow_add) saves about 4 ms of a method of about 14 ms (sleepy stays in
+  // The region (slow_add) saves about 8 ms of a method of about 28 ms (sleepy stays in
   // TorchScript): about 29 %.
   torch::jit::Module module = script_with_custom_ops(R"(
 def forward(self, x):
@@ -269,8 +269,8 @@ def forward(self, x):
     b = td_test_partition.sleepy(a)
     return td_test_partition.slow_add(b, x)
 )");
-    // Two regions of about 4 ms each, in a method of about 18 ms.
-    options.min_gain = 0.3;  // about 5.4 ms: one region alone is below, the two together are not
+    // Two regions of about 8 ms each, in a method of about 36 ms.
+    options.min_gain = 0.3;  // about 10.8 ms: one region alone is below, the two together are not
     auto plan = torch_delegate::delegation_plan<SwitchingBackend>(two, options);
     CHECK(plan.methods[0].regions.size() == 1);
     std::size_t below = 0;
@@ -281,7 +281,7 @@ def forward(self, x):
         CHECK(node.detail.find("together") == std::string::npos);
       }
     CHECK(below == 1);
-    options.min_gain = 0.6;  // about 10.8 ms: both together are below
+    options.min_gain = 0.6;  // about 21.6 ms: both together are below
     plan = torch_delegate::delegation_plan<SwitchingBackend>(two, options);
     CHECK(plan.methods[0].regions.empty());
     below = 0;
@@ -319,12 +319,12 @@ def forward(self, x):
     return report.methods[0].regions[0].backend;
   };
 
-  SUBCASE("the list's order: the first backend pays (3 against 4 ms) and takes the region") {
+  SUBCASE("the list's order: the first backend pays (6 against 8 ms) and takes the region") {
     auto lowered = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
     CHECK(backend_of_region(lowered) == "td_partition_slower_adds");
     CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_slower_adds, td_partition_faster_adds");
   }
-  SUBCASE("choose_order: the other order is faster (0 against 3 ms) and is kept; the report names it") {
+  SUBCASE("choose_order: the other order is faster (0 against 6 ms) and is kept; the report names it") {
     options.choose_order = true;
     auto lowered = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
     CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
@@ -362,7 +362,7 @@ def forward(self, x):
         names += (names.empty() ? "" : "; ") + region.backend + ": " + region.kinds.at(0);
       return names;
     };
-    // The list's order: each region on its backend (0 + 12 ms against 4 + 10 in TorchScript).
+    // The list's order: each region on its backend (0 + 24 ms against 8 + 20 in TorchScript).
     auto listed = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(both, options);
     CHECK(backends_of(listed) == "td_partition_faster_adds: td_test_partition::slow_add; td_partition_sleepy_taker: td_test_partition::sleepy");
     options.choose_order = true;

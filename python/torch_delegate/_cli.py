@@ -228,7 +228,12 @@ def _share(text: str) -> float:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    arguments = parser().parse_args(argv)
+    cli = parser()
+    arguments = cli.parse_args(argv)
+    if getattr(arguments, "measure", False) and not arguments.example_input:
+        # The same rule as LowerOptions(measure=True) without example_inputs, in this command's terms.
+        cli.error("plan --measure times each candidate region on example inputs: give --example-input SIZES "
+                  "(once per argument, e.g. --example-input 1x3x224x224), or leave --measure off")
     try:
         return arguments.run(arguments)
     except _Exit as stop:

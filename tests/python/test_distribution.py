@@ -247,6 +247,10 @@ class CommandLine(unittest.TestCase):
         code, _, err = cli("plan", self.scripted_file, "xnnpack", "--measure", "--min-gain", "5")
         self.assertEqual(code, 2)
         self.assertIn("argument --min-gain: a share of the method's time in [0, 1) (0.01: 1 %), got '5'", err)
+        code, _, err = cli("plan", self.scripted_file, "xnnpack", "--measure")
+        self.assertEqual(code, 2)
+        self.assertIn("error: plan --measure times each candidate region on example inputs: give --example-input SIZES "
+                      "(once per argument, e.g. --example-input 1x3x224x224), or leave --measure off", err)
 
 
 def svg_boxes(svg_text):
