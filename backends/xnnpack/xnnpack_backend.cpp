@@ -3,8 +3,8 @@
 // execute (set up when pointers change, invoke).
 #include "xnnpack_backend.hpp"
 
-#include "common/clamp_range.hpp"
-#include "common/folded_conv2d.hpp"
+#include "toolkit/folding.hpp"
+#include "toolkit/fused_activation.hpp"
 
 #include <torch_delegate/named_data.hpp>
 #include <torch_delegate/node_queries.hpp>
@@ -55,7 +55,7 @@ using torch_delegate::known_at_lowering;
 using torch_delegate::known_sizes;
 
 /// Activations XNNPACK runs as a clamp: [min, max], or nullopt for another node.
-using cnn_common::clamp_range;
+using torch_delegate::toolkit::clamp_range;
 
 bool is_float_or_unknown(const torch::jit::Value* value) {
   const auto tensor = value->type()->cast<c10::TensorType>();
@@ -206,7 +206,7 @@ struct subgraph_builder {
   }
 
   void convolution(const torch::jit::Node* node) {
-    const cnn_common::folded_conv2d conv = cnn_common::read_conv2d(
+    const torch_delegate::toolkit::folded_conv2d conv = torch_delegate::toolkit::read_conv2d(
         region, node, [&](const torch::jit::Value* value) { return output_ids.count(value) != 0; }, folded, "xnnpack");
     const at::Tensor& weight = conv.weight;
     const auto& [stride, padding, dilation] = std::tie(conv.stride, conv.padding, conv.dilation);
@@ -319,7 +319,7 @@ struct subgraph_builder {
       return;
     }
     if (is(node, "aten::batch_norm")) {
-      const auto [scale, shift] = cnn_common::batch_norm_affine(region, node, "xnnpack");
+      const auto [scale, shift] = torch_delegate::toolkit::batch_norm_affine(region, node, "xnnpack");
       const std::int64_t scaled = with_constant(id(node->input(0)), multiply2, scale, nullptr);
       with_constant(scaled, add2, shift, node->output());
       return;
