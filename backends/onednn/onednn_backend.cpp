@@ -4,8 +4,8 @@
 // buffer; inputs read in place, outputs reordered into dense tensors).
 #include "onednn_backend.hpp"
 
-#include "common/clamp_range.hpp"
-#include "common/folded_conv2d.hpp"
+#include "toolkit/folding.hpp"
+#include "toolkit/fused_activation.hpp"
 
 #include <torch_delegate/lowered_module.hpp>
 #include <torch_delegate/named_data.hpp>
@@ -193,7 +193,7 @@ std::optional<activation> activation_of(const torch::jit::Node* node) {
     if (approximate && approximate->isString() && approximate->toStringRef() == "tanh") return activation{gelu_tanh};
   }
   if (is(node, "aten::relu")) return std::nullopt;  // a step (or a flag) of its own
-  if (const auto range = cnn_common::clamp_range(node); range && range->first <= range->second)
+  if (const auto range = torch_delegate::toolkit::clamp_range(node); range && range->first <= range->second)
     return activation{clip, range->first, range->second};
   return std::nullopt;
 }
@@ -252,7 +252,7 @@ struct step_builder {
   }
 
   void conv2d(const torch::jit::Node* node) {
-    const cnn_common::folded_conv2d conv = cnn_common::read_conv2d(
+    const torch_delegate::toolkit::folded_conv2d conv = torch_delegate::toolkit::read_conv2d(
         region, node, [&](const torch::jit::Value* value) { return outputs.count(value) != 0; }, folded, "onednn");
     const auto& [stride, padding, dilation] = std::tie(conv.stride, conv.padding, conv.dilation);
     const torch::jit::Value* output = conv.output;
