@@ -9,14 +9,16 @@
 // partitioning, each region goes to whichever is faster on the machine (docs/onednn.md).
 #pragma once
 
+#include "payload_records.hpp"
+
 #include <torch_delegate/backend.hpp>
+#include <torch_delegate/convert.hpp>
 #include <torch_delegate/preprocess.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
-#include <boost/hana/adapt_struct.hpp>
-
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,38 +28,20 @@
 
 namespace onednn_delegate {
 
-/// One step of a region: its op code, its value ids (inputs, then its output) and integer
-/// parameters, and for a convolution, linear, layer_norm or scale the named-data keys of its
-/// weight and bias (onednn_backend.cpp lists the ops and their parameters).
-struct step_record {
-  std::int64_t op = 0;
-  std::vector<std::int64_t> ints;
-  std::string weight;
-  std::string bias;
-};
-/// The payload of a region (a Boost.Hana struct: saved as a tuple of its fields): how many
-/// inputs it takes (value ids 0..inputs-1), how many values it has, its steps in order, and the
-/// value ids it returns.
-struct region_payload {
-  std::int64_t inputs = 0;
-  std::int64_t values = 0;
-  std::vector<step_record> steps;
-  std::vector<std::int64_t> outputs;
-};
+struct compiled_step;  // internal.hpp: a step with its weight's sizes and its fusion decision
+struct plan_store;     // internal.hpp: the region's plans (a bounded cache, per input shape) and weights
 
-struct compiled_step;  // onednn_backend.cpp: a step with its folded weights
-struct plan_cache;     // onednn_backend.cpp: the region's oneDNN primitives, per input shape
-
-/// What compile makes of a region: its steps, and the plans execute makes on the first call with
-/// each input shape (the primitives, their weights in the layout each picked, and where each
-/// activation lives in one per-call buffer). Calls may run concurrently.
+/// What compile makes of a region: its steps (fusions decided), and the plans execute makes on the
+/// first call with each input shape (the primitives, their weights in the layout each picked, and
+/// where each activation lives in one per-call buffer), the last `max_plans` shapes kept. Calls may
+/// run concurrently.
 struct compiled_region {
   std::shared_ptr<const std::vector<compiled_step>> steps;
   std::int64_t inputs = 0;
   std::int64_t values = 0;
   std::vector<std::int64_t> outputs;
   std::string method;
-  std::shared_ptr<plan_cache> plans;
+  std::shared_ptr<plan_store> plans;
 };
 
 /// One primitive of a plan, as the debug query lists it (docs/onednn.md#which-kernels-a-plan-runs).
@@ -84,6 +68,11 @@ struct OnednnBackend {
   static constexpr std::string_view name = "onednn";
   /// Regions take the parameters they read as constants: preprocess folds them.
   static constexpr bool owns_parameters = true;
+  /// Version 2: typed step records (payload_records.hpp); version 1, positional ints, is still read.
+  static constexpr std::int64_t payload_version = 2;
+  static constexpr std::int64_t oldest_payload_version = 1;
+  /// The input shapes a region keeps plans for, least recently used dropped first (docs/onednn.md).
+  static constexpr std::size_t max_plans = 4;
 
   /// Float convolutions (BatchNorm after one folded in), poolings, activations, add, mul, cat, and
   /// linear, layer_norm, GELU, permute, flatten (docs/onednn.md has the table).
@@ -102,5 +91,12 @@ struct OnednnBackend {
 
 }  // namespace onednn_delegate
 
-BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, ints, weight, bias);
-BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);
+/// onednn's payload reads in both versions: a version 2 tuple as the Boost.Hana struct it is, a
+/// version 1 one (positional ints) converted on load (payload.cpp). Writes version 2.
+template <>
+struct torch_delegate::ivalue_caster<onednn_delegate::region_payload, void> {
+  static constexpr auto name = ivalue_caster<detail::hana_fields_t<onednn_delegate::region_payload>>::name;
+  static bool check(const c10::IValue& value);
+  static onednn_delegate::region_payload load(const c10::IValue& value);
+  static c10::IValue cast(onednn_delegate::region_payload payload);
+};
