@@ -3,6 +3,8 @@
 // plan runs"): fused, then alone, then in other layouts, then ATen's conv2d.
 #include "internal.hpp"
 
+#include "toolkit/support_rules.hpp"
+
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
@@ -25,7 +27,7 @@ dims planner::conv_output(std::size_t index) const {
   const std::vector<std::int64_t>& weight = conv.weight_sizes;
   dims out{d[0], weight[0], 0, 0};
   for (std::size_t k = 0; k < 2; ++k)
-    out[k + 2] = (d[k + 2] + 2 * c.padding[k] - c.dilation[k] * (weight[k + 2] - 1) - 1) / c.stride[k] + 1;
+    out[k + 2] = torch_delegate::toolkit::window_output_size(d[k + 2], c.padding[k], c.padding[k], weight[k + 2], c.stride[k], c.dilation[k]);
   return out;
 }
 

@@ -2,6 +2,8 @@
 // global average pooling (adaptive_avg_pool2d to 1x1).
 #include "internal.hpp"
 
+#include "toolkit/support_rules.hpp"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -19,8 +21,7 @@ void planner::max_pool(std::size_t index) {
     const std::int64_t size = d[k + 2], span = size + 2 * left[k] - kernel[k];
     TORCH_CHECK(span >= 0, "onednn: region ", region_.method, ": max_pool2d's kernel ", kernel[k], " is larger than its padded input ",
                 size + 2 * left[k]);
-    std::int64_t o = (w.ceil_mode ? (span + strides[k] - 1) / strides[k] : span / strides[k]) + 1;
-    if (w.ceil_mode && (o - 1) * strides[k] >= size + left[k]) --o;  // the last window starts in the input (PyTorch's rule)
+    const std::int64_t o = torch_delegate::toolkit::window_output_size(size, left[k], left[k], kernel[k], strides[k], 1, w.ceil_mode);
     out_hw[k] = o;
     // Right padding that gives o windows: any in [exact, exact + stride - 1]; the symmetric one when it fits.
     const std::int64_t exact = (o - 1) * strides[k] + kernel[k] - size - left[k];

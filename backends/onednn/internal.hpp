@@ -6,6 +6,7 @@
 #include "onednn_backend.hpp"
 #include "steps.hpp"
 
+#include "toolkit/op_table.hpp"
 #include "toolkit/plan_cache.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -38,14 +39,29 @@ dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops = {});
 /// oneDNN's eltwise operations for a relu or an activation step, in order (hardsigmoid is two).
 std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compiled_step& step);
 
-// support.cpp: graph predicates preprocess shares.
-bool is(const torch::jit::Node* node, const char* kind);
-/// A float tensor of rank 4, or one whose dtype or rank is not known (no example inputs).
-bool float_4d_or_unknown(const torch::jit::Value* value);
-/// A float tensor (or one of unknown dtype) of known sizes, rank 1 to 6.
-std::optional<std::vector<std::int64_t>> float_sizes(const torch::jit::Value* value);
+// support.cpp: the op table (support rule and preprocess emitter per node kind) and the
+// activations onednn runs as eltwise steps.
+struct step_builder;  // preprocess.cpp
+/// The table supports() asks and preprocess dispatches through (the two cannot disagree).
+const torch_delegate::toolkit::op_table<step_builder>& onednn_ops();
 /// The activation oneDNN runs as an eltwise step (relu is a step of its own), nullopt for another node.
 std::optional<activation_parameters> activation_of(const torch::jit::Node* node);
+// preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
+void emit_convolution(step_builder& builder, const torch::jit::Node* node);
+void emit_batch_norm(step_builder& builder, const torch::jit::Node* node);
+void emit_relu(step_builder& builder, const torch::jit::Node* node);
+void emit_add(step_builder& builder, const torch::jit::Node* node);
+void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node);
+void emit_global_avg_pool2d(step_builder& builder, const torch::jit::Node* node);
+void emit_activation(step_builder& builder, const torch::jit::Node* node);
+void emit_permute(step_builder& builder, const torch::jit::Node* node);
+void emit_layer_norm(step_builder& builder, const torch::jit::Node* node);
+void emit_flatten(step_builder& builder, const torch::jit::Node* node);
+void emit_dropout(step_builder& builder, const torch::jit::Node* node);
+void emit_linear(step_builder& builder, const torch::jit::Node* node);
+void emit_mul(step_builder& builder, const torch::jit::Node* node);
+void emit_cat(step_builder& builder, const torch::jit::Node* node);
+void emit_nothing(step_builder& builder, const torch::jit::Node* node);
 
 /// The payload checked and decoded (runtime.cpp): the steps with their kinds and fusions.
 std::vector<compiled_step> decode_steps(const region_payload& payload, std::string_view method);

@@ -3,11 +3,12 @@
 // made now, run with a call context: one buffer, the primitives' arguments bound to it).
 #include "internal.hpp"
 
+#include "toolkit/availability.hpp"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace onednn_delegate {
 
@@ -21,16 +22,7 @@ bool is_reference(std::string_view implementation) {
     begin = end + 1;
   }
   // Tests walk the fallback order by naming more kernels "reference" (read once per process).
-  static const std::vector<std::string> also = [] {
-    std::vector<std::string> names;
-    const char* given = std::getenv("TD_ONEDNN_TREAT_AS_REFERENCE");
-    for (std::string_view rest = given ? given : ""; !rest.empty();) {
-      const std::size_t comma = std::min(rest.find(','), rest.size());
-      if (comma > 0) names.emplace_back(rest.substr(0, comma));
-      rest.remove_prefix(std::min(comma + 1, rest.size()));
-    }
-    return names;
-  }();
+  static const std::vector<std::string> also = torch_delegate::toolkit::environment_list("TD_ONEDNN_TREAT_AS_REFERENCE");
   return std::any_of(also.begin(), also.end(), [&](const std::string& name) { return implementation.find(name) != std::string_view::npos; });
 }
 

@@ -30,7 +30,8 @@ struct value_record {
   std::int64_t external = -1;
   std::string key;
 };
-/// One node: its op code, its integer operands (value ids first, then parameters), its floats.
+/// One node: its op code, its integer operands (value ids first, then parameters: written and read
+/// as the op's typed record, xnnpack_internal.hpp), its floats (an output range {min, max}).
 struct node_record {
   std::int64_t op = 0;
   std::vector<std::int64_t> ints;
@@ -45,8 +46,8 @@ struct region_payload {
   std::int64_t inputs = 0;
 };
 
-struct runtime_state;  // xnnpack_backend.cpp: the XNNPACK runtime, the statics it reads, a mutex
-struct region_recipe;  // xnnpack_backend.cpp: the payload and weights a re-planned region is built from
+struct runtime_state;  // xnnpack_internal.hpp: the XNNPACK runtime, the statics it reads, a mutex
+struct region_recipe;  // xnnpack_internal.hpp: the payload and weights a re-planned region is built from
 
 /// What compile makes of a region: a built XNNPACK runtime, set up again only when the
 /// external pointers change; one call at a time (XNNPACK runtimes are not re-entrant). A region

@@ -1,6 +1,8 @@
-// What the CNN example backends (xnnpack, onednn) both read at preprocess: a conv2d's arguments,
-// with the eval-mode BatchNorm that alone reads its output folded into its weight and bias.
+// Folding at preprocess: an eval-mode BatchNorm as a per-channel affine (scale, shift), and a 2-d
+// convolution read with the BatchNorm that alone reads its output folded into its weight and bias.
 #pragma once
+
+#include "graph.hpp"
 
 #include <torch_delegate/preprocess.hpp>
 
@@ -14,13 +16,14 @@
 #include <utility>
 #include <vector>
 
-namespace cnn_common {
+namespace torch_delegate::toolkit {
 
 /// An eval-mode BatchNorm as y = x * scale + shift, per channel; `backend` names who rejects
 /// one in training mode.
 inline std::pair<at::Tensor, at::Tensor> batch_norm_affine(const torch_delegate::method_to_lower& region,
                                                            const torch::jit::Node* norm, const std::string& backend) {
-  if (region.argument<bool>(norm, "training")) region.reject(norm, backend + ": batch_norm in training mode");
+  if (region.argument<bool>(norm, "training"))
+    region.reject(norm, backend + ": batch_norm in training mode (call model.eval() before lowering)");
   const at::Tensor mean = region.argument<at::Tensor>(norm, "running_mean").to(at::kFloat);
   const at::Tensor var = region.argument<at::Tensor>(norm, "running_var").to(at::kFloat);
   const auto gamma = region.argument<std::optional<at::Tensor>>(norm, "weight");
@@ -60,10 +63,8 @@ folded_conv2d read_conv2d(const torch_delegate::method_to_lower& region, const t
     region.reject(conv, backend + ": only 2-d convolutions with two strides, paddings and dilations");
   read.bias = bias ? bias->to(at::kFloat) : at::zeros({read.weight.size(0)}, read.weight.options());
   read.output = conv->output();
-  const auto& uses = read.output->uses();
-  if (uses.size() == 1 && !is_result(read.output) && uses[0].offset == 0 &&
-      uses[0].user->kind() == c10::Symbol::fromQualString("aten::batch_norm")) {
-    const torch::jit::Node* norm = uses[0].user;
+  const torch::jit::Node* norm = only_reader(read.output, 0);
+  if (norm && !is_result(read.output) && is(norm, "aten::batch_norm")) {
     const auto [scale, shift] = batch_norm_affine(region, norm, backend);
     read.weight = read.weight * scale.reshape({-1, 1, 1, 1});
     read.bias = read.bias * scale + shift;
@@ -73,4 +74,4 @@ folded_conv2d read_conv2d(const torch_delegate::method_to_lower& region, const t
   return read;
 }
 
-}  // namespace cnn_common
+}  // namespace torch_delegate::toolkit

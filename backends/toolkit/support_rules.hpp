@@ -1,0 +1,83 @@
+// Support rules CNN backends share, and the normalisation of pooling arguments: the conv2d form a
+// backend can fold (weights known at lowering, numeric padding), an eval-mode BatchNorm, an
+// adaptive average pool to 1x1 (a global pool), and max/avg pooling's kernel, stride, padding and
+// dilation read as two values each (PyTorch accepts one for both, and an empty stride).
+#pragma once
+
+#include "graph.hpp"
+
+#include <torch_delegate/preprocess.hpp>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_delegate::toolkit {
+
+/// conv2d(input, weight, bias, stride, padding: int[], dilation, groups) with its weight and bias
+/// known at lowering and numeric padding (padding='same' is the str overload, not this one).
+/// The input's dtype and rank are the backend's own check.
+inline bool conv2d_foldable(const torch::jit::Node* node) {
+  return is(node, "aten::conv2d") && node->inputs().size() == 7 && is_list(node->input(4)) && known_at_lowering(node->input(1)) &&
+         known_at_lowering(node->input(2));
+}
+
+/// batch_norm(input, weight, bias, running_mean, running_var, training=False, ...) with its
+/// running statistics known at lowering.
+inline bool batch_norm_eval(const torch::jit::Node* node) {
+  return is(node, "aten::batch_norm") && node->inputs().size() == 9 && constant_is(node->input(5), false) &&
+         known_at_lowering(node->input(3)) && known_at_lowering(node->input(4));
+}
+
+/// adaptive_avg_pool2d(input, [1, 1]): a global average pool.
+inline bool adaptive_pool_to_one(const torch::jit::Node* node) {
+  const auto size = is(node, "aten::adaptive_avg_pool2d") ? constant_ints(node->input(1)) : std::nullopt;
+  return size && *size == std::vector<std::int64_t>{1, 1};
+}
+
+/// The arguments of max_pool2d or avg_pool2d, two values each (height, width).
+struct pool2d_arguments {
+  std::vector<std::int64_t> kernel, stride, padding, dilation{1, 1};
+  bool ceil_mode = false;
+};
+
+/// `list` with two values: one value stands for both.
+inline std::vector<std::int64_t> two_values(std::vector<std::int64_t> list) {
+  if (list.size() == 1) list.push_back(list[0]);
+  return list;
+}
+
+/// Reads a max_pool2d's or avg_pool2d's arguments: one value stands for two, an empty stride is
+/// the kernel size, and avg_pool2d has dilation 1. Rejects (naming `backend`) sizes that are not
+/// two values after that.
+inline pool2d_arguments read_pool2d(const torch_delegate::method_to_lower& region, const torch::jit::Node* node,
+                                    const std::string& backend) {
+  pool2d_arguments read;
+  read.kernel = two_values(region.argument<std::vector<std::int64_t>>(node, "kernel_size"));
+  const auto stride = region.argument<std::vector<std::int64_t>>(node, "stride");
+  read.stride = stride.empty() ? read.kernel : two_values(stride);
+  read.padding = two_values(region.argument<std::vector<std::int64_t>>(node, "padding"));
+  if (is(node, "aten::max_pool2d")) read.dilation = two_values(region.argument<std::vector<std::int64_t>>(node, "dilation"));
+  read.ceil_mode = region.argument<bool>(node, "ceil_mode");
+  if (read.kernel.size() != 2 || read.stride.size() != 2 || read.padding.size() != 2 || read.dilation.size() != 2)
+    region.reject(node, backend + ": " + node->kind().toUnqualString() +
+                            " with one or two values each for kernel_size, stride, padding and dilation");
+  return read;
+}
+
+/// The output size of a pooling or convolution window along one dimension, PyTorch's rule:
+/// floor((size + before + after - dilation * (kernel - 1) - 1) / stride) + 1, or in ceil mode
+/// rounded up, less one when the last window would start in the padding after the input.
+/// (Below 1 when the input is too small for the window: the caller says so.)
+inline std::int64_t window_output_size(std::int64_t size, std::int64_t before, std::int64_t after, std::int64_t kernel,
+                                       std::int64_t stride, std::int64_t dilation, bool ceil_mode = false) {
+  const std::int64_t span = size + before + after - dilation * (kernel - 1) - 1;
+  if (!ceil_mode) return span / stride + 1;
+  std::int64_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= size + before) --out;
+  return out;
+}
+
+}  // namespace torch_delegate::toolkit
