@@ -33,9 +33,9 @@ using version2_caster = torch_delegate::ivalue_caster<torch_delegate::detail::ha
 using format1_caster = torch_delegate::ivalue_caster<format1::region>;
 
 /// Version 1's parameter counts per op code (a cat: its inputs and output, 2 or more; a permute:
-/// 3 to 8), and its activation codes.
+/// 3 to 8), and the activation kinds (version 1 codes them by their index here).
 constexpr std::int64_t format1_sizes[] = {10, 2, 4, 9, 2, 5, 3, -1, -1, 3, 2, 2, 4};
-constexpr const char* format1_activations[] = {"sigmoid", "silu", "hardswish", "hardsigmoid", "clip", "gelu_erf", "gelu_tanh"};
+constexpr const char* activation_kinds[] = {"sigmoid", "silu", "hardswish", "hardsigmoid", "clip", "gelu_erf", "gelu_tanh"};
 
 [[noreturn]] void bad_payload(const std::string& why) { TORCH_CHECK(false, "onednn: ", why); }
 }  // namespace
@@ -80,11 +80,11 @@ region_payload upgrade_format1(const c10::IValue& value) {
         step.pooling = pooling_parameters{{p[2], p[3]}, {p[4], p[5]}, {p[6], p[7]}, p[8] != 0};
         break;
       case step_kind::activation:
-        if (p[2] < 0 || p[2] >= static_cast<std::int64_t>(std::size(format1_activations)))
+        if (p[2] < 0 || p[2] >= static_cast<std::int64_t>(std::size(activation_kinds)))
           bad_payload("unknown activation " + std::to_string(p[2]) + " in a payload of version 1");
         step.inputs = {p[0]};
         step.output = p[1];
-        step.activation = activation_parameters{format1_activations[p[2]], std::bit_cast<double>(p[3]), std::bit_cast<double>(p[4])};
+        step.activation = activation_parameters{activation_kinds[p[2]], std::bit_cast<double>(p[3]), std::bit_cast<double>(p[4])};
         break;
       case step_kind::mul:
         step.inputs = {p[0], p[1]};
@@ -144,8 +144,8 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
     const bool parameters_fit =
         *kind == step_kind::convolution   ? c && pair(c->stride, 1) && pair(c->padding, 0) && pair(c->dilation, 1) && c->groups >= 1
         : *kind == step_kind::max_pool2d  ? w && pair(w->kernel, 1) && pair(w->stride, 1) && pair(w->padding, 0)
-        : *kind == step_kind::activation  ? record.activation && std::find(std::begin(format1_activations), std::end(format1_activations),
-                                                                           record.activation->kind) != std::end(format1_activations)
+        : *kind == step_kind::activation  ? record.activation && std::find(std::begin(activation_kinds), std::end(activation_kinds),
+                                                                           record.activation->kind) != std::end(activation_kinds)
         : *kind == step_kind::permute     ? record.permute_dims && !record.permute_dims->empty() && record.permute_dims->size() <= 6
         : *kind == step_kind::flatten     ? record.flatten.has_value()
         : *kind == step_kind::layer_norm  ? record.layer_norm_eps.has_value()
