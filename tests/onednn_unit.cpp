@@ -148,7 +148,7 @@ TEST_CASE("fusion: what is not fused, and why") {
 TEST_CASE("fusion as planned: the residual block runs as two convolutions, nothing else before its views") {
   std::map<std::string, at::Tensor> weights;
   const compiled_region region = compile_region(residual_payload(weights), weights);
-  const auto plan = planner(region, *region.plans, {{1, 4, 8, 8}}).build();
+  const auto plan = planner(*region.region, region.plans->weights, {{1, 4, 8, 8}}).build();
   const std::vector<std::string> kinds = kinds_of(*plan);
   CHECK(std::count_if(kinds.begin(), kinds.end(), [](const std::string& k) { return k.ends_with(" convolution"); }) == 2);
   for (const std::string& kind : kinds) {
@@ -174,7 +174,7 @@ TEST_CASE("placement: values alive at once never share bytes; dead ones do; 64-b
 TEST_CASE("placement on a plan: no two live values overlap, views are in place, the scratchpad after the values") {
   std::map<std::string, at::Tensor> weights;
   const compiled_region region = compile_region(residual_payload(weights), weights);
-  const auto plan = planner(region, *region.plans, {{2, 4, 8, 8}}).build();
+  const auto plan = planner(*region.region, region.plans->weights, {{2, 4, 8, 8}}).build();
   const auto& lives = plan->lives;
   REQUIRE(lives.size() == plan->slots.size());
   const auto rounded = [](std::size_t bytes) { return (bytes + buffer_alignment - 1) / buffer_alignment * buffer_alignment; };

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "payload_records.hpp"
+#include "plan_implementation.hpp"
 
 #include <torch_delegate/backend.hpp>
 #include <torch_delegate/convert.hpp>
@@ -28,29 +29,16 @@
 
 namespace onednn_delegate {
 
-struct compiled_step;  // internal.hpp: a step with its weight's sizes and its fusion decision
-struct plan_store;     // internal.hpp: the region's plans (a bounded cache, per input shape) and weights
+struct region_steps;  // steps.hpp: the region's steps (fusions decided), value counts, results, method
+struct plan_store;    // internal.hpp: the region's plans (a bounded cache, per input shape) and weights
 
 /// What compile makes of a region: its steps (fusions decided), and the plans execute makes on the
 /// first call with each input shape (the primitives, their weights in the layout each picked, and
 /// where each activation lives in one per-call buffer), the last `max_plans` shapes kept. Calls may
 /// run concurrently.
 struct compiled_region {
-  std::shared_ptr<const std::vector<compiled_step>> steps;
-  std::int64_t inputs = 0;
-  std::int64_t values = 0;
-  std::vector<std::int64_t> outputs;
-  std::string method;
+  std::shared_ptr<const region_steps> region;
   std::shared_ptr<plan_store> plans;
-};
-
-/// One primitive of a plan, as the debug query lists it (docs/onednn.md#which-kernels-a-plan-runs).
-struct plan_implementation {
-  std::string method;          // the lowered method (a region of a partial lowering: its name)
-  std::string shapes;          // the input shapes the plan was made for, e.g. "[1, 3, 96, 96]"
-  std::string step;            // the region's step it runs, e.g. "4 convolution" ("output 0": a result's reorder)
-  std::string kind;            // oneDNN's primitive kind (convolution, reorder, binary, ...); ATen's op for a step run there
-  std::string implementation;  // oneDNN's impl_info_str (jit_1x1:avx2, brgconv:avx512_core, ref:any) or ATen's op ("aten::conv2d")
 };
 
 /// Whether oneDNN's implementation name is a reference kernel: one of its ':'-separated parts
@@ -59,7 +47,8 @@ struct plan_implementation {
 bool is_reference(std::string_view implementation);
 
 /// The primitives of every plan made so far by the regions of `module` lowered to onednn (the
-/// module itself, or its lowered children after a partial lowering), in call order. Python:
+/// module itself, or its lowered children after a partial lowering), least recently used plan
+/// first, each in call order. Python:
 /// torch.ops.torch_delegate_onednn.plan_implementations(module) (register_onednn.cpp).
 std::vector<plan_implementation> plan_implementations(const torch::jit::Module& module);
 

@@ -2,11 +2,10 @@
 // as each builder defines what its step makes), the calls in order with each slot's first and
 // last use, constants (weights reordered into the layout their primitive picked), and the slots'
 // places in one per-call buffer (placement.cpp). Which builder runs a step: run().
-#include "internal.hpp"
+// No LibTorch here: errors go through fail_planning (runtime.cpp).
+#include "plan.hpp"
 
 #include <oneapi/dnnl/dnnl_debug.h>
-
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 
@@ -30,16 +29,18 @@ dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops) {
   return attr;
 }
 
-planner::planner(const compiled_region& region, plan_store& store, const torch_delegate::toolkit::input_shapes& shapes)
+planner::planner(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes)
     : region_(region), store_(store), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     slot_of_[i] = add_slot(dense(dims(shapes[i])));
-    shapes_ += (i ? ", " : "") + c10::str(c10::IntArrayRef(shapes[i]));
+    shapes_ += i ? ", [" : "[";  // as c10 prints an IntArrayRef: "[1, 3, 96, 96]"
+    for (std::size_t k = 0; k < shapes[i].size(); ++k) shapes_ += (k ? ", " : "") + std::to_string(shapes[i][k]);
+    shapes_ += "]";
   }
 }
 
 std::shared_ptr<const execution_plan> planner::build() {
-  const auto& steps = *region_.steps;
+  const auto& steps = region_.steps;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (steps[i].fusion.absorbed) continue;
     try {
@@ -64,7 +65,6 @@ std::shared_ptr<const execution_plan> planner::build() {
     store_.weights[index] = plan_.constants[weights];
     if (bias != no_slot) store_.biases[index] = plan_.constants[bias];
   }
-  store_.dense.clear();
   return made_;
 }
 
@@ -92,7 +92,7 @@ void planner::run(std::size_t index) {
   }
 }
 
-void planner::refuse(const std::string& why) const { TORCH_CHECK(false, "onednn: region ", region_.method, ": ", why); }
+void planner::refuse(const std::string& why) const { fail_planning(region_.method, why); }
 
 std::size_t planner::add_slot(const md& desc, std::size_t alias_of) {
   plan_.slots.push_back(desc);

@@ -26,6 +26,8 @@ bool is_reference(std::string_view implementation) {
   return std::any_of(also.begin(), also.end(), [&](const std::string& name) { return implementation.find(name) != std::string_view::npos; });
 }
 
+void fail_planning(std::string_view method, const std::string& why) { TORCH_CHECK(false, "onednn: region ", method, ": ", why); }
+
 call_context::call_context(const execution_plan& plan, std::size_t inputs)
     : buffer(at::empty({static_cast<std::int64_t>(plan.buffer_bytes)}, at::kByte)), memory(plan.slots.size()) {
   auto* base = static_cast<std::uint8_t*>(buffer.data_ptr());
@@ -51,10 +53,11 @@ call_context::call_context(const execution_plan& plan, std::size_t inputs)
 
 compiled_region OnednnBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
   TORCH_CHECK(is_available(), "onednn: this LibTorch was built without oneDNN");
-  auto steps = std::make_shared<std::vector<compiled_step>>(decode_steps(payload, context.method()));
+  auto region = std::make_shared<region_steps>(
+      region_steps{decode_steps(payload, context.method()), payload.inputs, payload.values, payload.outputs, std::string(context.method())});
   auto store = std::make_shared<plan_store>();
   std::vector<std::string> used;  // released: the store keeps the tensors until the first plan has its copies
-  for (compiled_step& step : *steps) {
+  for (compiled_step& step : region->steps) {
     const step_record& record = step.record;
     const step_kind kind = step.kind;
     dnnl::memory weight_memory, bias_memory;
@@ -94,14 +97,15 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
       used.push_back(record.weight);
       used.push_back(record.bias);
     }
-    store->weights.push_back(weight_memory);
-    store->biases.push_back(bias_memory);
+    store->weights.weights.push_back(weight_memory);
+    store->weights.biases.push_back(bias_memory);
   }
   for (const std::string& key : used) context.release_named_data(key);
-  return {std::move(steps), payload.inputs, payload.values, payload.outputs, std::string(context.method()), std::move(store)};
+  return {std::move(region), std::move(store)};
 }
 
-std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_delegate::inputs args) {
+std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch_delegate::inputs args) {
+  const region_steps& region = *compiled.region;
   TORCH_CHECK(static_cast<std::int64_t>(args.size()) == region.inputs, "onednn: region ", region.method, " takes ", region.inputs,
               " inputs, got ", args.size());
   std::vector<at::Tensor> given(args.size());
@@ -117,14 +121,20 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
     shapes.push_back(tensor.sizes().vec());
   }
   // Made under the cache's lock: one plan per shape, weights reordered once.
-  const std::shared_ptr<const execution_plan> plan =
-      region.plans->plans.get_or_make(shapes, [&] { return planner(region, *region.plans, shapes).build(); });
+  plan_store& store = *compiled.plans;
+  const std::shared_ptr<const runnable_plan> runnable = store.plans.get_or_make(shapes, [&] {
+    auto made = std::make_shared<runnable_plan>();
+    made->plan = planner(region, store.weights, shapes).build();
+    store.dense.clear();  // the plans read the first one's copies now
+    return made;
+  });
+  const execution_plan* plan = runnable->plan.get();
   std::unique_ptr<call_context> context;
   {
-    std::lock_guard<std::mutex> lock(plan->idle_mutex);
-    if (!plan->idle.empty()) {
-      context = std::move(plan->idle.back());
-      plan->idle.pop_back();
+    std::lock_guard<std::mutex> lock(runnable->idle_mutex);
+    if (!runnable->idle.empty()) {
+      context = std::move(runnable->idle.back());
+      runnable->idle.pop_back();
     }
   }
   if (!context) context = std::make_unique<call_context>(*plan, given.size());
@@ -151,8 +161,8 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& region, torch_d
     outputs.emplace_back(std::move(out));
   }
   stream.wait();
-  std::lock_guard<std::mutex> lock(plan->idle_mutex);
-  plan->idle.push_back(std::move(context));
+  std::lock_guard<std::mutex> lock(runnable->idle_mutex);
+  runnable->idle.push_back(std::move(context));
   return outputs;
 }
 

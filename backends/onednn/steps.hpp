@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -41,6 +42,15 @@ struct compiled_step {
   step_kind kind = step_kind::relu;
   std::vector<std::int64_t> weight_sizes;
   step_fusion fusion;
+};
+
+/// A compiled region's steps and what they read and return: what the planner plans.
+struct region_steps {
+  std::vector<compiled_step> steps;
+  std::int64_t inputs = 0;  // value ids 0..inputs-1
+  std::int64_t values = 0;
+  std::vector<std::int64_t> outputs;
+  std::string method;       // errors and the debug query name it
 };
 
 /// Decides every fusion of a region in one pass over its steps (`values` value ids, `outputs` the
