@@ -15,16 +15,13 @@ namespace onednn_delegate {
 
 namespace tk = torch_delegate::toolkit;
 
-/// The steps made so far, over the toolkit's value ids, folded nodes and named data.
+/// The steps made so far, over the toolkit's value ids (numbered in definition order), folded
+/// nodes and named data.
 struct step_builder {
   tk::payload_builder base;
   std::vector<step_record> steps;
-  std::int64_t values = 0;
 
-  std::int64_t define(const torch::jit::Value* value) {
-    base.set_id(value, values);
-    return values++;
-  }
+  std::int64_t define(const torch::jit::Value* value) { return base.next_id(value); }
   /// A step of `op` reading `inputs` and making `made` (defined after its inputs are read).
   step_record& add(const char* op, std::vector<std::int64_t> inputs, const torch::jit::Value* made) {
     step_record& step = steps.emplace_back();
@@ -126,12 +123,12 @@ void emit_nothing(step_builder&, const torch::jit::Node*) {}
 
 torch_delegate::preprocess_result<region_payload> OnednnBackend::preprocess(const torch_delegate::method_to_lower& region) {
   const torch::jit::Graph& graph = *region.graph();
-  step_builder builder{tk::payload_builder(region, "onednn"), {}, 0};
+  step_builder builder{tk::payload_builder(region, "onednn"), {}};
   for (const torch::jit::Value* input : tk::region_inputs(graph)) builder.define(input);
-  const std::int64_t inputs = builder.values;
+  const std::int64_t inputs = builder.base.ids_given();
   for (const torch::jit::Node* node : graph.nodes())
     if (!builder.base.skips(node) && !onednn_ops().emit(builder, node)) builder.base.reject_unsupported(node);
-  region_payload payload{inputs, builder.values, std::move(builder.steps), {}};
+  region_payload payload{inputs, builder.base.ids_given(), std::move(builder.steps), {}};
   for (const torch::jit::Value* result : tk::region_results(graph)) {
     const std::int64_t index = builder.base.id(result);
     if (index < inputs) region.reject(result->node(), "onednn: a region that returns its input is not supported");

@@ -43,6 +43,11 @@ class payload_builder {
   bool has_id(const torch::jit::Value* value) const { return ids_.count(value) != 0; }
   /// Gives `value` the id `id` (a new value, or an alias of another: dropout's output is its input).
   void set_id(const torch::jit::Value* value, std::int64_t id) { ids_[value] = id; }
+  /// Gives `value` the next id of a payload numbered 0, 1, 2, ... in definition order (inputs
+  /// first); for a backend that keeps no value table of its own.
+  std::int64_t next_id(const torch::jit::Value* value) { return ids_[value] = next_id_++; }
+  /// How many ids next_id has given.
+  std::int64_t ids_given() const { return next_id_; }
 
   /// Whether `value` is one of the region's results (a fusion must not swallow it).
   bool is_result(const torch::jit::Value* value) const { return results_.count(value) != 0; }
@@ -79,6 +84,7 @@ class payload_builder {
   const torch_delegate::method_to_lower& region_;
   std::string backend_;
   std::unordered_map<const torch::jit::Value*, std::int64_t> ids_;
+  std::int64_t next_id_ = 0;
   std::unordered_set<const torch::jit::Value*> results_;
   std::unordered_set<const torch::jit::Node*> folded_;
   torch_delegate::named_data_store named_data_;

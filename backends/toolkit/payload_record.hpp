@@ -3,7 +3,7 @@
 // `ints[7]`. Versioned by appending: a field added in a later payload version goes at the end
 // with a default, and a record that declares `oldest_fields` (how many fields its first version
 // had) reads an older payload with the later fields at their defaults. The whole payload's
-// version is the backend's `payload_version` (docs/writing-a-backend.md, payload_format.hpp).
+// version is the backend's `payload_version` (docs/errors.md, payload_format.hpp).
 #pragma once
 
 #include <boost/hana/accessors.hpp>
