@@ -9,14 +9,17 @@
 // partitioning, each region goes to whichever is faster on the machine (docs/onednn.md).
 #pragma once
 
+#include "payload_records.hpp"
+#include "plan_implementation.hpp"
+
 #include <torch_delegate/backend.hpp>
+#include <torch_delegate/convert.hpp>
 #include <torch_delegate/preprocess.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
-#include <boost/hana/adapt_struct.hpp>
-
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,47 +29,16 @@
 
 namespace onednn_delegate {
 
-/// One step of a region: its op code, its value ids (inputs, then its output) and integer
-/// parameters, and for a convolution, linear, layer_norm or scale the named-data keys of its
-/// weight and bias (onednn_backend.cpp lists the ops and their parameters).
-struct step_record {
-  std::int64_t op = 0;
-  std::vector<std::int64_t> ints;
-  std::string weight;
-  std::string bias;
-};
-/// The payload of a region (a Boost.Hana struct: saved as a tuple of its fields): how many
-/// inputs it takes (value ids 0..inputs-1), how many values it has, its steps in order, and the
-/// value ids it returns.
-struct region_payload {
-  std::int64_t inputs = 0;
-  std::int64_t values = 0;
-  std::vector<step_record> steps;
-  std::vector<std::int64_t> outputs;
-};
+struct region_steps;  // steps.hpp: the region's steps (fusions decided), value counts, results, method
+struct plan_store;    // internal.hpp: the region's plans (a bounded cache, per input shape) and weights
 
-struct compiled_step;  // onednn_backend.cpp: a step with its folded weights
-struct plan_cache;     // onednn_backend.cpp: the region's oneDNN primitives, per input shape
-
-/// What compile makes of a region: its steps, and the plans execute makes on the first call with
-/// each input shape (the primitives, their weights in the layout each picked, and where each
-/// activation lives in one per-call buffer). Calls may run concurrently.
+/// What compile makes of a region: its steps (fusions decided), and the plans execute makes on the
+/// first call with each input shape (the primitives, their weights in the layout each picked, and
+/// where each activation lives in one per-call buffer), the last `max_plans` shapes kept. Calls may
+/// run concurrently.
 struct compiled_region {
-  std::shared_ptr<const std::vector<compiled_step>> steps;
-  std::int64_t inputs = 0;
-  std::int64_t values = 0;
-  std::vector<std::int64_t> outputs;
-  std::string method;
-  std::shared_ptr<plan_cache> plans;
-};
-
-/// One primitive of a plan, as the debug query lists it (docs/onednn.md#which-kernels-a-plan-runs).
-struct plan_implementation {
-  std::string method;          // the lowered method (a region of a partial lowering: its name)
-  std::string shapes;          // the input shapes the plan was made for, e.g. "[1, 3, 96, 96]"
-  std::string step;            // the region's step it runs, e.g. "4 convolution" ("output 0": a result's reorder)
-  std::string kind;            // oneDNN's primitive kind (convolution, reorder, binary, ...); ATen's op for a step run there
-  std::string implementation;  // oneDNN's impl_info_str (jit_1x1:avx2, brgconv:avx512_core, ref:any) or ATen's op ("aten::conv2d")
+  std::shared_ptr<const region_steps> region;
+  std::shared_ptr<plan_store> plans;
 };
 
 /// Whether oneDNN's implementation name is a reference kernel: one of its ':'-separated parts
@@ -75,7 +47,8 @@ struct plan_implementation {
 bool is_reference(std::string_view implementation);
 
 /// The primitives of every plan made so far by the regions of `module` lowered to onednn (the
-/// module itself, or its lowered children after a partial lowering), in call order. Python:
+/// module itself, or its lowered children after a partial lowering), least recently used plan
+/// first, each in call order. Python:
 /// torch.ops.torch_delegate_onednn.plan_implementations(module) (register_onednn.cpp).
 std::vector<plan_implementation> plan_implementations(const torch::jit::Module& module);
 
@@ -84,6 +57,11 @@ struct OnednnBackend {
   static constexpr std::string_view name = "onednn";
   /// Regions take the parameters they read as constants: preprocess folds them.
   static constexpr bool owns_parameters = true;
+  /// Version 2: typed step records (payload_records.hpp); version 1, positional ints, is still read.
+  static constexpr std::int64_t payload_version = 2;
+  static constexpr std::int64_t oldest_payload_version = 1;
+  /// The input shapes a region keeps plans for, least recently used dropped first (docs/onednn.md).
+  static constexpr std::size_t max_plans = 4;
 
   /// Float convolutions (BatchNorm after one folded in), poolings, activations, add, mul, cat, and
   /// linear, layer_norm, GELU, permute, flatten (docs/onednn.md has the table).
@@ -102,5 +80,12 @@ struct OnednnBackend {
 
 }  // namespace onednn_delegate
 
-BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, ints, weight, bias);
-BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);
+/// onednn's payload reads in both versions: a version 2 tuple as the Boost.Hana struct it is, a
+/// version 1 one (positional ints) converted on load (payload.cpp). Writes version 2.
+template <>
+struct torch_delegate::ivalue_caster<onednn_delegate::region_payload, void> {
+  static constexpr auto name = ivalue_caster<detail::hana_fields_t<onednn_delegate::region_payload>>::name;
+  static bool check(const c10::IValue& value);
+  static onednn_delegate::region_payload load(const c10::IValue& value);
+  static c10::IValue cast(onednn_delegate::region_payload payload);
+};

@@ -240,7 +240,9 @@ struct ivalue_caster<T, void> {
   static constexpr auto name = ivalue_caster<fields>::name;
   static bool check(const c10::IValue& v) { return ivalue_caster<fields>::check(v); }
   static T load(const c10::IValue& v) {
-    const auto& elements = v.toTupleRef().elements();
+    // Through an ArrayRef, as the tuple caster does: indexing TupleElements (three inline) past 3
+    // makes GCC -O2 warn (-Warray-bounds) for a struct of more fields.
+    const c10::ArrayRef<c10::IValue> elements = v.toTupleRef().elements().asArrayRef();
     T out{};
     std::size_t i = 0;
     boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {

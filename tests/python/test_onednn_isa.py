@@ -168,13 +168,15 @@ x = torch.rand(1, 6, 16, 16)
         plan = self.plan_of(self.RESIDUAL, extra_env={"TD_ONEDNN_TREAT_AS_REFERENCE": "jit:avx2,jit_1x1,jit_dw"})
         self.assertEqual({e[4] for e in plan if e[3] == "convolution"}, {"x64:gemm:jit"})
         # Nothing but "reference" kernels for convolutions and inner products: ATen runs them, the
-        # activations and the add after them stay oneDNN primitives.
+        # activations and the add after them stay oneDNN primitives. (Steps: 0 and 1 the convolutions,
+        # 2 the add, 3 its relu, 4 the flatten, 5 the linear, 6 the GELU: payload version 2 keeps
+        # each relu a step of its own; version 1 flagged it on the add, and numbered the linear 4.)
         linear = self.RESIDUAL.replace("model = Block()", "model = nn.Sequential(Block(), nn.Flatten(), nn.Linear(1536, 10), nn.GELU())")
         plan = self.plan_of(linear, extra_env={"TD_ONEDNN_TREAT_AS_REFERENCE": "jit,gemm"})
         self.assertEqual([(e[2], e[3], e[4]) for e in plan if e[4].startswith("aten::")],
                          [("0 convolution", "convolution", "aten::conv2d"), ("1 convolution", "convolution", "aten::conv2d"),
-                          ("4 linear", "inner_product", "aten::linear")])
-        self.assertIn(("5 activation", "eltwise"), [(e[2], e[3]) for e in plan])
+                          ("5 linear", "inner_product", "aten::linear")])
+        self.assertIn(("6 activation", "eltwise"), [(e[2], e[3]) for e in plan])
 
 
 class Query(unittest.TestCase):

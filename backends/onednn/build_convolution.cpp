@@ -1,0 +1,175 @@
+// The convolution builder: a oneDNN convolution with the post-ops fusion.cpp gave it, never on a
+// reference kernel (is_reference), falling back in a fixed order (docs/onednn.md "Which kernels a
+// plan runs"): fused, then alone, then in other layouts, then ATen's conv2d.
+#include "internal.hpp"
+
+#include "toolkit/support_rules.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <string_view>
+
+namespace onednn_delegate {
+
+namespace {
+/// The weight's dims as oneDNN takes them: [groups, O / groups, I / groups, kh, kw] when grouped.
+dims grouped_weight_dims(const std::vector<std::int64_t>& weight, std::int64_t groups) {
+  return groups > 1 ? dims{groups, weight[0] / groups, weight[1], weight[2], weight[3]} : dims{weight[0], weight[1], weight[2], weight[3]};
+}
+}  // namespace
+
+/// [N, O, oh, ow] for the step's input.
+dims planner::conv_output(std::size_t index) const {
+  const compiled_step& conv = step(index);
+  const convolution_parameters& c = *conv.record.convolution;
+  const dims d = plan_.slots[value(conv.record.inputs[0])].dims();
+  const std::vector<std::int64_t>& weight = conv.weight_sizes;
+  dims out{d[0], weight[0], 0, 0};
+  for (std::size_t k = 0; k < 2; ++k)
+    out[k + 2] = torch_delegate::toolkit::window_output_size(d[k + 2], c.padding[k], c.padding[k], weight[k + 2], c.stride[k], c.dilation[k]);
+  return out;
+}
+
+/// A convolution's primitive descriptor with the steps of `with` as post-ops (after its own folded
+/// relu), its source in `src` (a layout, or tag::any), its destination (and a residual it adds) in
+/// `layout`, or when none is given in oneDNN's choice (with a residual: the residual's own layout);
+/// nullopt when oneDNN refuses it.
+std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, const std::vector<std::size_t>& with, const md& src,
+                                                          std::optional<tag> layout) const {
+  const compiled_step& conv = step(index);
+  const convolution_parameters& c = *conv.record.convolution;
+  const std::int64_t out_channels = conv.weight_sizes[0];
+  dnnl::post_ops post_ops;
+  int post_op_count = 0;
+  auto append_relu = [&] {
+    post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    ++post_op_count;
+  };
+  if (conv.fusion.relu) append_relu();
+  md out(conv_output(index), f32, layout ? *layout : tag::any);
+  conv_candidate made{{}, {}};
+  std::int64_t result = finished(index);
+  for (std::size_t next : with) {
+    const compiled_step& fused = step(next);
+    if (fused.kind == step_kind::add) {
+      const auto& inputs = fused.record.inputs;
+      const std::size_t other = value(inputs[0] == result ? inputs[1] : inputs[0]);
+      const md addend = layout ? md(plan_.slots[other].dims(), f32, *layout) : plan_.slots[other];
+      out = addend;  // the sum is made in the residual's layout
+      post_ops.append_binary(dnnl::algorithm::binary_add, addend);
+      made.addends.emplace_back(post_op_count++, other, addend);
+      if (fused.fusion.relu) append_relu();
+    } else {
+      for (const auto& [algorithm, alpha, beta] : eltwise_chain(fused)) {
+        post_ops.append_eltwise(1.f, algorithm, alpha, beta);
+        ++post_op_count;
+      }
+    }
+    result = finished(next);
+  }
+  try {
+    made.pd = dnnl::convolution_forward::primitive_desc(
+        {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+         md(grouped_weight_dims(conv.weight_sizes, c.groups), f32, tag::any), md({out_channels}, f32, tag::x), out,
+         {c.stride[0], c.stride[1]}, {c.dilation[0] - 1, c.dilation[1] - 1}, {c.padding[0], c.padding[1]},
+         {c.padding[0], c.padding[1]}},
+        attributes(post_ops), cpu_engine());
+  } catch (const dnnl::error&) {
+    return std::nullopt;  // e.g. a residual in a layout its kernels do not write
+  }
+  return made;
+}
+
+/// A convolution, never on a reference kernel (is_reference). In order, the first that oneDNN
+/// runs with a JIT kernel: (1) with its post-ops fused, in the layout oneDNN picks or in its
+/// input's own (no reorder; preferred when both are fast); (2) alone, the fused steps after it as
+/// primitives of their own, the same two layouts; (3) alone, source and destination in each of
+/// nChw16c, nChw8c, nhwc, nchw (weights: oneDNN's pick); (4) ATen's conv2d on dense NCHW, as
+/// LibTorch runs it. Its folded relu goes with it in each.
+void planner::convolution(std::size_t index) {
+  const compiled_step& conv = step(index);
+  const std::vector<std::size_t>& fused = conv.fusion.post_ops;
+  const std::size_t in = value(conv.record.inputs[0]);
+  const dims d = plan_.slots[in].dims();
+  const std::int64_t channels = conv.weight_sizes[1] * conv.record.convolution->groups;
+  if (d[1] != channels)
+    refuse("a convolution of " + std::to_string(channels) + " input channels given " + std::to_string(d[1]) + " (input " +
+           describe(conv) + ")");
+  const dims out = conv_output(index);
+  if (out[2] <= 0 || out[3] <= 0) refuse("a convolution's input " + describe(conv) + " is smaller than its kernel");
+  const auto fast = [](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()); };
+  const std::vector<std::size_t> alone;
+  for (const std::vector<std::size_t>* with : {&fused, &alone}) {
+    if (with == &alone && fused.empty()) break;  // (1) was already alone
+    std::optional<conv_candidate> chosen = conv_desc(index, *with, md(d, f32, tag::any), std::nullopt);
+    if (!chosen || chosen->pd.src_desc() != plan_.slots[in]) {
+      // The input's own layout saves a reorder, but not at the price of a GEMM-based kernel
+      // (im2col and a matrix product: ShuffleNetV2's convolutions on its 58-channel plain
+      // inputs ran 2x slower that way) where oneDNN's pick has a direct one.
+      std::optional<conv_candidate> own = conv_desc(index, *with, plan_.slots[in], std::nullopt);
+      const auto gemm = [](const std::optional<conv_candidate>& c) {
+        return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
+      };
+      if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen))) chosen = std::move(own);
+    }
+    if (fast(chosen)) return emit_conv(index, *chosen, *with);
+  }
+  for (const tag layout : {tag::nChw16c, tag::nChw8c, tag::nhwc, tag::nchw}) {
+    std::optional<conv_candidate> candidate = conv_desc(index, alone, md(d, f32, layout), layout);
+    if (fast(candidate)) return emit_conv(index, *candidate, alone);
+  }
+  conv_in_aten(index);
+}
+
+void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with) {
+  const compiled_step& conv = step(index);
+  const auto& pd = chosen.pd;
+  const std::size_t src = as(value(conv.record.inputs[0]), pd.src_desc());
+  std::vector<std::pair<int, std::size_t>> addends;
+  for (const auto& [post_op, slot, layout] : chosen.addends)
+    addends.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1, as(slot, layout));
+  const std::size_t weights = constant(store_.weights[index], pd.weights_desc());
+  const std::size_t bias = constant(store_.biases[index], pd.bias_desc());
+  own_weights_.emplace_back(index, weights, bias);
+  const std::int64_t made = with.empty() ? finished(index) : finished(with.back());
+  define(made, pd.dst_desc());
+  std::vector<std::pair<int, std::size_t>> arguments{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}};
+  arguments.insert(arguments.end(), addends.begin(), addends.end());
+  call(dnnl::convolution_forward(pd), std::move(arguments), pd.scratchpad_desc());
+  if (with.empty())
+    for (std::size_t next : conv.fusion.post_ops) run(next);
+}
+
+/// A convolution for which oneDNN offered only reference kernels, in every layout: ATen's conv2d
+/// on dense NCHW tensors (the weights kept dense in the plan), its post-ops after it.
+void planner::conv_in_aten(std::size_t index) {
+  const compiled_step& conv = step(index);
+  const convolution_parameters& c = *conv.record.convolution;
+  const dims d = plan_.slots[value(conv.record.inputs[0])].dims();
+  const std::vector<std::int64_t> weight = conv.weight_sizes;
+  const std::int64_t groups = c.groups, out_channels = weight[0];
+  const std::size_t src = as(value(conv.record.inputs[0]), dense(d));
+  const std::size_t weights = constant(store_.weights[index], md(grouped_weight_dims(weight, groups), f32, groups > 1 ? tag::goihw : tag::oihw));
+  const std::size_t bias = constant(store_.biases[index], md({out_channels}, f32, tag::x));
+  own_weights_.emplace_back(index, weights, bias);
+  const dims out = conv_output(index);
+  define(finished(index), dense(out));
+  const dnnl::memory weight_memory = plan_.constants[weights], bias_memory = plan_.constants[bias];
+  const std::vector<std::int64_t> stride = c.stride, padding = c.padding, dilation = c.dilation;
+  const bool then_relu = conv.fusion.relu.has_value();
+  auto run_conv2d = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
+    c10::InferenceMode inference;
+    const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), d, at::kFloat);
+    const at::Tensor w = at::from_blob(weight_memory.get_data_handle(), weight, at::kFloat);
+    const at::Tensor b = at::from_blob(bias_memory.get_data_handle(), {out_channels}, at::kFloat);
+    at::Tensor y = at::conv2d(x, w, b, stride, padding, dilation, groups);
+    if (then_relu) y.relu_();
+    at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), out, at::kFloat).copy_(y);
+  };
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, value(finished(index))}}, md(), run_conv2d, "convolution", "aten::conv2d");
+  for (std::size_t next : conv.fusion.post_ops) run(next);
+}
+
+}  // namespace onednn_delegate

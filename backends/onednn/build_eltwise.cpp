@@ -1,0 +1,106 @@
+// The eltwise and binary builders: activations (relu and the ones of activation_parameters), and
+// the binary primitives of add, mul (a squeeze-excitation's broadcast scale) and scale (times a
+// constant), each in a layout where oneDNN has a JIT kernel when one has.
+#include "internal.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace onednn_delegate {
+
+std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compiled_step& step) {
+  using dnnl::algorithm;
+  if (step.kind == step_kind::relu) return {{algorithm::eltwise_relu, 0.f, 0.f}};
+  const activation_parameters& a = *step.record.activation;
+  if (a.kind == "sigmoid") return {{algorithm::eltwise_logistic, 0.f, 0.f}};
+  if (a.kind == "silu") return {{algorithm::eltwise_swish, 1.f, 0.f}};
+  if (a.kind == "hardswish") return {{algorithm::eltwise_hardswish, 0.f, 0.f}};
+  if (a.kind == "hardsigmoid") return {{algorithm::eltwise_linear, 1.f / 6, 0.5f}, {algorithm::eltwise_clip, 0.f, 1.f}};
+  if (a.kind == "gelu_erf") return {{algorithm::eltwise_gelu_erf, 0.f, 0.f}};
+  if (a.kind == "gelu_tanh") return {{algorithm::eltwise_gelu_tanh, 0.f, 0.f}};
+  const auto bound = [](double value) {  // "clip" (compile checked the kind)
+    return static_cast<float>(std::clamp(value, -double(std::numeric_limits<float>::max()), double(std::numeric_limits<float>::max())));
+  };
+  return {{algorithm::eltwise_clip, bound(a.low), bound(a.high)}};
+}
+
+void planner::eltwise(std::size_t index) {
+  const compiled_step& act = step(index);
+  std::size_t in = value(act.record.inputs[0]);
+  const auto chain = eltwise_chain(act);
+  for (std::size_t k = 0; k < chain.size(); ++k) {
+    const auto& [algorithm, alpha, beta] = chain[k];
+    const dnnl::eltwise_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, algorithm, plan_.slots[in], alpha, beta},
+                                                   attributes(), cpu_engine());
+    std::size_t out;
+    if (k + 1 == chain.size()) {
+      define(act.record.output, pd.dst_desc());
+      out = value(act.record.output);
+    } else {
+      out = add_slot(pd.dst_desc());
+    }
+    call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
+    in = out;
+  }
+}
+
+void planner::mul(std::size_t index) {
+  const compiled_step& product = step(index);
+  const std::size_t a = value(product.record.inputs[0]), b = value(product.record.inputs[1]);
+  const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+  for (std::size_t k = 0; k < da.size(); ++k)
+    TORCH_CHECK(da.size() == db.size() && (db[k] == da[k] || db[k] == 1), "onednn: region ", region_.method, ": a mul of ",
+                c10::IntArrayRef(da), " and ", c10::IntArrayRef(db), " (the second must be of the first's shape or [N, C, 1, 1])");
+  binary(dnnl::algorithm::binary_mul, a, b, {}, product.record.output);
+}
+
+void planner::scale(std::size_t index) {
+  const compiled_step& scaled = step(index);
+  const std::size_t in = value(scaled.record.inputs[0]);
+  const dims d = plan_.slots[in].dims();
+  const dims& by = scaled.weight_sizes;
+  TORCH_CHECK(by.size() <= d.size(), "onednn: region ", region_.method, ": a scale of ", by.size(), " dims for a ", d.size(),
+              "-d tensor");
+  dims padded(d.size() - by.size(), 1);  // numpy's broadcasting: leading ones
+  padded.insert(padded.end(), by.begin(), by.end());
+  for (std::size_t k = 0; k < d.size(); ++k)
+    TORCH_CHECK(padded[k] == 1 || padded[k] == d[k], "onednn: region ", region_.method, ": a scale of sizes ", c10::IntArrayRef(by),
+                " does not broadcast to ", c10::IntArrayRef(d));
+  const std::size_t factor = constant(store_.weights[index], dense(padded));
+  own_weights_.emplace_back(index, factor, no_slot);
+  binary(dnnl::algorithm::binary_mul, in, factor, {}, scaled.record.output);
+}
+
+/// A binary primitive of `a` and `b` (b of a's shape, or broadcast) making value `made`: in the
+/// layouts they have (b reordered to a's when of a's shape: oneDNN's fast path), or where that is
+/// a reference kernel (a broadcast scale in a blocked layout under SSE4.1), both in nhwc, nChw8c
+/// or nchw (dense for other ranks); if every one is a reference kernel, the first (the debug query
+/// shows it: docs/onednn.md).
+void planner::binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made) {
+  const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+  std::vector<std::pair<md, md>> layouts{{plan_.slots[a], da == db ? plan_.slots[a] : plan_.slots[b]}};
+  if (da.size() == 4)
+    for (const tag layout : {tag::nhwc, tag::nChw8c, tag::nchw}) layouts.emplace_back(md(da, f32, layout), md(db, f32, layout));
+  else
+    layouts.emplace_back(dense(da), dense(db));
+  std::optional<dnnl::binary::primitive_desc> chosen;
+  std::pair<md, md> inputs;
+  for (const auto& [x, y] : layouts) {
+    try {
+      dnnl::binary::primitive_desc pd({algorithm, x, y, md(da, f32, tag::any)}, attributes(post_ops), cpu_engine());
+      const bool fast = !is_reference(pd.impl_info_str());
+      if (!chosen || fast) chosen = pd, inputs = {x, y};
+      if (fast) break;
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (!chosen)
+    refuse("step " + std::to_string(step_) + " (" + std::string(name_of(step(step_).kind)) + "): oneDNN refused it in every layout");
+  const std::size_t x = as(a, inputs.first), y = as(b, inputs.second);
+  define(made, chosen->dst_desc());
+  call(dnnl::binary(*chosen), {{DNNL_ARG_SRC_0, x}, {DNNL_ARG_SRC_1, y}, {DNNL_ARG_DST, value(made)}}, chosen->scratchpad_desc());
+}
+
+}  // namespace onednn_delegate

@@ -1,0 +1,91 @@
+// The builders of layer_norm, cat and the views: layer_norm over the last dimension, cat along
+// the channels in a layout with a JIT kernel, and permute and flatten as memory descriptors over
+// their input's bytes (no copy).
+#include "internal.hpp"
+
+#include <c10/util/Exception.h>
+
+namespace onednn_delegate {
+
+void planner::layer_norm(std::size_t index) {
+  const compiled_step& norm = step(index);
+  const dims d = plan_.slots[value(norm.record.inputs[0])].dims();
+  const std::size_t in = as(value(norm.record.inputs[0]), dense(d));  // the normalized (last) dimension innermost
+  const auto eps = static_cast<float>(*norm.record.layer_norm_eps);
+  const dnnl::layer_normalization_forward::primitive_desc pd(
+      {dnnl::prop_kind::forward_inference, plan_.slots[in], eps, dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift},
+      attributes(), cpu_engine());
+  const md channels({d.back()}, f32, tag::a);
+  const std::size_t gamma = constant(store_.weights[index], channels), beta = constant(store_.biases[index], channels);
+  own_weights_.emplace_back(index, gamma, beta);
+  define(norm.record.output, pd.dst_desc());
+  call(dnnl::layer_normalization_forward(pd),
+       {{DNNL_ARG_SRC, in}, {DNNL_ARG_SCALE, gamma}, {DNNL_ARG_SHIFT, beta}, {DNNL_ARG_DST, value(norm.record.output)}},
+       pd.scratchpad_desc());
+}
+
+void planner::cat(std::size_t index) {
+  const compiled_step& joined = step(index);
+  const auto& sources = joined.record.inputs;
+  // In the layouts the inputs have; where that is a reference kernel (channels that do not
+  // fill a blocked layout's last block: ShuffleNetV2's 58), all of them in nhwc, else nchw.
+  std::optional<dnnl::concat::primitive_desc> chosen;
+  std::optional<tag> relaid;
+  for (const std::optional<tag> layout : {std::optional<tag>(), std::optional<tag>(tag::nhwc), std::optional<tag>(tag::nchw)}) {
+    std::vector<md> inputs;
+    for (const std::int64_t source : sources)
+      inputs.push_back(layout ? md(plan_.slots[value(source)].dims(), f32, *layout) : plan_.slots[value(source)]);
+    try {
+      dnnl::concat::primitive_desc pd(1, inputs, cpu_engine(), attributes());
+      const bool fast = !is_reference(pd.impl_info_str());
+      if (!chosen || fast) chosen = pd, relaid = layout;
+      if (fast) break;
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (!chosen) refuse("step " + std::to_string(index) + " (cat): oneDNN refused it in every layout");
+  std::vector<std::pair<int, std::size_t>> arguments;
+  for (std::size_t k = 0; k < sources.size(); ++k) {
+    const std::size_t slot = value(sources[k]);
+    arguments.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), relaid ? as(slot, md(plan_.slots[slot].dims(), f32, *relaid)) : slot);
+  }
+  define(joined.record.output, chosen->dst_desc());
+  arguments.emplace_back(DNNL_ARG_DST, value(joined.record.output));
+  call(dnnl::concat(*chosen), std::move(arguments), chosen->scratchpad_desc());
+}
+
+void planner::permute(std::size_t index) {
+  const compiled_step& permuted = step(index);
+  const std::vector<std::int64_t>& to = *permuted.record.permute_dims;
+  const std::size_t in = value(permuted.record.inputs[0]);
+  const std::size_t rank = to.size();
+  std::vector<int> order(rank);  // oneDNN's: input axis k becomes axis order[k]
+  for (std::size_t k = 0; k < rank; ++k) {
+    const std::int64_t from = to[k] < 0 ? to[k] + static_cast<std::int64_t>(rank) : to[k];
+    TORCH_CHECK(from >= 0 && from < static_cast<std::int64_t>(rank), "onednn: region ", region_.method, ": permute's dims ",
+                c10::IntArrayRef(to), " for a ", rank, "-d tensor");
+    order[static_cast<std::size_t>(from)] = static_cast<int>(k);
+  }
+  TORCH_CHECK(plan_.slots[in].dims().size() == rank, "onednn: region ", region_.method, ": permute of ", rank, " dims given a ",
+              plan_.slots[in].dims().size(), "-d tensor");
+  slot_of_.at(static_cast<std::size_t>(permuted.record.output)) = add_slot(plan_.slots[in].permute_axes(order), root(in));
+}
+
+void planner::flatten(std::size_t index) {
+  const compiled_step& flat = step(index);
+  const flatten_parameters& f = *flat.record.flatten;
+  const dims d = plan_.slots[value(flat.record.inputs[0])].dims();
+  const auto rank = static_cast<std::int64_t>(d.size());
+  const std::int64_t start = f.start_dim < 0 ? f.start_dim + rank : f.start_dim, end = f.end_dim < 0 ? f.end_dim + rank : f.end_dim;
+  TORCH_CHECK(start >= 0 && end < rank && start <= end, "onednn: region ", region_.method, ": flatten from ", f.start_dim, " to ",
+              f.end_dim, " of a ", rank, "-d tensor");
+  dims shaped(d.begin(), d.begin() + start);
+  std::int64_t merged = 1;
+  for (std::int64_t k = start; k <= end; ++k) merged *= d[static_cast<std::size_t>(k)];
+  shaped.push_back(merged);
+  shaped.insert(shaped.end(), d.begin() + end + 1, d.end());
+  const std::size_t in = as(value(flat.record.inputs[0]), dense(d));
+  slot_of_.at(static_cast<std::size_t>(flat.record.output)) = add_slot(dense(shaped), root(in));
+}
+
+}  // namespace onednn_delegate

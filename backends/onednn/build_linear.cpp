@@ -1,0 +1,76 @@
+// The linear builder: oneDNN's inner product over the last dimension, with the activations
+// fusion.cpp gave it as post-ops, never on a reference kernel; else alone, else ATen's linear.
+#include "internal.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
+
+namespace onednn_delegate {
+
+/// A linear over the last dimension: oneDNN's inner product on [rows, I] (the leading dimensions
+/// flattened, in row-major order), with the activations after it as post-ops.
+void planner::linear(std::size_t index) {
+  const compiled_step& fc = step(index);
+  const std::vector<std::size_t>& fused = fc.fusion.post_ops;
+  const dims d = plan_.slots[value(fc.record.inputs[0])].dims();
+  const std::int64_t outputs = fc.weight_sizes[0], features = fc.weight_sizes[1];
+  TORCH_CHECK(d.back() == features, "onednn: region ", region_.method, ": a linear of ", features, " input features given ",
+              c10::IntArrayRef(d));
+  const std::size_t in = as(value(fc.record.inputs[0]), dense(d));
+  std::int64_t rows = 1;
+  for (std::size_t k = 0; k + 1 < d.size(); ++k) rows *= d[k];
+  const std::size_t flat = add_slot(plan_.slots[in].reshape({rows, features}), root(in));
+  dims shaped(d.begin(), d.end() - 1);
+  shaped.push_back(outputs);
+  // Never a reference kernel: with its activations as post-ops, else alone (the activations
+  // after it as primitives of their own), else ATen's linear.
+  auto inner_product = [&](const std::vector<std::size_t>& with) -> std::optional<dnnl::inner_product_forward::primitive_desc> {
+    dnnl::post_ops post_ops;
+    for (std::size_t next : with)
+      for (const auto& [algorithm, alpha, beta] : eltwise_chain(step(next))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
+    try {
+      dnnl::inner_product_forward::primitive_desc pd(
+          {dnnl::prop_kind::forward_inference, md({rows, features}, f32, tag::ab), md({outputs, features}, f32, tag::any),
+           md({outputs}, f32, tag::a), md({rows, outputs}, f32, tag::ab)},
+          attributes(post_ops), cpu_engine());
+      if (!is_reference(pd.impl_info_str())) return pd;
+    } catch (const dnnl::error&) {
+    }
+    return std::nullopt;
+  };
+  const std::vector<std::size_t> alone;
+  for (const std::vector<std::size_t>* with : {&fused, &alone}) {
+    if (with == &alone && fused.empty()) break;
+    const auto pd = inner_product(*with);
+    if (!pd) continue;
+    const std::size_t weights = constant(store_.weights[index], pd->weights_desc());
+    const std::size_t bias = constant(store_.biases[index], pd->bias_desc());
+    own_weights_.emplace_back(index, weights, bias);
+    const std::size_t out = add_slot(pd->dst_desc());
+    const std::int64_t made = with->empty() ? fc.record.output : finished(with->back());
+    slot_of_.at(static_cast<std::size_t>(made)) = add_slot(dense(shaped), out);
+    call(dnnl::inner_product_forward(*pd),
+         {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, out}}, pd->scratchpad_desc());
+    if (with->empty())
+      for (std::size_t next : fused) run(next);
+    return;
+  }
+  const std::size_t weights = constant(store_.weights[index], md({outputs, features}, f32, tag::ab));
+  const std::size_t bias = constant(store_.biases[index], md({outputs}, f32, tag::a));
+  own_weights_.emplace_back(index, weights, bias);
+  define(fc.record.output, dense(shaped));
+  const dnnl::memory weight_memory = plan_.constants[weights], bias_memory = plan_.constants[bias];
+  auto run_linear = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
+    c10::InferenceMode inference;
+    const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), {rows, features}, at::kFloat);
+    const at::Tensor w = at::from_blob(weight_memory.get_data_handle(), {outputs, features}, at::kFloat);
+    const at::Tensor b = at::from_blob(bias_memory.get_data_handle(), {outputs}, at::kFloat);
+    at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), {rows, outputs}, at::kFloat).copy_(at::linear(x, w, b));
+  };
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, flat}, {DNNL_ARG_DST, value(fc.record.output)}}, md(), run_linear, "inner_product",
+       "aten::linear");
+  for (std::size_t next : fused) run(next);
+}
+
+}  // namespace onednn_delegate

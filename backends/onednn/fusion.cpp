@@ -1,0 +1,89 @@
+// Every fusion onednn makes, decided in one pass over a region's steps at compile (no shapes, no
+// LibTorch): a relu folded into the convolution or add it follows, and each convolution's and
+// linear's post-ops. The planner (planner.cpp and the builders) applies the decisions and falls
+// back, step by step, when oneDNN refuses one; it decides nothing itself.
+#include "steps.hpp"
+
+#include <array>
+
+namespace onednn_delegate {
+
+namespace {
+constexpr std::array<std::string_view, 13> step_names{"convolution", "relu",    "add",        "max_pool2d", "adaptive_avg_pool2d",
+                                                      "activation",  "mul",     "cat",        "permute",    "layer_norm",
+                                                      "linear",      "scale",   "flatten"};
+}  // namespace
+
+std::string_view name_of(step_kind kind) { return step_names.at(static_cast<std::size_t>(kind)); }
+
+std::optional<step_kind> step_kind_named(std::string_view name) {
+  for (std::size_t k = 0; k < step_names.size(); ++k)
+    if (step_names[k] == name) return static_cast<step_kind>(k);
+  return std::nullopt;
+}
+
+std::int64_t finished_value(const std::vector<compiled_step>& steps, std::size_t index) {
+  const std::optional<std::size_t> relu = steps[index].fusion.relu;
+  return relu ? steps[*relu].record.output : steps[index].record.output;
+}
+
+std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps, std::int64_t values,
+                                        const std::vector<std::int64_t>& outputs) {
+  const auto count = static_cast<std::size_t>(values);
+  const auto at = [](std::int64_t id) { return static_cast<std::size_t>(id); };
+  std::vector<step_fusion> fusion(steps.size());
+  std::vector<int> uses(count, 0);  // how many reads of each value (+2 for a result: never fused away)
+  std::vector<std::size_t> reader(count, 0);
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    for (const std::int64_t input : steps[i].record.inputs) {
+      ++uses[at(input)];
+      reader[at(input)] = i;
+    }
+  for (const std::int64_t output : outputs) uses[at(output)] += 2;
+  const auto sole_reader = [&](std::int64_t value) -> std::optional<std::size_t> {
+    if (uses[at(value)] != 1) return std::nullopt;
+    return reader[at(value)];
+  };
+  const auto finished = [&](std::size_t i) {
+    return fusion[i].relu ? steps[*fusion[i].relu].record.output : steps[i].record.output;
+  };
+
+  // 1. A relu that alone reads a convolution's or an add's value goes with that step, whatever
+  //    the planner falls back to (format 1 wrote it as a flag of the step).
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != step_kind::convolution && steps[i].kind != step_kind::add) continue;
+    const std::optional<std::size_t> next = sole_reader(steps[i].record.output);
+    if (!next || steps[*next].kind != step_kind::relu || fusion[*next].absorbed) continue;
+    fusion[i].relu = next;
+    fusion[*next].absorbed = true;
+  }
+
+  // Where each value is made: a folded relu's value by the step it is folded into.
+  std::vector<std::int64_t> made_at(count, -1);  // region inputs: -1
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (!fusion[i].absorbed) made_at[at(finished(i))] = made_at[at(steps[i].record.output)] = static_cast<std::int64_t>(i);
+
+  // 2. Post-ops: while the value made so far is read by one step alone and is no result, an
+  //    activation of it or (after a convolution) an add of it and a value made before the
+  //    convolution (of two convolutions, the later one takes a residual's add).
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != step_kind::convolution && steps[i].kind != step_kind::linear) continue;
+    std::int64_t made = finished(i);
+    while (const std::optional<std::size_t> next = sole_reader(made)) {
+      const compiled_step& step = steps[*next];
+      if (fusion[*next].absorbed) break;
+      if (step.kind == step_kind::add && steps[i].kind == step_kind::convolution) {
+        const std::int64_t other = step.record.inputs[0] == made ? step.record.inputs[1] : step.record.inputs[0];
+        if (other == made || made_at[at(other)] >= static_cast<std::int64_t>(i)) break;
+      } else if (step.kind != step_kind::relu && step.kind != step_kind::activation) {
+        break;
+      }
+      fusion[i].post_ops.push_back(*next);
+      fusion[*next].absorbed = true;
+      made = finished(*next);
+    }
+  }
+  return fusion;
+}
+
+}  // namespace onednn_delegate

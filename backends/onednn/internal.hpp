@@ -1,0 +1,77 @@
+// onednn's internal declarations with LibTorch (not installed): the op table and emitters, the
+// payload's decoding, what a call runs with, and the region's plan store (a bounded plan-per-shape
+// cache). plan.hpp has the planner (no LibTorch). Everything is in one unity TU (meson.build).
+#pragma once
+
+#include "onednn_backend.hpp"
+#include "plan.hpp"
+
+#include "toolkit/op_table.hpp"
+#include "toolkit/plan_cache.hpp"
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace onednn_delegate {
+
+// support.cpp: the op table (support rule and preprocess emitter per node kind) and the
+// activations onednn runs as eltwise steps.
+struct step_builder;  // preprocess.cpp
+/// The table supports() asks and preprocess dispatches through (the two cannot disagree).
+const torch_delegate::toolkit::op_table<step_builder>& onednn_ops();
+/// The activation oneDNN runs as an eltwise step (relu is a step of its own), nullopt for another node.
+std::optional<activation_parameters> activation_of(const torch::jit::Node* node);
+// preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
+void emit_convolution(step_builder& builder, const torch::jit::Node* node);
+void emit_batch_norm(step_builder& builder, const torch::jit::Node* node);
+void emit_relu(step_builder& builder, const torch::jit::Node* node);
+void emit_add(step_builder& builder, const torch::jit::Node* node);
+void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node);
+void emit_global_avg_pool2d(step_builder& builder, const torch::jit::Node* node);
+void emit_activation(step_builder& builder, const torch::jit::Node* node);
+void emit_permute(step_builder& builder, const torch::jit::Node* node);
+void emit_layer_norm(step_builder& builder, const torch::jit::Node* node);
+void emit_flatten(step_builder& builder, const torch::jit::Node* node);
+void emit_dropout(step_builder& builder, const torch::jit::Node* node);
+void emit_linear(step_builder& builder, const torch::jit::Node* node);
+void emit_mul(step_builder& builder, const torch::jit::Node* node);
+void emit_cat(step_builder& builder, const torch::jit::Node* node);
+void emit_nothing(step_builder& builder, const torch::jit::Node* node);
+
+/// The payload checked and decoded (runtime.cpp): the steps with their kinds and fusions.
+std::vector<compiled_step> decode_steps(const region_payload& payload, std::string_view method);
+/// A version 1 payload (positional ints) as version 2 records (payload.cpp).
+region_payload upgrade_format1(const c10::IValue& value);
+/// Whether `value` is a version 1 payload's tuple.
+bool is_format1(const c10::IValue& value);
+
+/// What one call of a plan runs with: the buffer its activations and scratchpad live in, and each
+/// primitive's arguments bound to it (made once, reused by later calls; inputs rebound per call).
+struct call_context {
+  at::Tensor buffer;
+  std::vector<dnnl::memory> memory;  // per slot
+  std::vector<std::unordered_map<int, dnnl::memory>> arguments;  // per call
+  call_context(const execution_plan& plan, std::size_t inputs);
+};
+
+/// A plan in the cache, with the call contexts no call is using (a call takes one, or makes one,
+/// and gives it back).
+struct runnable_plan {
+  std::shared_ptr<const execution_plan> plan;
+  mutable std::mutex idle_mutex;
+  mutable std::vector<std::unique_ptr<call_context>> idle;
+};
+
+/// A region's plans, the last OnednnBackend::max_plans input shapes (least recently used out), and
+/// the weights new plans reorder from (the dense tensors until the first plan is made). Planning
+/// runs under the cache's lock.
+struct plan_store {
+  torch_delegate::toolkit::plan_cache<runnable_plan> plans{OnednnBackend::max_plans};
+  weight_store weights;
+  std::vector<at::Tensor> dense;  // what the first plan reads, dropped once it is made
+};
+
+}  // namespace onednn_delegate

@@ -1,0 +1,177 @@
+// onednn's payload on the way in: the caster that reads version 2 (payload_records.hpp) and
+// version 1 (positional ints, converted here: a relu flagged on a convolution or an add becomes
+// the relu step it was, fusion.cpp folds it again), and the checks compile runs on every record
+// (a corrupted or foreign payload is an error, never a crash).
+#include "internal.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <bit>
+
+namespace onednn_delegate::format1 {
+/// Version 1's step: an op code, then per op its value ids (inputs, then output) and parameters.
+struct step {
+  std::int64_t op = 0;
+  std::vector<std::int64_t> ints;
+  std::string weight, bias;
+};
+struct region {
+  std::int64_t inputs = 0, values = 0;
+  std::vector<step> steps;
+  std::vector<std::int64_t> outputs;
+};
+}  // namespace onednn_delegate::format1
+
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::step, op, ints, weight, bias);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::region, inputs, values, steps, outputs);
+
+namespace onednn_delegate {
+
+namespace {
+using version2_caster = torch_delegate::ivalue_caster<torch_delegate::detail::hana_fields_t<region_payload>>;
+using format1_caster = torch_delegate::ivalue_caster<format1::region>;
+
+/// Version 1's parameter counts per op code (a cat: its inputs and output, 2 or more; a permute:
+/// 3 to 8), and the activation kinds (version 1 codes them by their index here).
+constexpr std::int64_t format1_sizes[] = {10, 2, 4, 9, 2, 5, 3, -1, -1, 3, 2, 2, 4};
+constexpr const char* activation_kinds[] = {"sigmoid", "silu", "hardswish", "hardsigmoid", "clip", "gelu_erf", "gelu_tanh"};
+
+[[noreturn]] void bad_payload(const std::string& why) { TORCH_CHECK(false, "onednn: ", why); }
+}  // namespace
+
+bool is_format1(const c10::IValue& value) { return !version2_caster::check(value) && format1_caster::check(value); }
+
+region_payload upgrade_format1(const c10::IValue& value) {
+  const format1::region old = format1_caster::load(value);
+  region_payload payload{old.inputs, old.values, {}, old.outputs};
+  const auto fresh = [&] { return payload.values++; };
+  for (const format1::step& record : old.steps) {
+    const std::int64_t op = record.op;
+    const auto& p = record.ints;
+    if (op < 0 || op >= static_cast<std::int64_t>(std::size(format1_sizes)))
+      bad_payload("unknown step " + std::to_string(op) + " in a payload of version 1");
+    const step_kind kind = static_cast<step_kind>(op);
+    const std::int64_t expected = format1_sizes[op];
+    const std::size_t size = p.size();
+    const bool fits = kind == step_kind::cat ? size >= 2 : kind == step_kind::permute ? size >= 3 && size <= 8
+                                                                                        : static_cast<std::int64_t>(size) == expected;
+    if (!fits) bad_payload("a version 1 " + std::string(name_of(kind)) + " step of " + std::to_string(size) + " values");
+    step_record step;
+    step.op = name_of(kind);
+    step.weight = record.weight;
+    step.bias = record.bias;
+    std::optional<std::int64_t> relu_to;  // a relu flagged on the step: the value it made
+    switch (kind) {
+      case step_kind::convolution:
+        step.inputs = {p[0]};
+        step.convolution = convolution_parameters{{p[2], p[3]}, {p[4], p[5]}, {p[6], p[7]}, p[8]};
+        if (p[9]) relu_to = p[1];
+        step.output = p[9] ? fresh() : p[1];
+        break;
+      case step_kind::add:
+        step.inputs = {p[0], p[1]};
+        if (p[3] & 1) relu_to = p[2];  // bit 2 (in place) was never read
+        step.output = (p[3] & 1) ? fresh() : p[2];
+        break;
+      case step_kind::max_pool2d:
+        step.inputs = {p[0]};
+        step.output = p[1];
+        step.pooling = pooling_parameters{{p[2], p[3]}, {p[4], p[5]}, {p[6], p[7]}, p[8] != 0};
+        break;
+      case step_kind::activation:
+        if (p[2] < 0 || p[2] >= static_cast<std::int64_t>(std::size(activation_kinds)))
+          bad_payload("unknown activation " + std::to_string(p[2]) + " in a payload of version 1");
+        step.inputs = {p[0]};
+        step.output = p[1];
+        step.activation = activation_parameters{activation_kinds[p[2]], std::bit_cast<double>(p[3]), std::bit_cast<double>(p[4])};
+        break;
+      case step_kind::mul:
+        step.inputs = {p[0], p[1]};
+        step.output = p[2];
+        break;
+      case step_kind::cat:
+        step.inputs.assign(p.begin(), p.end() - 1);
+        step.output = p.back();
+        break;
+      case step_kind::permute:
+        step.inputs = {p[0]};
+        step.output = p[1];
+        step.permute_dims = std::vector<std::int64_t>(p.begin() + 2, p.end());
+        break;
+      case step_kind::layer_norm:
+        step.inputs = {p[0]};
+        step.output = p[1];
+        step.layer_norm_eps = std::bit_cast<double>(p[2]);
+        break;
+      case step_kind::flatten:
+        step.inputs = {p[0]};
+        step.output = p[1];
+        step.flatten = flatten_parameters{p[2], p[3]};
+        break;
+      default:  // relu, adaptive_avg_pool2d, linear, scale: {input, output}
+        step.inputs = {p[0]};
+        step.output = p[1];
+    }
+    const std::int64_t made = step.output;
+    payload.steps.push_back(std::move(step));
+    if (relu_to) payload.steps.push_back({"relu", {made}, *relu_to, {}, {}, {}, {}, {}, {}, {}, {}});
+  }
+  return payload;
+}
+
+std::vector<compiled_step> decode_steps(const region_payload& payload, std::string_view method) {
+  const auto fail = [&](std::size_t index, const std::string& why) {
+    TORCH_CHECK(false, "onednn: region ", method, ": step ", index, ": ", why);
+  };
+  const auto pair = [](const std::vector<std::int64_t>& v, std::int64_t low) { return v.size() == 2 && v[0] >= low && v[1] >= low; };
+  std::vector<compiled_step> steps;
+  for (std::size_t i = 0; i < payload.steps.size(); ++i) {
+    const step_record& record = payload.steps[i];
+    const std::optional<step_kind> kind = step_kind_named(record.op);
+    if (!kind) fail(i, "unknown op '" + record.op + "' (a payload from a newer onednn backend?)");
+    const std::size_t reads = record.inputs.size();
+    const bool two = *kind == step_kind::add || *kind == step_kind::mul;
+    if (*kind == step_kind::cat ? reads < 1 : reads != (two ? 2u : 1u))
+      fail(i, "a " + record.op + " that reads " + std::to_string(reads) + " values");
+    for (const std::int64_t id : record.inputs)
+      if (id < 0 || id >= payload.values) fail(i, "value " + std::to_string(id) + " out of range [0, " + std::to_string(payload.values) + ")");
+    if (record.output < payload.inputs || record.output >= payload.values)
+      fail(i, "it makes value " + std::to_string(record.output) + ", out of range [" + std::to_string(payload.inputs) + ", " +
+                  std::to_string(payload.values) + ")");
+    const auto& c = record.convolution;
+    const auto& w = record.pooling;
+    const bool parameters_fit =
+        *kind == step_kind::convolution   ? c && pair(c->stride, 1) && pair(c->padding, 0) && pair(c->dilation, 1) && c->groups >= 1
+        : *kind == step_kind::max_pool2d  ? w && pair(w->kernel, 1) && pair(w->stride, 1) && pair(w->padding, 0)
+        : *kind == step_kind::activation  ? record.activation && std::find(std::begin(activation_kinds), std::end(activation_kinds),
+                                                                           record.activation->kind) != std::end(activation_kinds)
+        : *kind == step_kind::permute     ? record.permute_dims && !record.permute_dims->empty() && record.permute_dims->size() <= 6
+        : *kind == step_kind::flatten     ? record.flatten.has_value()
+        : *kind == step_kind::layer_norm  ? record.layer_norm_eps.has_value()
+                                          : true;
+    if (!parameters_fit) fail(i, "a " + record.op + " without its parameters");
+    steps.push_back({record, *kind, {}, {}});
+  }
+  for (const std::int64_t index : payload.outputs)
+    TORCH_CHECK(index >= payload.inputs && index < payload.values, "onednn: region ", method, ": output value ", index, " out of range");
+  const std::vector<step_fusion> fusion = decide_fusions(steps, payload.values, payload.outputs);
+  for (std::size_t i = 0; i < steps.size(); ++i) steps[i].fusion = fusion[i];
+  return steps;
+}
+
+}  // namespace onednn_delegate
+
+bool torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::check(const c10::IValue& value) {
+  return onednn_delegate::version2_caster::check(value) || onednn_delegate::format1_caster::check(value);
+}
+
+onednn_delegate::region_payload torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::load(const c10::IValue& value) {
+  if (onednn_delegate::is_format1(value)) return onednn_delegate::upgrade_format1(value);
+  auto [inputs, values, steps, outputs] = onednn_delegate::version2_caster::load(value);
+  return {inputs, values, std::move(steps), std::move(outputs)};
+}
+
+c10::IValue torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::cast(onednn_delegate::region_payload payload) {
+  return onednn_delegate::version2_caster::cast({payload.inputs, payload.values, std::move(payload.steps), std::move(payload.outputs)});
+}

@@ -1,0 +1,73 @@
+// onednn's payload (payload version 2): what preprocess writes and compile reads, as Boost.Hana
+// structs saved as tuples of their fields. Each step names its op, the value ids it reads and the
+// one it makes, and its parameters in the record of its op family; no positional integers.
+// Version 1 (positional ints per op, doubles as bit patterns) is still read: payload.cpp converts it.
+#pragma once
+
+#include <boost/hana/adapt_struct.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace onednn_delegate {
+
+/// A convolution's geometry (the weight's sizes come with the weight).
+struct convolution_parameters {
+  std::vector<std::int64_t> stride, padding, dilation;  // two each: height, width
+  std::int64_t groups = 1;
+};
+/// A max_pool2d's window (PyTorch's meaning of each).
+struct pooling_parameters {
+  std::vector<std::int64_t> kernel, stride, padding;  // two each
+  bool ceil_mode = false;
+};
+/// An activation oneDNN runs as an eltwise: "sigmoid", "silu", "hardswish", "hardsigmoid",
+/// "gelu_erf", "gelu_tanh" or "clip" (hardtanh, relu6, clamp: between low and high).
+struct activation_parameters {
+  std::string kind;
+  double low = 0, high = 0;
+};
+/// A flatten's dimensions (negative: from the end).
+struct flatten_parameters {
+  std::int64_t start_dim = 0, end_dim = -1;
+};
+
+/// One step: its op ("convolution", "relu", "add", "max_pool2d", "adaptive_avg_pool2d",
+/// "activation", "mul", "cat", "permute", "layer_norm", "linear", "scale", "flatten"), the value
+/// ids it reads (mul: the full-shape operand first; cat: in order) and the one it makes, the
+/// parameters of its family (absent for the others), and the named-data keys of its weight and
+/// bias (convolution, linear, layer_norm; scale: its factor as the weight).
+struct step_record {
+  std::string op;
+  std::vector<std::int64_t> inputs;
+  std::int64_t output = 0;
+  std::optional<convolution_parameters> convolution;
+  std::optional<pooling_parameters> pooling;
+  std::optional<activation_parameters> activation;
+  std::optional<std::vector<std::int64_t>> permute_dims;
+  std::optional<flatten_parameters> flatten;
+  std::optional<double> layer_norm_eps;
+  std::string weight;
+  std::string bias;
+};
+
+/// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it
+/// has, its steps in order (unfused: fusion is decided at compile, fusion.cpp), the value ids it returns.
+struct region_payload {
+  std::int64_t inputs = 0;
+  std::int64_t values = 0;
+  std::vector<step_record> steps;
+  std::vector<std::int64_t> outputs;
+};
+
+}  // namespace onednn_delegate
+
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::convolution_parameters, stride, padding, dilation, groups);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::pooling_parameters, kernel, stride, padding, ceil_mode);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::activation_parameters, kind, low, high);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::flatten_parameters, start_dim, end_dim);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims,
+                        flatten, layer_norm_eps, weight, bias);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);

@@ -1,0 +1,148 @@
+// onednn's plans without LibTorch: the oneDNN vocabulary, a plan (its primitives, its slots and
+// their places in a call's buffer), the weights plans reorder from, and the planner, whose
+// per-op-family builders live in build_*.cpp (those with an ATen fallback include LibTorch there).
+// Internal (not installed).
+#pragma once
+
+#include "plan_implementation.hpp"
+#include "steps.hpp"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace onednn_delegate {
+
+using dims = dnnl::memory::dims;
+using md = dnnl::memory::desc;
+using tag = dnnl::memory::format_tag;
+inline constexpr auto f32 = dnnl::memory::data_type::f32;
+inline constexpr std::size_t no_slot = static_cast<std::size_t>(-1);
+
+const dnnl::engine& cpu_engine();
+/// The row-major (contiguous) layout of `sizes`: how tensors enter and leave a region.
+md dense(const dims& sizes);
+/// A primitive's attributes: a user scratchpad (in the call's buffer) and `post_ops`.
+dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops = {});
+/// oneDNN's eltwise operations for a relu or an activation step, in order (hardsigmoid is two).
+std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compiled_step& step);
+
+/// Whether oneDNN's implementation name is a reference kernel (runtime.cpp; onednn_backend.hpp
+/// declares it for users).
+bool is_reference(std::string_view implementation);
+/// Throws the planner's error, "onednn: region <method>: <why>" (runtime.cpp: a c10::Error).
+[[noreturn]] void fail_planning(std::string_view method, const std::string& why);
+
+/// One primitive call of a plan: the primitive and which slot each of its arguments reads.
+struct plan_call {
+  dnnl::primitive primitive;
+  std::vector<std::pair<int, std::size_t>> arguments;  // (DNNL_ARG_*, slot)
+  md scratchpad;                                       // empty when it needs none
+  /// Instead of a primitive: a step run by ATen (only where oneDNN had nothing but a reference
+  /// kernel for it), given the call's arguments.
+  std::function<void(const std::unordered_map<int, dnnl::memory>&)> host;
+};
+
+/// What a region runs for one set of input shapes: its primitives in order, each slot's memory
+/// descriptor and place in one per-call buffer, and the reordered weights (read-only once made:
+/// calls may run concurrently, each with its own buffer).
+struct execution_plan {
+  std::vector<md> slots;
+  std::vector<std::size_t> aliases;      // per slot: the slot whose bytes it views, or no_slot
+  std::vector<std::size_t> offsets;      // into the call's buffer (inputs and constants: unused)
+  std::vector<buffer_slot> lives;        // per slot: what placement was given (bytes 0: not in the buffer)
+  std::vector<dnnl::memory> constants;   // per slot: the weights and biases, else empty
+  std::vector<plan_call> calls;
+  std::size_t buffer_bytes = 0;          // activations, then the largest scratchpad
+  std::size_t scratchpad_offset = 0;
+  std::vector<std::size_t> outputs;      // slots read out, in order
+  std::vector<dims> output_dims;
+  std::vector<dnnl::primitive> output_reorders;  // slot -> a dense (row-major) tensor
+  std::vector<plan_implementation> implementations;  // per call, then per output reorder: the debug query
+};
+
+/// Per step with weights, where a new plan reads them from: the dense named data until the first
+/// plan is made, then the last plan's reordered copies (oneDNN reorders from one layout to
+/// another), so a region holds its weights once per plan.
+struct weight_store {
+  std::vector<dnnl::memory> weights, biases;  // per step (empty for a step without weights)
+};
+
+/// Builds a plan for one set of input shapes: value ids are slots 0..values-1, reorders and
+/// constants add slots after them. Applies fusion.cpp's decisions; each builder (build_*.cpp)
+/// picks its primitive's layouts and falls back where oneDNN has only a reference kernel.
+class planner {
+ public:
+  planner(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes);
+  std::shared_ptr<const execution_plan> build();
+
+ private:
+  // planner.cpp: slots, calls, constants, the dispatch per step, placement.
+  std::size_t add_slot(const md& desc, std::size_t alias_of = no_slot);
+  std::size_t value(std::int64_t id) const;
+  void define(std::int64_t id, const md& desc);
+  std::size_t root(std::size_t slot) const { return plan_.aliases[slot] == no_slot ? slot : plan_.aliases[slot]; }
+  const compiled_step& step(std::size_t index) const { return region_.steps[index]; }
+  std::int64_t finished(std::size_t index) const { return finished_value(region_.steps, index); }
+  std::string describe(const compiled_step& step) const;
+  std::size_t as(std::size_t slot, const md& want);
+  void call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad,
+            std::function<void(const std::unordered_map<int, dnnl::memory>&)> host = {}, const char* host_kind = nullptr,
+            const char* host_op = nullptr);
+  void record(const dnnl::primitive& primitive, std::string step);
+  std::size_t constant(dnnl::memory given, const md& want);
+  void run(std::size_t index);
+  void place();
+  [[noreturn]] void refuse(const std::string& why) const;
+
+  // build_convolution.cpp
+  struct conv_candidate {
+    dnnl::convolution_forward::primitive_desc pd;
+    std::vector<std::tuple<int, std::size_t, md>> addends;  // (post-op index, slot, the layout it is read in)
+  };
+  dims conv_output(std::size_t index) const;
+  std::optional<conv_candidate> conv_desc(std::size_t index, const std::vector<std::size_t>& with, const md& src,
+                                          std::optional<tag> layout) const;
+  void convolution(std::size_t index);
+  void emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with);
+  void conv_in_aten(std::size_t index);
+  // build_linear.cpp
+  void linear(std::size_t index);
+  // build_eltwise.cpp: activations, add, mul, scale
+  void eltwise(std::size_t index);
+  void binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made);
+  void mul(std::size_t index);
+  void scale(std::size_t index);
+  // build_pooling.cpp
+  void max_pool(std::size_t index);
+  void global_avg_pool(std::size_t index);
+  // build_layout.cpp: layer_norm, cat, and the views (permute, flatten)
+  void layer_norm(std::size_t index);
+  void cat(std::size_t index);
+  void permute(std::size_t index);
+  void flatten(std::size_t index);
+
+  const region_steps& region_;
+  weight_store& store_;
+  std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> own_weights_;  // (step, weight slot, bias slot)
+  std::shared_ptr<execution_plan> made_ = std::make_shared<execution_plan>();
+  execution_plan& plan_ = *made_;
+  std::vector<std::size_t> slot_of_;  // value id -> slot
+  std::vector<std::size_t> first_use_, last_use_;  // slot -> first and last call index touching it
+  std::vector<std::pair<std::size_t, std::size_t>> reordered_;
+  std::size_t scratchpad_bytes_ = 0;
+  std::size_t step_ = 0;  // the step being planned (the debug query names it)
+  std::string shapes_;    // the input shapes, as the debug query prints them
+};
+
+}  // namespace onednn_delegate

@@ -1,0 +1,182 @@
+// The planner's core: for one set of input shapes, a slot per value (shapes inferred step by step
+// as each builder defines what its step makes), the calls in order with each slot's first and
+// last use, constants (weights reordered into the layout their primitive picked), and the slots'
+// places in one per-call buffer (placement.cpp). Which builder runs a step: run().
+// No LibTorch here: errors go through fail_planning (runtime.cpp).
+#include "plan.hpp"
+
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include <algorithm>
+
+namespace onednn_delegate {
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+md dense(const dims& sizes) {
+  dims strides(sizes.size(), 1);
+  for (std::size_t k = sizes.size(); k-- > 1;) strides[k - 1] = strides[k] * std::max<std::int64_t>(sizes[k], 1);
+  return md(sizes, f32, strides);
+}
+
+dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(post_ops);
+  return attr;
+}
+
+planner::planner(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes)
+    : region_(region), store_(store), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    slot_of_[i] = add_slot(dense(dims(shapes[i])));
+    shapes_ += i ? ", [" : "[";  // as c10 prints an IntArrayRef: "[1, 3, 96, 96]"
+    for (std::size_t k = 0; k < shapes[i].size(); ++k) shapes_ += (k ? ", " : "") + std::to_string(shapes[i][k]);
+    shapes_ += "]";
+  }
+}
+
+std::shared_ptr<const execution_plan> planner::build() {
+  const auto& steps = region_.steps;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].fusion.absorbed) continue;
+    try {
+      run(i);  // a convolution or a linear that refuses its post-ops runs them after it
+    } catch (const dnnl::error& error) {
+      refuse("step " + std::to_string(i) + " (" + std::string(name_of(steps[i].kind)) + ") on input " + describe(steps[i]) +
+             ": oneDNN refused it: " + error.what());
+    }
+  }
+  for (std::int64_t index : region_.outputs) {
+    const std::size_t slot = value(index);
+    const dims d = plan_.slots[slot].dims();
+    plan_.outputs.push_back(slot);
+    plan_.output_dims.push_back(d);
+    plan_.output_reorders.emplace_back(
+        dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), dense(d))));
+    record(plan_.output_reorders.back(), "output " + std::to_string(plan_.outputs.size() - 1));
+    last_use_[root(slot)] = plan_.calls.size();  // read after the last call
+  }
+  place();
+  for (const auto& [index, weights, bias] : own_weights_) {  // later plans reorder from these
+    store_.weights[index] = plan_.constants[weights];
+    if (bias != no_slot) store_.biases[index] = plan_.constants[bias];
+  }
+  return made_;
+}
+
+void planner::run(std::size_t index) {
+  step_ = index;
+  switch (step(index).kind) {
+    case step_kind::convolution: return convolution(index);
+    case step_kind::relu:
+    case step_kind::activation: return eltwise(index);
+    case step_kind::add: {
+      const auto& inputs = step(index).record.inputs;
+      dnnl::post_ops post_ops;
+      if (step(index).fusion.relu) post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      return binary(dnnl::algorithm::binary_add, value(inputs[0]), value(inputs[1]), post_ops, finished(index));
+    }
+    case step_kind::mul: return mul(index);
+    case step_kind::scale: return scale(index);
+    case step_kind::max_pool2d: return max_pool(index);
+    case step_kind::global_avg_pool2d: return global_avg_pool(index);
+    case step_kind::linear: return linear(index);
+    case step_kind::layer_norm: return layer_norm(index);
+    case step_kind::cat: return cat(index);
+    case step_kind::permute: return permute(index);
+    case step_kind::flatten: return flatten(index);
+  }
+}
+
+void planner::refuse(const std::string& why) const { fail_planning(region_.method, why); }
+
+std::size_t planner::add_slot(const md& desc, std::size_t alias_of) {
+  plan_.slots.push_back(desc);
+  plan_.aliases.push_back(alias_of);
+  plan_.constants.emplace_back();
+  first_use_.push_back(plan_.calls.size());
+  last_use_.push_back(plan_.calls.size());
+  return plan_.slots.size() - 1;
+}
+
+std::size_t planner::value(std::int64_t id) const {
+  const std::size_t slot = slot_of_.at(static_cast<std::size_t>(id));
+  if (slot == no_slot) refuse("value " + std::to_string(id) + " is read before it is made");
+  return slot;
+}
+
+void planner::define(std::int64_t id, const md& desc) { slot_of_.at(static_cast<std::size_t>(id)) = add_slot(desc); }
+
+std::string planner::describe(const compiled_step& described) const {
+  const std::size_t slot = slot_of_.at(static_cast<std::size_t>(described.record.inputs.at(0)));
+  if (slot == no_slot) return "?";
+  std::string text = "[";
+  for (auto d : plan_.slots[slot].dims()) text += (text.size() > 1 ? ", " : "") + std::to_string(d);
+  return text + "]";
+}
+
+std::size_t planner::as(std::size_t slot, const md& want) {
+  if (plan_.slots[slot] == want) return slot;
+  for (const auto& [from, to] : reordered_)
+    if (from == slot && plan_.slots[to] == want) return to;
+  const std::size_t to = add_slot(want);
+  call(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), want)),
+       {{DNNL_ARG_FROM, slot}, {DNNL_ARG_TO, to}}, md());
+  reordered_.emplace_back(slot, to);
+  return to;
+}
+
+void planner::call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad,
+                   std::function<void(const std::unordered_map<int, dnnl::memory>&)> host, const char* host_kind,
+                   const char* host_op) {
+  for (const auto& argument : arguments) {
+    const std::size_t slot = root(argument.second);
+    if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO) first_use_[slot] = std::min(first_use_[slot], plan_.calls.size());
+    last_use_[slot] = plan_.calls.size();
+  }
+  scratchpad_bytes_ = std::max(scratchpad_bytes_, scratchpad.get_size());
+  const std::string label = std::to_string(step_) + " " + std::string(name_of(step(step_).kind));
+  if (host)
+    plan_.implementations.push_back({region_.method, shapes_, label, host_kind, host_op});
+  else
+    record(primitive, label);
+  plan_.calls.push_back({std::move(primitive), std::move(arguments), scratchpad, std::move(host)});
+}
+
+void planner::record(const dnnl::primitive& primitive, std::string label) {
+  const char* implementation = nullptr;
+  dnnl::error::wrap_c_api(dnnl_primitive_desc_query(primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0, &implementation),
+                          "could not read a primitive's implementation");
+  plan_.implementations.push_back({region_.method, shapes_, std::move(label),
+                                   dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(primitive.get_kind())), implementation});
+}
+
+std::size_t planner::constant(dnnl::memory given, const md& want) {
+  if (given.get_desc().dims() != want.dims())  // the same bytes seen with other dims (a scale: leading ones)
+    given = dnnl::memory(dense(want.dims()), cpu_engine(), given.get_data_handle());
+  dnnl::memory reordered(want, cpu_engine());
+  dnnl::stream stream(cpu_engine());
+  dnnl::reorder(given, reordered).execute(stream, given, reordered);
+  stream.wait();
+  const std::size_t slot = add_slot(want);
+  plan_.constants[slot] = reordered;
+  return slot;
+}
+
+void planner::place() {
+  const auto inputs = static_cast<std::size_t>(region_.inputs);
+  plan_.lives.assign(plan_.slots.size(), {});
+  for (std::size_t slot = inputs; slot < plan_.slots.size(); ++slot)
+    if (!plan_.constants[slot] && plan_.aliases[slot] == no_slot)
+      plan_.lives[slot] = {plan_.slots[slot].get_size(), first_use_[slot], last_use_[slot]};
+  const buffer_layout layout = lay_out_buffer(plan_.lives);
+  plan_.offsets = layout.offsets;
+  plan_.scratchpad_offset = layout.bytes;
+  plan_.buffer_bytes = layout.bytes + scratchpad_bytes_;
+}
+
+}  // namespace onednn_delegate

@@ -1,0 +1,140 @@
+// Preprocess: a region's graph -> payload version 2 (payload_records.hpp), one step per node
+// through the op table's emitters (support.cpp), unfused (fusion.cpp decides at compile), weights
+// as named data keyed by content with the BatchNorm after a convolution folded into its weight
+// and bias. Built on the toolkit's payload builder, folding and pooling arguments.
+#include "internal.hpp"
+
+#include "toolkit/folding.hpp"
+#include "toolkit/graph.hpp"
+#include "toolkit/payload_builder.hpp"
+#include "toolkit/support_rules.hpp"
+
+#include <ATen/ATen.h>
+
+namespace onednn_delegate {
+
+namespace tk = torch_delegate::toolkit;
+
+/// The steps made so far, over the toolkit's value ids (numbered in definition order), folded
+/// nodes and named data.
+struct step_builder {
+  tk::payload_builder base;
+  std::vector<step_record> steps;
+
+  std::int64_t define(const torch::jit::Value* value) { return base.next_id(value); }
+  /// A step of `op` reading `inputs` and making `made` (defined after its inputs are read).
+  step_record& add(const char* op, std::vector<std::int64_t> inputs, const torch::jit::Value* made) {
+    step_record& step = steps.emplace_back();
+    step.op = op;
+    step.inputs = std::move(inputs);
+    step.output = define(made);
+    return step;
+  }
+  step_record& add_unary(const char* op, const torch::jit::Node* node) { return add(op, {base.id(node->input(0))}, node->output()); }
+  const torch_delegate::method_to_lower& region() const { return base.region(); }
+};
+
+void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
+  const tk::folded_conv2d conv = tk::read_conv2d(builder.region(), node, builder.base.result_check(), builder.base.folded(), "onednn");
+  step_record& step = builder.add("convolution", {builder.base.id(node->input(0))}, conv.output);
+  step.convolution = convolution_parameters{conv.stride, conv.padding, conv.dilation, conv.groups};
+  step.weight = builder.base.store_constant(conv.weight);
+  step.bias = builder.base.store_constant(conv.bias);
+}
+
+void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {  // those after a convolution are folded
+  builder.base.reject(node, "a batch_norm that does not follow a convolution");
+}
+
+void emit_relu(step_builder& builder, const torch::jit::Node* node) { builder.add_unary("relu", node); }
+
+void emit_add(step_builder& builder, const torch::jit::Node* node) {
+  builder.add("add", {builder.base.id(node->input(0)), builder.base.id(node->input(1))}, node->output());
+}
+
+void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node) {
+  const tk::pool2d_arguments read = tk::read_pool2d(builder.region(), node, "onednn");
+  builder.add_unary("max_pool2d", node).pooling = pooling_parameters{read.kernel, read.stride, read.padding, read.ceil_mode};
+}
+
+void emit_global_avg_pool2d(step_builder& builder, const torch::jit::Node* node) { builder.add_unary("adaptive_avg_pool2d", node); }
+
+void emit_activation(step_builder& builder, const torch::jit::Node* node) {
+  builder.add_unary("activation", node).activation = activation_of(node).value();
+}
+
+void emit_permute(step_builder& builder, const torch::jit::Node* node) {
+  const auto dims = builder.region().argument<std::vector<std::int64_t>>(node, "dims");
+  if (dims.size() != tk::known_sizes(node->input(0))->size()) builder.base.reject(node, "permute's dims do not match its input's rank");
+  builder.add_unary("permute", node).permute_dims = dims;
+}
+
+void emit_layer_norm(step_builder& builder, const torch::jit::Node* node) {
+  const torch_delegate::method_to_lower& region = builder.region();
+  const std::int64_t channels = tk::known_sizes(node->input(0))->back();
+  const auto weight = region.argument<std::optional<at::Tensor>>(node, "weight");
+  const auto bias = region.argument<std::optional<at::Tensor>>(node, "bias");
+  step_record& step = builder.add_unary("layer_norm", node);
+  step.layer_norm_eps = region.argument<double>(node, "eps");
+  step.weight = builder.base.store_constant(weight ? *weight : at::ones({channels}));
+  step.bias = builder.base.store_constant(bias ? *bias : at::zeros({channels}));
+}
+
+void emit_flatten(step_builder& builder, const torch::jit::Node* node) {
+  const torch_delegate::method_to_lower& region = builder.region();
+  builder.add_unary("flatten", node).flatten =
+      flatten_parameters{region.argument<std::int64_t>(node, "start_dim"), region.argument<std::int64_t>(node, "end_dim")};
+}
+
+void emit_dropout(step_builder& builder, const torch::jit::Node* node) {  // eval mode: the output is the input
+  builder.base.set_id(node->output(), builder.base.id(node->input(0)));
+}
+
+void emit_linear(step_builder& builder, const torch::jit::Node* node) {
+  const at::Tensor weight = builder.region().argument<at::Tensor>(node, "weight");
+  const auto bias = builder.region().argument<std::optional<at::Tensor>>(node, "bias");
+  if (weight.dim() != 2) builder.base.reject(node, "a linear's weight must be 2-d");
+  step_record& step = builder.add_unary("linear", node);
+  step.weight = builder.base.store_constant(weight);
+  step.bias = builder.base.store_constant(bias ? *bias : at::zeros({weight.size(0)}));
+}
+
+void emit_mul(step_builder& builder, const torch::jit::Node* node) {
+  const bool first_known = tk::known_at_lowering(node->input(0)), second_known = tk::known_at_lowering(node->input(1));
+  if (first_known != second_known) {  // times a constant: a scale
+    const int side = second_known ? 0 : 1;
+    const at::Tensor by = builder.region().argument<at::Tensor>(node, side == 0 ? "other" : "self");
+    builder.add("scale", {builder.base.id(node->input(side))}, node->output()).weight = builder.base.store_constant(by);
+    return;
+  }
+  // The full-shape operand first: oneDNN broadcasts the second.
+  const auto a = tk::known_sizes(node->input(0)), b = tk::known_sizes(node->input(1));
+  const bool swap = a && b && (*a)[2] == 1 && (*a)[3] == 1 && ((*b)[2] != 1 || (*b)[3] != 1);
+  builder.add("mul", {builder.base.id(node->input(swap ? 1 : 0)), builder.base.id(node->input(swap ? 0 : 1))}, node->output());
+}
+
+void emit_cat(step_builder& builder, const torch::jit::Node* node) {
+  std::vector<std::int64_t> inputs;
+  for (const torch::jit::Value* input : node->input(0)->node()->inputs()) inputs.push_back(builder.base.id(input));
+  builder.add("cat", std::move(inputs), node->output());
+}
+
+void emit_nothing(step_builder&, const torch::jit::Node*) {}
+
+torch_delegate::preprocess_result<region_payload> OnednnBackend::preprocess(const torch_delegate::method_to_lower& region) {
+  const torch::jit::Graph& graph = *region.graph();
+  step_builder builder{tk::payload_builder(region, "onednn"), {}};
+  for (const torch::jit::Value* input : tk::region_inputs(graph)) builder.define(input);
+  const std::int64_t inputs = builder.base.ids_given();
+  for (const torch::jit::Node* node : graph.nodes())
+    if (!builder.base.skips(node) && !onednn_ops().emit(builder, node)) builder.base.reject_unsupported(node);
+  region_payload payload{inputs, builder.base.ids_given(), std::move(builder.steps), {}};
+  for (const torch::jit::Value* result : tk::region_results(graph)) {
+    const std::int64_t index = builder.base.id(result);
+    if (index < inputs) region.reject(result->node(), "onednn: a region that returns its input is not supported");
+    payload.outputs.push_back(index);
+  }
+  return {std::move(payload), {}, builder.base.take_named_data()};
+}
+
+}  // namespace onednn_delegate

@@ -1,0 +1,169 @@
+// The runtime: compile (the payload decoded and checked, fusions decided, the weights kept for
+// the plans) and execute (the plan for the call's input shapes, from the region's bounded cache or
+// made now, run with a call context: one buffer, the primitives' arguments bound to it).
+#include "internal.hpp"
+
+#include "toolkit/availability.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+namespace onednn_delegate {
+
+bool is_reference(std::string_view implementation) {
+  // oneDNN names an implementation "<kernel>:<isa or 'any'>", some with a prefix ("x64:gemm:jit");
+  // its reference kernels are "ref:any", "ref_<variant>:any" (and "gemm:ref" off x64): plain C++
+  // loops, 10-100x slower than the JIT ones a plan can nearly always get in another layout.
+  for (std::size_t begin = 0; begin <= implementation.size();) {
+    const std::size_t end = std::min(implementation.find(':', begin), implementation.size());
+    if (implementation.substr(begin, end - begin).starts_with("ref")) return true;
+    begin = end + 1;
+  }
+  // Tests walk the fallback order by naming more kernels "reference" (read once per process).
+  static const std::vector<std::string> also = torch_delegate::toolkit::environment_list("TD_ONEDNN_TREAT_AS_REFERENCE");
+  return std::any_of(also.begin(), also.end(), [&](const std::string& name) { return implementation.find(name) != std::string_view::npos; });
+}
+
+void fail_planning(std::string_view method, const std::string& why) { TORCH_CHECK(false, "onednn: region ", method, ": ", why); }
+
+call_context::call_context(const execution_plan& plan, std::size_t inputs)
+    : buffer(at::empty({static_cast<std::int64_t>(plan.buffer_bytes)}, at::kByte)), memory(plan.slots.size()) {
+  auto* base = static_cast<std::uint8_t*>(buffer.data_ptr());
+  for (std::size_t slot = 0; slot < plan.slots.size(); ++slot) {
+    if (slot < inputs)
+      memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);
+    else if (plan.constants[slot])
+      memory[slot] = plan.constants[slot];
+    else if (plan.aliases[slot] != no_slot && plan.aliases[slot] < inputs)
+      memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);  // a view of an input: bound per call
+    else if (plan.aliases[slot] != no_slot)
+      memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[plan.aliases[slot]]);
+    else
+      memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[slot]);
+  }
+  for (const plan_call& call : plan.calls) {
+    auto& bound = arguments.emplace_back();
+    for (const auto& [argument, slot] : call.arguments) bound.emplace(argument, memory[slot]);
+    if (call.scratchpad.get_size() > 0)
+      bound.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(call.scratchpad, cpu_engine(), base + plan.scratchpad_offset));
+  }
+}
+
+compiled_region OnednnBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
+  TORCH_CHECK(is_available(), "onednn: this LibTorch was built without oneDNN");
+  auto region = std::make_shared<region_steps>(
+      region_steps{decode_steps(payload, context.method()), payload.inputs, payload.values, payload.outputs, std::string(context.method())});
+  auto store = std::make_shared<plan_store>();
+  std::vector<std::string> used;  // released: the store keeps the tensors until the first plan has its copies
+  for (compiled_step& step : region->steps) {
+    const step_record& record = step.record;
+    const step_kind kind = step.kind;
+    dnnl::memory weight_memory, bias_memory;
+    if (kind == step_kind::layer_norm || kind == step_kind::linear || kind == step_kind::scale) {
+      const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
+      TORCH_CHECK(weight.scalar_type() == at::kFloat && weight.dim() >= 1 && (kind != step_kind::linear || weight.dim() == 2) &&
+                      (kind != step_kind::layer_norm || weight.dim() == 1),
+                  "onednn: region ", context.method(), ": a ", record.op, " with weight ", weight.sizes());
+      step.weight_sizes = weight.sizes().vec();
+      weight_memory = dnnl::memory(dense(dims(weight.sizes().begin(), weight.sizes().end())), cpu_engine(), weight.data_ptr());
+      store->dense.push_back(weight);
+      used.push_back(record.weight);
+      if (kind != step_kind::scale) {
+        const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
+        TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.dim() == 1 && bias.size(0) == weight.size(0), "onednn: region ",
+                    context.method(), ": a ", record.op, " with weight ", weight.sizes(), " and bias ", bias.sizes());
+        bias_memory = dnnl::memory(dense({bias.size(0)}), cpu_engine(), bias.data_ptr());
+        store->dense.push_back(bias);
+        used.push_back(record.bias);
+      }
+    }
+    if (kind == step_kind::convolution) {
+      const std::int64_t groups = record.convolution->groups;
+      const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
+      const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
+      TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && weight.dim() == 4 && bias.dim() == 1 &&
+                      bias.size(0) == weight.size(0) && weight.size(0) % groups == 0,
+                  "onednn: region ", context.method(), ": a convolution with weight ", weight.sizes(), ", bias ", bias.sizes(),
+                  " and ", groups, " groups");
+      step.weight_sizes = weight.sizes().vec();
+      const dims weight_dims = groups > 1 ? dims{groups, weight.size(0) / groups, weight.size(1), weight.size(2), weight.size(3)}
+                                          : dims(weight.sizes().begin(), weight.sizes().end());
+      weight_memory = dnnl::memory(md(weight_dims, f32, groups > 1 ? tag::goihw : tag::oihw), cpu_engine(), weight.data_ptr());
+      bias_memory = dnnl::memory(md({bias.size(0)}, f32, tag::x), cpu_engine(), bias.data_ptr());
+      store->dense.push_back(weight);
+      store->dense.push_back(bias);
+      used.push_back(record.weight);
+      used.push_back(record.bias);
+    }
+    store->weights.weights.push_back(weight_memory);
+    store->weights.biases.push_back(bias_memory);
+  }
+  for (const std::string& key : used) context.release_named_data(key);
+  return {std::move(region), std::move(store)};
+}
+
+std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch_delegate::inputs args) {
+  const region_steps& region = *compiled.region;
+  TORCH_CHECK(static_cast<std::int64_t>(args.size()) == region.inputs, "onednn: region ", region.method, " takes ", region.inputs,
+              " inputs, got ", args.size());
+  std::vector<at::Tensor> given(args.size());
+  torch_delegate::toolkit::input_shapes shapes;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    TORCH_CHECK(args[i].isTensor(), "onednn: region ", region.method, ": input ", i + 1, " is not a tensor");
+    const at::Tensor& tensor = args[i].toTensor();
+    TORCH_CHECK(tensor.scalar_type() == at::kFloat && tensor.device().is_cpu() && tensor.dim() >= 1 && tensor.dim() <= 6 &&
+                    tensor.layout() == at::kStrided,
+                "onednn: region ", region.method, ": input ", i + 1, " must be a dense float CPU tensor of 1 to 6 dims, got ",
+                tensor.dim(), "-d ", tensor.scalar_type(), " on ", tensor.device());
+    given[i] = tensor.contiguous();
+    shapes.push_back(tensor.sizes().vec());
+  }
+  // Made under the cache's lock: one plan per shape, weights reordered once.
+  plan_store& store = *compiled.plans;
+  const std::shared_ptr<const runnable_plan> runnable = store.plans.get_or_make(shapes, [&] {
+    auto made = std::make_shared<runnable_plan>();
+    made->plan = planner(region, store.weights, shapes).build();
+    store.dense.clear();  // the plans read the first one's copies now
+    return made;
+  });
+  const execution_plan* plan = runnable->plan.get();
+  std::unique_ptr<call_context> context;
+  {
+    std::lock_guard<std::mutex> lock(runnable->idle_mutex);
+    if (!runnable->idle.empty()) {
+      context = std::move(runnable->idle.back());
+      runnable->idle.pop_back();
+    }
+  }
+  if (!context) context = std::make_unique<call_context>(*plan, given.size());
+  for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
+    const std::size_t input = slot < given.size() ? slot : plan->aliases[slot];
+    if (input < given.size()) context->memory[slot].set_data_handle(given[input].data_ptr());
+  }
+  const dnnl::engine& engine = cpu_engine();
+  thread_local dnnl::stream stream(cpu_engine());
+  for (std::size_t k = 0; k < plan->calls.size(); ++k) {
+    if (plan->calls[k].host) {
+      stream.wait();  // ATen reads what the primitives before it wrote
+      plan->calls[k].host(context->arguments[k]);
+    } else {
+      plan->calls[k].primitive.execute(stream, context->arguments[k]);
+    }
+  }
+  const std::vector<dnnl::memory>& memory = context->memory;
+  std::vector<c10::IValue> outputs;
+  for (std::size_t k = 0; k < plan->outputs.size(); ++k) {
+    at::Tensor out = at::empty(plan->output_dims[k], at::kFloat);
+    dnnl::memory to(dense(plan->output_dims[k]), engine, out.data_ptr());
+    plan->output_reorders[k].execute(stream, {{DNNL_ARG_FROM, memory[plan->outputs[k]]}, {DNNL_ARG_TO, to}});
+    outputs.emplace_back(std::move(out));
+  }
+  stream.wait();
+  std::lock_guard<std::mutex> lock(runnable->idle_mutex);
+  runnable->idle.push_back(std::move(context));
+  return outputs;
+}
+
+}  // namespace onednn_delegate

@@ -1,0 +1,83 @@
+// onednn's steps as compile holds them, and the two decisions made on them without LibTorch or a
+// shape: which steps fuse into which (fusion.cpp) and where each value lives in a call's buffer
+// (placement.cpp). Internal (not installed); the unit tests (tests/onednn_unit.cpp) call both.
+#pragma once
+
+#include "payload_records.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace onednn_delegate {
+
+/// The op of a step, as compile decodes step_record::op.
+enum class step_kind {
+  convolution, relu, add, max_pool2d, global_avg_pool2d, activation, mul, cat, permute, layer_norm, linear, scale, flatten
+};
+/// Its name in a payload (and in the debug query); step_kind_named: the reverse, nullopt when unknown.
+std::string_view name_of(step_kind kind);
+std::optional<step_kind> step_kind_named(std::string_view name);
+
+/// What fusion.cpp decided for one step.
+struct step_fusion {
+  /// A convolution or an add: the relu step that alone reads what it makes, run with it in every
+  /// form the planner falls back to (a post-op, or ATen's relu_ after ATen's conv2d).
+  std::optional<std::size_t> relu;
+  /// A convolution or a linear: the steps after it it takes as post-ops while oneDNN accepts
+  /// them (activations; after a convolution, an add of a value made before it), in order. When
+  /// oneDNN refuses them they run after it as steps of their own.
+  std::vector<std::size_t> post_ops;
+  /// Run as a part of another step (a folded relu, a post-op): the planner skips it.
+  bool absorbed = false;
+};
+
+/// A step as compile keeps it: its record, its kind, the sizes of its weight (convolution:
+/// [O, I / groups, kh, kw]; linear: [O, I]; layer_norm: [C]; scale: the factor's) and its fusion.
+struct compiled_step {
+  step_record record;
+  step_kind kind = step_kind::relu;
+  std::vector<std::int64_t> weight_sizes;
+  step_fusion fusion;
+};
+
+/// A compiled region's steps and what they read and return: what the planner plans.
+struct region_steps {
+  std::vector<compiled_step> steps;
+  std::int64_t inputs = 0;  // value ids 0..inputs-1
+  std::int64_t values = 0;
+  std::vector<std::int64_t> outputs;
+  std::string method;       // errors and the debug query name it
+};
+
+/// Decides every fusion of a region in one pass over its steps (`values` value ids, `outputs` the
+/// ones it returns, never fused away): first each relu into the convolution or add before it,
+/// then each convolution's and linear's post-ops. Deterministic: a function of the steps alone.
+std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps, std::int64_t values,
+                                        const std::vector<std::int64_t>& outputs);
+
+/// The value a step leaves when it has run with its folded relu (the relu's output) or alone.
+std::int64_t finished_value(const std::vector<compiled_step>& steps, std::size_t index);
+
+/// A value to place in a call's buffer: its size, and the first and last call (indices into the
+/// plan's calls) that touch it. Size 0: not in the buffer (an input, a constant, a view).
+struct buffer_slot {
+  std::size_t bytes = 0;
+  std::size_t first_use = 0, last_use = 0;
+};
+/// Where each slot lives: its offset (0 for slots not in the buffer), and the bytes they take.
+struct buffer_layout {
+  std::vector<std::size_t> offsets;
+  std::size_t bytes = 0;
+};
+/// Every slot's size rounded up to this, and each offset a multiple of it (oneDNN's kernels read
+/// 64-byte lines; at::empty's data is 64-byte aligned).
+inline constexpr std::size_t buffer_alignment = 64;
+/// Places the slots in one buffer: two share bytes only when their lives (first to last use) do
+/// not overlap. Largest first, each at the lowest offset that fits.
+buffer_layout lay_out_buffer(const std::vector<buffer_slot>& slots);
+
+}  // namespace onednn_delegate

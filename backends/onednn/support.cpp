@@ -1,0 +1,161 @@
+// What onednn takes: its op table (node kind -> support rule, and the preprocess emitter of
+// preprocess.cpp), the activations it runs as eltwise primitives, which regions are worth a call,
+// and availability. Built on the backend toolkit's graph reading and support rules.
+// docs/onednn.md has the table.
+#include "internal.hpp"
+
+#include "toolkit/availability.hpp"
+#include "toolkit/fused_activation.hpp"
+#include "toolkit/graph.hpp"
+#include "toolkit/support_rules.hpp"
+
+#include <ATen/Context.h>
+
+#include <algorithm>
+
+namespace onednn_delegate {
+
+namespace tk = torch_delegate::toolkit;
+
+std::optional<activation_parameters> activation_of(const torch::jit::Node* node) {
+  const auto read = tk::activation_of(node);
+  if (!read) return std::nullopt;
+  switch (read->kind) {
+    case tk::activation_kind::relu: return std::nullopt;  // a step of its own (fusion.cpp folds it)
+    case tk::activation_kind::clip:
+      if (read->low > read->high) return std::nullopt;
+      return activation_parameters{"clip", read->low, read->high};
+    case tk::activation_kind::sigmoid: return activation_parameters{"sigmoid"};
+    case tk::activation_kind::silu: return activation_parameters{"silu"};
+    case tk::activation_kind::hardswish: return activation_parameters{"hardswish"};
+    case tk::activation_kind::hardsigmoid: return activation_parameters{"hardsigmoid"};
+    case tk::activation_kind::gelu_erf: return activation_parameters{"gelu_erf"};
+    case tk::activation_kind::gelu_tanh: return activation_parameters{"gelu_tanh"};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+/// A float tensor of rank 4, or one whose dtype or rank is not known (no example inputs).
+bool float_4d_or_unknown(const torch::jit::Value* value) { return tk::is_float_of_rank_or_unknown(value, 4); }
+
+bool supports_conv2d(const torch::jit::Node* node) { return tk::conv2d_foldable(node) && float_4d_or_unknown(node->input(0)); }
+bool supports_batch_norm(const torch::jit::Node* node) {  // folded into the convolution it follows (its weight and bias known)
+  return tk::batch_norm_eval(node) && tk::known_at_lowering(node->input(1)) && tk::known_at_lowering(node->input(2)) &&
+         tk::is(node->input(0)->node(), "aten::conv2d") && node->input(0)->uses().size() == 1;
+}
+bool supports_relu(const torch::jit::Node* node) { return float_4d_or_unknown(node->input(0)); }
+bool supports_add(const torch::jit::Node* node) {  // two float tensors of one shape (no broadcasting), sizes known
+  if (node->inputs().size() != 3 || !tk::constant_is(node->input(2), c10::IValue(std::int64_t{1}))) return false;
+  const auto a = tk::float_sizes(node->input(0)), b = tk::float_sizes(node->input(1));
+  return a && b && *a == *b;
+}
+bool supports_max_pool2d(const torch::jit::Node* node) {  // oneDNN's pooling has no dilation
+  return node->inputs().size() == 6 && tk::constant_ints_all(node->input(4), 1) && float_4d_or_unknown(node->input(0));
+}
+bool supports_global_avg_pool2d(const torch::jit::Node* node) {
+  return tk::adaptive_pool_to_one(node) && float_4d_or_unknown(node->input(0));
+}
+bool supports_activation(const torch::jit::Node* node) {
+  return activation_of(node) && (float_4d_or_unknown(node->input(0)) || tk::float_sizes(node->input(0)).has_value());
+}
+bool supports_permute(const torch::jit::Node* node) {  // dims known at lowering (ConvNeXt's Permute reads self.dims)
+  return tk::float_sizes(node->input(0)) && tk::known_at_lowering(node->input(1));
+}
+bool supports_layer_norm(const torch::jit::Node* node) {  // over the last dimension, weight and bias known
+  const auto shape = tk::constant_ints(node->input(1));
+  const auto sizes = tk::float_sizes(node->input(0));
+  return node->inputs().size() == 6 && sizes && shape && *shape == std::vector<std::int64_t>{sizes->back()} &&
+         tk::known_at_lowering(node->input(2)) && tk::known_at_lowering(node->input(3)) && tk::constant_of(node->input(4)).has_value();
+}
+bool supports_flatten(const torch::jit::Node* node) {
+  return node->inputs().size() == 3 && tk::float_sizes(node->input(0)) && tk::constant_of(node->input(1)) && tk::constant_of(node->input(2));
+}
+bool supports_dropout(const torch::jit::Node* node) {  // eval mode: the identity
+  return node->inputs().size() == 3 && tk::constant_is(node->input(2), false) && tk::float_sizes(node->input(0));
+}
+bool supports_linear(const torch::jit::Node* node) {
+  return node->inputs().size() == 3 && tk::float_sizes(node->input(0)) && tk::known_at_lowering(node->input(1)) &&
+         tk::known_at_lowering(node->input(2));
+}
+bool supports_mul(const torch::jit::Node* node) {
+  if (node->inputs().size() != 2) return false;
+  // Times a tensor known at lowering (a layer scale), broadcast to the other operand's shape.
+  for (int side = 0; side < 2; ++side) {
+    const torch::jit::Value* constant = node->input(1 - side);
+    const auto sizes = tk::float_sizes(node->input(side));
+    if (!sizes || !tk::is_tensor(constant) || !tk::known_at_lowering(constant)) continue;
+    const auto by = tk::known_sizes(constant);
+    if (!by || by->size() > sizes->size()) continue;
+    bool fits = true;
+    for (std::size_t k = 0; k < by->size(); ++k) {
+      const std::int64_t b = (*by)[by->size() - 1 - k], a = (*sizes)[sizes->size() - 1 - k];
+      fits = fits && (b == a || b == 1);
+    }
+    if (fits) return true;
+  }
+  // Two 4-d float tensors of known sizes: one shape, or one of them [N, C, 1, 1] (a squeeze-excitation's scale).
+  if (!tk::is_tensor(node->input(1))) return false;
+  const auto a = tk::known_sizes(node->input(0)), b = tk::known_sizes(node->input(1));
+  if (!a || !b || a->size() != 4 || b->size() != 4 || !float_4d_or_unknown(node->input(0)) || !float_4d_or_unknown(node->input(1)))
+    return false;
+  auto scale_of = [](const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& s) {
+    return s[0] == x[0] && s[1] == x[1] && s[2] == 1 && s[3] == 1;
+  };
+  return *a == *b || scale_of(*a, *b) || scale_of(*b, *a);
+}
+bool supports_cat(const torch::jit::Node* node) {  // 4-d float tensors along the channels, listed in the region
+  const torch::jit::Node* list = node->input(0)->node();
+  if (node->inputs().size() != 2 || list->kind() != c10::prim::ListConstruct || node->input(0)->uses().size() != 1) return false;
+  if (tk::constant_int(node->input(1)) != std::optional<std::int64_t>(1)) return false;
+  return std::all_of(list->inputs().begin(), list->inputs().end(), [](const torch::jit::Value* v) {
+    const auto sizes = tk::known_sizes(v);
+    return sizes && sizes->size() == 4 && float_4d_or_unknown(v);
+  });
+}
+bool supports_list(const torch::jit::Node* node) {  // the tensors of a cat it takes
+  return node->output()->uses().size() == 1 && OnednnBackend::supports(node->output()->uses()[0].user);
+}
+
+}  // namespace
+
+const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
+  static const tk::op_table<step_builder> table = [] {
+    tk::op_table<step_builder> ops;
+    ops.add("aten::conv2d", supports_conv2d, emit_convolution)
+        .add("aten::batch_norm", supports_batch_norm, emit_batch_norm)
+        .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
+        .add("aten::add", supports_add, emit_add)
+        .add("aten::max_pool2d", supports_max_pool2d, emit_max_pool2d)
+        .add("aten::adaptive_avg_pool2d", supports_global_avg_pool2d, emit_global_avg_pool2d)
+        .add({"aten::sigmoid", "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::gelu", "aten::relu6", "aten::hardtanh",
+              "aten::clamp"},
+             supports_activation, emit_activation)
+        .add("aten::permute", supports_permute, emit_permute)
+        .add("aten::layer_norm", supports_layer_norm, emit_layer_norm)
+        .add("aten::flatten", supports_flatten, emit_flatten)
+        .add("aten::dropout", supports_dropout, emit_dropout)
+        .add("aten::linear", supports_linear, emit_linear)
+        .add("aten::mul", supports_mul, emit_mul)
+        .add("aten::cat", supports_cat, emit_cat)
+        .add("prim::ListConstruct", supports_list, emit_nothing);  // read by its cat
+    return ops;
+  }();
+  return table;
+}
+
+bool OnednnBackend::supports(const torch::jit::Node* node) { return onednn_ops().supports(node); }
+
+bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+  return std::any_of(region.begin(), region.end(),
+                     [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::linear"}); });
+}
+
+bool OnednnBackend::is_available() {
+  // TD_ONEDNN_UNAVAILABLE: behave as a LibTorch built without oneDNN (the fallback's tests).
+  static const bool available = tk::available_unless("TD_ONEDNN_UNAVAILABLE", [] { return at::hasMKLDNN(); });
+  return available;
+}
+
+}  // namespace onednn_delegate

@@ -1,0 +1,272 @@
+// Unit tests of the onednn backend's decisions, through its internal header: which steps fuse
+// (fusion.cpp), where a plan's values live in a call's buffer (placement.cpp, planner.cpp), the
+// bound of the plan-per-shape cache (backends/toolkit/plan_cache.hpp), and version 1 payloads
+// read as version 2. Each fails when a decision changes.
+#include "helpers.hpp"
+
+#include <onednn/internal.hpp>
+
+#include <torch_delegate/partition.hpp>
+
+#include <algorithm>
+#include <set>
+
+using namespace onednn_delegate;
+
+namespace {
+
+compiled_step step_of(const char* op, std::vector<std::int64_t> inputs, std::int64_t output) {
+  compiled_step step;
+  step.record.op = op;
+  step.record.inputs = std::move(inputs);
+  step.record.output = output;
+  step.kind = *step_kind_named(op);
+  return step;
+}
+
+std::vector<step_fusion> fusions_of(const std::vector<compiled_step>& steps, std::int64_t values, std::vector<std::int64_t> outputs) {
+  return decide_fusions(steps, values, outputs);
+}
+
+/// A region compiled from `payload`, its weights given as named data.
+compiled_region compile_region(const region_payload& payload, const std::map<std::string, at::Tensor>& weights) {
+  torch_delegate::named_data_map named("onednn");
+  for (const auto& [key, tensor] : weights) named.insert(key, {tensor.contiguous(), 64});
+  std::set<std::string> released;
+  const auto context = torch_delegate::detail::compile_context_access::make("onednn", "forward", 2, &named, &released);
+  OnednnBackend backend;
+  return backend.compile(payload, context);
+}
+
+step_record record(const char* op, std::vector<std::int64_t> inputs, std::int64_t output) {
+  step_record step;
+  step.op = op;
+  step.inputs = std::move(inputs);
+  step.output = output;
+  return step;
+}
+
+/// conv 3x3 (0 -> 1), relu (-> 2), conv 1x1 (-> 3), add of it and 2 (-> 4), relu (-> 5), permute
+/// to NHWC (-> 6), flatten (-> 7): a residual block, then two views.
+region_payload residual_payload(std::map<std::string, at::Tensor>& weights) {
+  torch::manual_seed(5);
+  weights = {{"w1", torch::randn({8, 4, 3, 3}) * 0.3}, {"b1", torch::randn({8}) * 0.1},
+             {"w2", torch::randn({8, 8, 1, 1}) * 0.3}, {"b2", torch::randn({8}) * 0.1}};
+  region_payload payload{1, 8, {}, {7}};
+  step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {2}, 3);
+  conv1.convolution = convolution_parameters{{1, 1}, {1, 1}, {1, 1}, 1};
+  conv1.weight = "w1", conv1.bias = "b1";
+  conv2.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
+  conv2.weight = "w2", conv2.bias = "b2";
+  step_record permute = record("permute", {5}, 6), flatten = record("flatten", {6}, 7);
+  permute.permute_dims = std::vector<std::int64_t>{0, 2, 3, 1};
+  flatten.flatten = flatten_parameters{1, -1};
+  payload.steps = {conv1, record("relu", {1}, 2), conv2, record("add", {3, 2}, 4), record("relu", {4}, 5), permute, flatten};
+  return payload;
+}
+
+at::Tensor residual_reference(const at::Tensor& x, const std::map<std::string, at::Tensor>& w) {
+  const at::Tensor y = at::relu(at::conv2d(x, w.at("w1"), w.at("b1"), 1, 1));
+  return at::relu(at::conv2d(y, w.at("w2"), w.at("b2")) + y).permute({0, 2, 3, 1}).flatten(1);
+}
+
+std::vector<std::string> kinds_of(const execution_plan& plan) {
+  std::vector<std::string> kinds;
+  for (const plan_implementation& each : plan.implementations) kinds.push_back(each.step + " " + each.kind);
+  return kinds;
+}
+
+}  // namespace
+
+TEST_CASE("fusion: conv + relu (BatchNorm folded at preprocess) is one convolution with its relu") {
+  const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("relu", {1}, 2)};
+  const auto fusion = fusions_of(steps, 3, {2});
+  CHECK(fusion[0].relu == std::optional<std::size_t>(1));
+  CHECK(fusion[0].post_ops.empty());
+  CHECK(fusion[1].absorbed);
+}
+
+TEST_CASE("fusion: conv + add (+ relu) is a sum post-op of the later convolution, the add keeping its relu") {
+  // conv a (0 -> 1), relu (-> 2), conv b (2 -> 3), add(3, 2) (-> 4), relu (-> 5)
+  const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("relu", {1}, 2), step_of("convolution", {2}, 3),
+                                         step_of("add", {3, 2}, 4), step_of("relu", {4}, 5)};
+  const auto fusion = fusions_of(steps, 6, {5});
+  CHECK(fusion[0].relu == std::optional<std::size_t>(1));
+  CHECK(fusion[0].post_ops.empty());  // its value is read twice (conv b and the add): no post-op
+  CHECK(fusion[2].post_ops == std::vector<std::size_t>{3});
+  CHECK(fusion[3].relu == std::optional<std::size_t>(4));
+  CHECK((fusion[1].absorbed && fusion[3].absorbed && fusion[4].absorbed));
+  CHECK(!fusion[0].absorbed);
+  CHECK(!fusion[2].absorbed);
+  CHECK(finished_value([&] {
+          auto decided = steps;
+          for (std::size_t i = 0; i < decided.size(); ++i) decided[i].fusion = fusion[i];
+          return decided;
+        }(), 3) == 5);
+}
+
+TEST_CASE("fusion: of two convolutions added, the later one takes the add") {
+  // conv a (0 -> 1), conv b (0 -> 2), add(1, 2) (-> 3): a's add partner is made after a.
+  const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("convolution", {0}, 2), step_of("add", {1, 2}, 3)};
+  const auto fusion = fusions_of(steps, 4, {3});
+  CHECK(fusion[0].post_ops.empty());
+  CHECK(fusion[1].post_ops == std::vector<std::size_t>{2});
+}
+
+TEST_CASE("fusion: what is not fused, and why") {
+  SUBCASE("a result is never fused away") {
+    const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("relu", {1}, 2)};
+    const auto fusion = fusions_of(steps, 3, {1, 2});
+    CHECK(!fusion[0].relu);
+    CHECK(fusion[0].post_ops.empty());
+  }
+  SUBCASE("a value read twice keeps its readers apart") {
+    const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("relu", {1}, 2), step_of("activation", {1}, 3)};
+    const auto fusion = fusions_of(steps, 4, {2, 3});
+    CHECK(!fusion[0].relu);
+    CHECK(fusion[0].post_ops.empty());
+  }
+  SUBCASE("a linear takes activations as post-ops, not an add, and folds no relu of its own") {
+    const std::vector<compiled_step> steps{step_of("linear", {0}, 1), step_of("relu", {1}, 2), step_of("activation", {2}, 3),
+                                           step_of("add", {3, 0}, 4)};
+    const auto fusion = fusions_of(steps, 5, {4});
+    CHECK(!fusion[0].relu);
+    CHECK(fusion[0].post_ops == std::vector<std::size_t>{1, 2});
+    CHECK(!fusion[3].absorbed);
+  }
+  SUBCASE("only convolutions and linears host post-ops; a pooling's activation runs on its own") {
+    const std::vector<compiled_step> steps{step_of("max_pool2d", {0}, 1), step_of("activation", {1}, 2), step_of("relu", {2}, 3)};
+    const auto fusion = fusions_of(steps, 4, {3});
+    for (const step_fusion& each : fusion) CHECK((!each.absorbed && !each.relu && each.post_ops.empty()));
+  }
+  SUBCASE("an add of a value with itself") {
+    const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("add", {1, 1}, 2)};
+    CHECK(fusions_of(steps, 3, {2})[0].post_ops.empty());
+  }
+}
+
+TEST_CASE("fusion as planned: the residual block runs as two convolutions, nothing else before its views") {
+  std::map<std::string, at::Tensor> weights;
+  const compiled_region region = compile_region(residual_payload(weights), weights);
+  const auto plan = planner(*region.region, region.plans->weights, {{1, 4, 8, 8}}).build();
+  const std::vector<std::string> kinds = kinds_of(*plan);
+  CHECK(std::count_if(kinds.begin(), kinds.end(), [](const std::string& k) { return k.ends_with(" convolution"); }) == 2);
+  for (const std::string& kind : kinds) {
+    CHECK(!kind.ends_with(" eltwise"));
+    CHECK(!kind.ends_with(" binary"));
+  }
+  const at::Tensor x = torch::rand({1, 4, 8, 8});
+  compiled_region runnable = region;
+  const std::vector<c10::IValue> inputs{x};
+  const at::Tensor y = OnednnBackend().execute(runnable, torch_delegate::inputs(inputs))[0].toTensor();
+  CHECK(y.allclose(residual_reference(x, weights), 1e-4, 1e-5));
+}
+
+TEST_CASE("placement: values alive at once never share bytes; dead ones do; 64-byte slots") {
+  // a: calls 0-1, b: 1-2, c: 2-3 (100 bytes each), d: none (not in the buffer), e: 0-3 (10 bytes)
+  const std::vector<buffer_slot> slots{{100, 0, 1}, {100, 1, 2}, {100, 2, 3}, {0, 0, 3}, {10, 0, 3}};
+  const buffer_layout layout = lay_out_buffer(slots);
+  CHECK(layout.offsets == std::vector<std::size_t>{0, 128, 0, 0, 256});
+  CHECK(layout.bytes == 320);
+  for (const std::size_t offset : layout.offsets) CHECK(offset % buffer_alignment == 0);
+}
+
+TEST_CASE("placement on a plan: no two live values overlap, views are in place, the scratchpad after the values") {
+  std::map<std::string, at::Tensor> weights;
+  const compiled_region region = compile_region(residual_payload(weights), weights);
+  const auto plan = planner(*region.region, region.plans->weights, {{2, 4, 8, 8}}).build();
+  const auto& lives = plan->lives;
+  REQUIRE(lives.size() == plan->slots.size());
+  const auto rounded = [](std::size_t bytes) { return (bytes + buffer_alignment - 1) / buffer_alignment * buffer_alignment; };
+  std::size_t placed = 0;
+  for (std::size_t a = 0; a < lives.size(); ++a) {
+    if (lives[a].bytes == 0) continue;
+    ++placed;
+    CHECK(plan->offsets[a] % buffer_alignment == 0);
+    CHECK(lives[a].bytes == plan->slots[a].get_size());
+    CHECK(plan->offsets[a] + rounded(lives[a].bytes) <= plan->scratchpad_offset);
+    for (std::size_t b = a + 1; b < lives.size(); ++b) {
+      if (lives[b].bytes == 0 || lives[a].last_use < lives[b].first_use || lives[b].last_use < lives[a].first_use) continue;
+      CAPTURE(a);
+      CAPTURE(b);
+      CHECK((plan->offsets[a] + rounded(lives[a].bytes) <= plan->offsets[b] || plan->offsets[b] + rounded(lives[b].bytes) <= plan->offsets[a]));
+    }
+  }
+  CHECK(placed >= 2);
+  CHECK(plan->scratchpad_offset <= plan->buffer_bytes);
+  // The input and the weights are not in the buffer; the permute and the flatten are views (in
+  // place over their input's bytes: an alias, nothing placed for them).
+  CHECK(lives[0].bytes == 0);
+  std::size_t views = 0;
+  for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
+    if (plan->aliases[slot] == no_slot) continue;
+    ++views;
+    CHECK(lives[slot].bytes == 0);
+    CHECK(plan->aliases[plan->aliases[slot]] == no_slot);  // a view of bytes, never of a view
+  }
+  CHECK(views == 2);
+}
+
+TEST_CASE("plan cache: the (N+1)th shape evicts the least recently used") {
+  torch_delegate::toolkit::plan_cache<int> cache(2);
+  int made = 0;
+  const auto make = [&] { return std::make_shared<const int>(++made); };
+  CHECK(*cache.get_or_make({{1}}, make) == 1);
+  CHECK(*cache.get_or_make({{2}}, make) == 2);
+  CHECK(*cache.get_or_make({{1}}, make) == 1);  // found: now the most recently used
+  CHECK(*cache.get_or_make({{3}}, make) == 3);  // evicts {2}
+  CHECK(cache.size() == 2);
+  CHECK(cache.contains({{1}}));
+  CHECK(!cache.contains({{2}}));
+  CHECK(*cache.get_or_make({{2}}, make) == 4);  // made again
+}
+
+TEST_CASE("plan cache in onednn: a region keeps OnednnBackend::max_plans plans, least recently used out") {
+  std::map<std::string, at::Tensor> weights;
+  compiled_region region = compile_region(residual_payload(weights), weights);
+  const auto call = [&](std::int64_t size) {
+    const std::vector<c10::IValue> inputs{torch::rand({1, 4, size, size})};
+    return OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+  };
+  for (std::int64_t size = 5; size < 5 + static_cast<std::int64_t>(OnednnBackend::max_plans); ++size) call(size);
+  CHECK(region.plans->plans.size() == OnednnBackend::max_plans);
+  call(5);                                                  // 6 is now the least recently used
+  call(5 + static_cast<std::int64_t>(OnednnBackend::max_plans));  // the (N+1)th shape
+  CHECK(region.plans->plans.size() == OnednnBackend::max_plans);
+  CHECK(region.plans->plans.contains({{1, 4, 5, 5}}));
+  CHECK(!region.plans->plans.contains({{1, 4, 6, 6}}));
+  const at::Tensor x = torch::rand({1, 4, 6, 6});  // planned again, right
+  const std::vector<c10::IValue> inputs{x};
+  CHECK(OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor().allclose(residual_reference(x, weights), 1e-4, 1e-5));
+}
+
+TEST_CASE("payload: version 1's relu flags read as relu steps, which fusion folds back") {
+  using c10::ivalue::Tuple;
+  auto step = [](std::int64_t op, std::vector<std::int64_t> ints, const char* weight, const char* bias) {
+    return c10::IValue(Tuple::create({c10::IValue(op), c10::IValue(c10::List<std::int64_t>(ints)), c10::IValue(weight), c10::IValue(bias)}));
+  };
+  c10::impl::GenericList steps(c10::AnyType::get());
+  steps.push_back(step(0, {0, 1, 1, 1, 1, 1, 1, 1, 1, 1}, "w", "b"));  // convolution 0 -> 1, relu flagged
+  steps.push_back(step(2, {1, 0, 2, 1}, "", ""));                      // add(1, 0) -> 2, relu flagged
+  const c10::IValue v1 = Tuple::create({c10::IValue(std::int64_t{1}), c10::IValue(std::int64_t{3}), c10::IValue(steps),
+                                        c10::IValue(c10::List<std::int64_t>({2}))});
+  using caster = torch_delegate::ivalue_caster<region_payload>;
+  REQUIRE(caster::check(v1));
+  const region_payload payload = caster::load(v1);
+  CHECK(payload.values == 5);
+  REQUIRE(payload.steps.size() == 4);
+  CHECK((payload.steps[0].op == "convolution" && payload.steps[0].output == 3));
+  CHECK((payload.steps[1].op == "relu" && payload.steps[1].inputs == std::vector<std::int64_t>{3} && payload.steps[1].output == 1));
+  CHECK((payload.steps[2].op == "add" && payload.steps[2].output == 4));
+  CHECK((payload.steps[3].op == "relu" && payload.steps[3].output == 2));
+  CHECK(payload.steps[0].convolution->groups == 1);
+  const std::vector<compiled_step> decoded = decode_steps(payload, "forward");
+  CHECK(decoded[0].fusion.relu == std::optional<std::size_t>(1));
+  CHECK(decoded[0].fusion.post_ops == std::vector<std::size_t>{2});
+  CHECK(decoded[2].fusion.relu == std::optional<std::size_t>(3));
+  // Version 2 written and read back as itself.
+  const c10::IValue v2 = caster::cast(payload);
+  CHECK(caster::check(v2));
+  CHECK(!is_format1(v2));
+  CHECK(caster::load(v2).steps.size() == 4);
+}
