@@ -73,11 +73,18 @@ case "$kind" in
         'import torch_delegate; assert isinstance(torch_delegate.backends(), list); print("python package:", torch_delegate.__file__)'
       # Each installed backend library registers its backend when loaded (its run path finds the
       # installed libtorch_delegate; LD_LIBRARY_PATH stands in for the staging directory).
+      loads=()
       for name in "${backends[@]}"; do
-        file=$(find "$installed" -name "lib${name}.so" -o -name "lib${name}_backend.so" | head -1)
-        PYTHONPATH="$(dirname "$package")" LD_LIBRARY_PATH="$(dirname "$library")" /usr/bin/python3 -c \
-          'import sys, torch, torch_delegate; torch.ops.load_library(sys.argv[1]); names = [b.name for b in torch_delegate.backends()]; assert sys.argv[2] in names, names; print("installed backend:", sys.argv[2])' "$file" "$name"
+        loads+=("$name" "$(find "$installed" -name "lib${name}.so" -o -name "lib${name}_backend.so" | head -1)")
       done
+      PYTHONPATH="$(dirname "$package")" LD_LIBRARY_PATH="$(dirname "$library")" /usr/bin/python3 -c '
+import sys, torch, torch_delegate
+pairs = sys.argv[1:]
+for name, file in zip(pairs[::2], pairs[1::2]):
+    torch.ops.load_library(file)
+    names = [b.name for b in torch_delegate.backends()]
+    assert name in names, (name, file, names)
+    print("installed backend:", name)' "${loads[@]}"
     fi
     ;;
   cmake)
