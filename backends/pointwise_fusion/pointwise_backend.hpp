@@ -45,10 +45,10 @@ struct PointwiseBackend {
   /// Its loops take tensors with no elements (an empty result, as eager gives).
   static constexpr bool runs_empty_tensors = true;
 
-  // host side (pointwise_backend.cpp): the region's graph -> a fused program
+  // host side (support.cpp, preprocess.cpp): the region's graph -> a fused program
   static torch_delegate::preprocess_result<std::string> preprocess(const torch_delegate::method_to_lower& region);
 
-  // runtime side (pointwise_backend.cpp, kernels.cpp)
+  // runtime side (runtime.cpp, kernels.cpp)
   static bool is_available() { return true; }
   static compiled_region compile(const std::string& payload);
   static std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
