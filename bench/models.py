@@ -1,0 +1,72 @@
+"""The models the benches time: torchvision's architectures with random weights (offline,
+weights=None) and a BERT-base-shaped encoder written out, each with its input (batch 1)."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# torchvision's CNNs the ORT bench judges its goals over (bench/ort_models.py), and its transformers.
+CNNS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
+        "squeezenet1_0", "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "googlenet"]
+TRANSFORMERS = ["vit_b_16", "swin_t", "bert_base_encoder"]
+
+
+class EncoderLayer(nn.Module):
+    """A BERT-base encoder layer, written out: attention (q, k, v, out Linears, scaled matmuls,
+    softmax), GELU feed-forward, residual adds, post-LayerNorms."""
+
+    def __init__(self, d=768, heads=12, ff=3072):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.ff1 = nn.Linear(d, ff)
+        self.ff2 = nn.Linear(ff, d)
+        self.norm1 = nn.LayerNorm(d)
+        self.norm2 = nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        attention = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads)), dim=-1)
+        context = torch.matmul(attention, v).transpose(1, 2).reshape(b, t, d)
+        x = self.norm1(x + self.out(context))
+        return self.norm2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+class Encoder(nn.Module):
+    def __init__(self, layers=12):
+        super().__init__()
+        self.layers = nn.ModuleList([EncoderLayer() for _ in range(layers)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def model_and_input(name):
+    """The model in eval mode and its input; seeded, so two processes build the same ones."""
+    import torchvision
+    torch.manual_seed(0)
+    if name == "bert_base_encoder":
+        return Encoder().eval(), torch.rand(1, 128, 768)
+    kwargs = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    model = getattr(torchvision.models, name)(weights=None, **kwargs).eval()
+    # Random BatchNorm statistics and affine parameters: with the defaults some models' outputs
+    # hardly depend on their input, and a comparison of outputs would prove little.
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            with torch.no_grad():
+                module.running_mean.uniform_(-0.1, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.1, 0.1)
+    if name == "vit_b_16":  # its classifier starts at zero: an output of zeros whatever the input
+        with torch.no_grad():
+            model.heads.head.weight.normal_(0, 0.02)
+    return model, torch.rand(1, 3, 224, 224)

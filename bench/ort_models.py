@@ -1,0 +1,255 @@
+"""torch-delegate against ONNX Runtime, the CPU engine users would export to instead (issue 39).
+
+Each model is exported with torch.onnx.export (opset 14) and run by ONNX Runtime through
+onnxruntime-node in a process of its own (bench/ort_runner.js), driven over a pipe so that its
+calls are interleaved with LibTorch's and ours: round after round, every variant runs a few calls
+in a row (the first of each block is dropped: it pays for what the previous variant left behind,
+such as the other process's spinning threads), the order rotating from round to round; medians.
+Same input, same threads (2 unless TD_BENCH_THREADS), batch 1; every output is compared with
+eager's. LibTorch runs with OpenBLAS when it is installed (libopenblas0-openmp, by
+LD_LIBRARY_PATH: Debian's default reference BLAS is 25-75x slower on Linears).
+
+Variants: scripted; torch.jit.optimize_for_inference (oneDNN, the fastest LibTorch path);
+lowered to ["onednn"]; the README's recipe (lower(scripted, ["xnnpack", "onednn",
+"pointwise_fusion"], partial=True, example_inputs=(x,), measure=True, choose_order=True));
+ONNX Runtime (graphOptimizationLevel "all", intraOpNumThreads = threads, sequential).
+
+Where node or onnxruntime-node is missing, the bench says so and times the rest.
+
+Usage: PYTHONPATH=<build>/python bench/ort_models.py <build> [<doc.md>] [--quick] [--models a,b,...]
+                                                    [--no-recipe] [--json out.json]
+(the table goes between the doc's `<!-- ort table -->` and `<!-- end ort table -->` lines)
+ORT is looked for in $TD_ORT_NODE_MODULES, else <build>/ort/node_modules (bench/run installs it
+there: npm install --ignore-scripts onnxruntime-node).
+"""
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+options = sys.argv[1:]
+VALUED = ("--models", "--json")
+args = [a for i, a in enumerate(options) if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED)]
+
+
+def option(name, default=None):
+    return options[options.index(name) + 1] if name in options else default
+
+
+build = args[0]
+doc_path = args[1] if len(args) > 1 else None
+quick = "--quick" in options
+threads = int(os.environ.get("TD_BENCH_THREADS", "2"))
+# LibTorch with OpenBLAS: re-run this script with it first on the library path (once).
+if os.path.isdir(OPENBLAS) and os.environ.get("TD_BENCH_BLAS") is None:
+    env = dict(os.environ, TD_BENCH_BLAS="openblas",
+               LD_LIBRARY_PATH=OPENBLAS + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else ""))
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+blas = os.environ.get("TD_BENCH_BLAS", "default (reference)")
+
+import torch  # noqa: E402  (after the re-exec: the BLAS is chosen when libtorch loads)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+torch.set_num_threads(threads)
+import torch_delegate  # noqa: E402
+
+for backend in ("xnnpack", "onednn", "pointwise_fusion"):
+    torch_delegate.load_backend(backend)
+RECIPE = ["xnnpack", "onednn", "pointwise_fusion"]
+
+
+def isa():
+    flags = open("/proc/cpuinfo").read()
+    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
+    level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
+
+
+class Ort:
+    """The ORT runner process; `error` says why there is none."""
+
+    def __init__(self, workdir):
+        self.process, self.error, self.version = None, None, None
+        modules = os.environ.get("TD_ORT_NODE_MODULES", os.path.join(build, "ort", "node_modules"))
+        if not os.path.isdir(os.path.join(modules, "onnxruntime-node")):
+            self.error = (f"onnxruntime-node is not installed in {modules} (npm install --ignore-scripts "
+                          f"onnxruntime-node there, or set TD_ORT_NODE_MODULES)")
+            return
+        try:
+            self.process = subprocess.Popen(["node", os.path.join(os.path.dirname(__file__), "ort_runner.js")],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                            env=dict(os.environ, NODE_PATH=modules))
+        except FileNotFoundError:
+            self.error = "node is not installed (Debian: nodejs)"
+        self.workdir = workdir
+
+    def ask(self, request):
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        reply = json.loads(self.process.stdout.readline() or '{"error": "the ORT runner exited"}')
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply
+
+    def load(self, name, model, x):
+        """Exports the model (again each run: its weights are this run's) and loads it; ORT's output."""
+        path = os.path.join(self.workdir, f"{name}.onnx")
+        # Not under no_grad: the weights requiring grad keep nn.MultiheadAttention off its fast path,
+        # whose op (aten::_native_multi_head_attention) ONNX opset 14 cannot express.
+        torch.onnx.export(model, (x,), path, opset_version=14)
+        x.numpy().tofile(os.path.join(self.workdir, f"{name}.input"))
+        reply = self.ask({"load": path, "input": os.path.join(self.workdir, f"{name}.input"),
+                          "shape": list(x.shape), "threads": threads})
+        self.version = reply["version"]
+        import numpy
+        return torch.from_numpy(numpy.fromfile(reply["output"], dtype=numpy.float32)).reshape(reply["dims"])
+
+    def timer(self):
+        def calls(count):
+            return [ms / 1e3 for ms in self.ask({"time": count})["ms"]]
+        return calls
+
+
+def local_timer(function, x):
+    def calls(count):
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            function(x)
+            times.append(time.perf_counter() - start)
+        return times
+    return calls
+
+
+def measure(timers):
+    """Medians (s) of steady calls, interleaved, the order rotating from round to round."""
+    with torch.no_grad():
+        first = {name: min(timer(2)) for name, timer in timers.items()}  # warm-up, and a size
+        slowest = max(first.values())
+        rounds = 4 if quick else (12 if slowest < 0.1 else 8 if slowest < 0.3 else 5)
+        calls = 3 if slowest < 0.3 else 2
+        steady = {name: [] for name in timers}
+        names = list(timers)
+        for round_ in range(rounds):
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                steady[name].extend(timers[name](calls)[1:])
+    return {name: statistics.median(values) for name, values in steady.items()}
+
+
+def relative_error(got, want):
+    if isinstance(got, tuple):  # a scripted GoogLeNet returns its named tuple of outputs
+        got = got[0]
+    return float((got - want).abs().max() / max(float(want.abs().max()), 1e-6))
+
+
+def run_model(name, ort, recipe):
+    model, x = models.model_and_input(name)
+    row = {"name": name, "threads": threads}
+    scripted = torch.jit.script(model)
+    variants = {"scripted": scripted,
+                "oif": torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))}
+    start = time.perf_counter()
+    variants["onednn"] = torch_delegate.lower(torch.jit.script(model), ["onednn"], partial=True, example_inputs=(x,))
+    row["onednn_lowering_s"] = time.perf_counter() - start
+    if recipe:
+        start = time.perf_counter()
+        variants["recipe"] = torch_delegate.lower(torch.jit.script(model), RECIPE, partial=True, example_inputs=(x,),
+                                                  measure=True, choose_order=True)
+        row["recipe_lowering_s"] = time.perf_counter() - start
+        report = torch_delegate.report(variants["recipe"])
+        regions = {}
+        for method in report.methods:
+            for region in method.regions:
+                regions[region.backend] = regions.get(region.backend, 0) + 1
+        row["recipe_regions"] = regions
+    report = torch_delegate.report(variants["onednn"])
+    row["onednn_regions"] = sum(len(method.regions) for method in report.methods)
+    row["onednn_kept"] = sum(len(method.kept) for method in report.methods)
+    with torch.no_grad():
+        want = model(x)
+        want = want[0] if isinstance(want, tuple) else want
+        row["error"] = {variant: relative_error(function(x), want) for variant, function in variants.items()}
+    timers = {variant: local_timer(function, x) for variant, function in variants.items()}
+    if ort.process is not None:
+        try:
+            got = ort.load(name, model, x)
+            row["error"]["ort"] = relative_error(got.reshape(want.shape), want)
+            timers["ort"] = ort.timer()
+        except Exception as error:  # reported in the table, the other variants are still timed
+            row["ort_failed"] = str(error).splitlines()[0][:160]
+    row.update({variant: seconds * 1e3 for variant, seconds in measure(timers).items()})
+    return row
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main():
+    names = option("--models", ",".join(models.CNNS + models.TRANSFORMERS)).split(",")
+    workdir = os.path.join(build, "ort")
+    os.makedirs(workdir, exist_ok=True)
+    ort = Ort(workdir)
+    if ort.error:
+        print(f"ort_models: ONNX Runtime is not measured: {ort.error}", file=sys.stderr)
+    rows = []
+    for name in names:
+        row = run_model(name, ort, "--no-recipe" not in options)
+        rows.append(row)
+        print(name, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
+    if option("--json"):
+        json.dump({"machine": isa(), "blas": blas, "ort": ort.version, "rows": rows}, open(option("--json"), "w"), indent=1)
+    text = table(rows, ort)
+    print(text)
+    if doc_path:
+        begin, end = "<!-- ort table -->\n", "<!-- end ort table -->"
+        doc = open(doc_path).read()
+        if begin not in doc or end not in doc:
+            raise SystemExit(f"ort_models: {doc_path} has no '{begin.strip()}' ... '{end}' markers")
+        stamp = f"Measured {time.strftime('%Y-%m-%d')} by bench/ort_models.py ({'--quick' if quick else 'full run'}).\n\n"
+        with open(doc_path, "w") as out:
+            out.write(doc[:doc.index(begin) + len(begin)] + stamp + text + doc[doc.index(end):])
+
+
+def table(rows, ort):
+    def cell(row, key):
+        return f"{row[key]:.2f}" if key in row else "-"
+
+    def ratio(a, b):
+        return f"{a / b:.2f}x" if a and b else "-"
+
+    lines = ["| model | ONNX Runtime | scripted | optimize_for_inference | onednn | recipe | recipe vs ORT | "
+             "onednn vs ORT | recipe vs optimize_for_inference | recipe vs scripted | recipe's regions | "
+             "largest error vs eager (ORT / ours) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        ours = row.get("recipe")
+        regions = " + ".join(f"{count} {backend}" for backend, count in sorted(row.get("recipe_regions", {}).items()))
+        error = row["error"]
+        lines.append(f"| {row['name']} | {cell(row, 'ort') if 'ort' in row else row.get('ort_failed', '-')} | "
+                     f"{cell(row, 'scripted')} | {cell(row, 'oif')} | {cell(row, 'onednn')} | {cell(row, 'recipe')} | "
+                     f"{ratio(row.get('ort'), ours)} | {ratio(row.get('ort'), row.get('onednn'))} | "
+                     f"{ratio(row.get('oif'), ours)} | {ratio(row.get('scripted'), ours)} | {regions or '-'} | "
+                     f"{error.get('ort', float('nan')):.0e} / {max(v for k, v in error.items() if k != 'ort'):.0e} |")
+    summary = ["", f"Machine: {isa()}; {threads} threads; batch 1; LibTorch's BLAS: {blas}; "
+               f"ONNX Runtime {ort.version or 'not measured: ' + str(ort.error)}. Times in ms (medians, interleaved).", ""]
+    for label, group in (("CNNs", models.CNNS), ("transformers", models.TRANSFORMERS)):
+        chosen = [row for row in rows if row["name"] in group and "recipe" in row and "ort" in row]
+        if chosen:
+            versus = {row["name"]: row["ort"] / row["recipe"] for row in chosen}
+            best = {row["name"]: row["ort"] / min(row["recipe"], row["onednn"]) for row in chosen}
+            summary.append(f"- {label} ({len(chosen)}): the recipe is {geomean(list(versus.values())):.2f}x ONNX Runtime as a "
+                           f"geometric mean, slowest {min(versus.values()):.2f}x ({min(versus, key=versus.get)}); "
+                           f"{geomean([row['oif'] / row['recipe'] for row in chosen]):.2f}x optimize_for_inference; "
+                           f"the faster of the recipe and onednn alone: {geomean(list(best.values())):.2f}x ONNX Runtime.")
+    return "\n".join(lines + summary) + "\n"
+
+
+main()
