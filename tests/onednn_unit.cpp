@@ -9,6 +9,8 @@
 #include <torch_delegate/partition.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
 using namespace onednn_delegate;
@@ -269,4 +271,140 @@ TEST_CASE("payload: version 1's relu flags read as relu steps, which fusion fold
   CHECK(caster::check(v2));
   CHECK(!is_format1(v2));
   CHECK(caster::load(v2).steps.size() == 4);
+}
+
+namespace {
+
+/// Random values in nChw8c order (any order will do for the kernels' test: both read the same).
+std::vector<float> random_floats(std::size_t count, unsigned seed) {
+  std::vector<float> values(count);
+  unsigned state = seed;
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 2.f - 1.f;
+  }
+  return values;
+}
+
+/// The Winograd kernels of `g` (transform, a plain matrix product per tile position, transform
+/// back) against the direct reference, at a relative tolerance on the largest output.
+void check_winograd_kernels(const winograd::geometry& g, const std::vector<winograd::epilogue_op>& ops) {
+  const auto src = random_floats(static_cast<std::size_t>(g.n * g.c * g.h * g.w), 1);
+  const auto weights = random_floats(static_cast<std::size_t>(g.k * g.c * 9), 2);
+  const auto bias = random_floats(static_cast<std::size_t>(g.k), 3);
+  const std::size_t outputs = static_cast<std::size_t>(g.n * g.k * g.oh * g.ow);
+  const auto residual = random_floats(outputs, 4);
+  std::vector<float> u(static_cast<std::size_t>(g.alpha() * g.alpha() * g.c * g.k)), v(g.input_floats()), m(g.product_floats());
+  winograd::transform_weights(g, weights.data(), u.data());
+  winograd::transform_input(g, src.data(), v.data(), 0, g.tiles() * (g.c / 8));
+  const std::int64_t tiles = g.tiles();
+  for (int p = 0; p < g.alpha() * g.alpha(); ++p)
+    for (std::int64_t t = 0; t < tiles; ++t)
+      for (std::int64_t k = 0; k < g.k; ++k) {
+        double sum = 0;
+        for (std::int64_t c = 0; c < g.c; ++c) sum += double(v[(p * tiles + t) * g.c + c]) * u[(p * g.c + c) * g.k + k];
+        m[(p * tiles + t) * g.k + k] = static_cast<float>(sum);
+      }
+  std::vector<float> got(outputs, std::nanf("")), want(outputs);
+  // In two halves: the ranges the threads are given are independent.
+  const std::int64_t items = tiles * (g.k / 8);
+  winograd::transform_output(g, m.data(), bias.data(), ops, residual.data(), got.data(), 0, items / 2);
+  winograd::transform_output(g, m.data(), bias.data(), ops, residual.data(), got.data(), items / 2, items);
+  winograd::reference_convolution(g, src.data(), weights.data(), bias.data(), ops, residual.data(), want.data());
+  float largest = 0, error = 0;
+  for (std::size_t i = 0; i < outputs; ++i) {
+    largest = std::max(largest, std::abs(want[i]));
+    error = std::max(error, std::abs(got[i] - want[i]));  // a NaN left unwritten fails below
+    REQUIRE(!std::isnan(got[i]));
+  }
+  CAPTURE(g.m);
+  CAPTURE(g.oh);
+  CHECK(error <= 2e-5f * largest);
+}
+
+}  // namespace
+
+TEST_CASE("winograd kernels: F(4x4, 3x3) and F(2x2, 3x3) against a direct convolution") {
+  if (!winograd::cpu_supported()) return;  // the kernels are AVX2's; plans do not use them elsewhere
+  using op = winograd::epilogue_op;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int m : {4, 2})
+    for (const auto& [size, pad] : {std::pair{13, 1}, std::pair{8, 1}, std::pair{7, 0}, std::pair{9, 2}}) {
+      winograd::geometry g;
+      g.m = m, g.n = 2, g.c = 16, g.k = 24, g.h = size, g.w = size + 2, g.pad_top = pad, g.pad_left = pad;
+      g.oh = g.h + 2 * pad - 2, g.ow = g.w + 2 * pad - 2;
+      check_winograd_kernels(g, {});
+      check_winograd_kernels(g, {{op::clip, 0.f, inf}, {op::add}, {op::clip, 0.f, 6.f}});  // relu, residual, relu6
+    }
+}
+
+TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result ATen's") {
+  const convolution_parameters same{{1, 1}, {1, 1}, {1, 1}, 1};
+  CHECK(winograd_eligible({32, 16, 3, 3}, same, {1, 16, 56, 56}, {1, 32, 56, 56})->g.m == 4);
+  CHECK(winograd_eligible({32, 16, 3, 3}, same, {1, 16, 7, 7}, {1, 32, 7, 7})->g.m == 2);
+  CHECK(!winograd_eligible({32, 16, 3, 3}, same, {1, 16, 3, 3}, {1, 32, 3, 3}));              // smaller than a tile
+  CHECK(!winograd_eligible({32, 12, 3, 3}, same, {1, 12, 56, 56}, {1, 32, 56, 56}));          // channels not in blocks of 8
+  CHECK(!winograd_eligible({32, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, {1, 16, 56, 56}, {1, 32, 28, 28}));  // stride 2
+  CHECK(!winograd_eligible({32, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, {1, 16, 56, 56}, {1, 32, 56, 56}));   // groups
+  CHECK(!winograd_eligible({32, 16, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 1}, {1, 16, 56, 56}, {1, 32, 56, 56}));  // 5x5
+  if (!winograd_enabled()) return;
+  // conv 3x3 16 -> 16 (0 -> 1), relu (-> 2), conv 3x3 (-> 3), add of it and 2 (-> 4), relu (-> 5):
+  // both convolutions as Winograd, the second with the residual and relu in its output transform.
+  torch::manual_seed(7);
+  std::map<std::string, at::Tensor> weights{{"w1", torch::randn({16, 16, 3, 3}) * 0.2}, {"b1", torch::randn({16}) * 0.1},
+                                            {"w2", torch::randn({16, 16, 3, 3}) * 0.2}, {"b2", torch::randn({16}) * 0.1}};
+  region_payload payload{1, 6, {}, {5}};
+  step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {2}, 3);
+  conv1.convolution = conv2.convolution = same;
+  conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2";
+  payload.steps = {conv1, record("relu", {1}, 2), conv2, record("add", {3, 2}, 4), record("relu", {4}, 5)};
+  compiled_region region = compile_region(payload, weights);
+  for (const std::int64_t size : {20, 9}) {  // F(4x4, 3x3), then a second plan with F(2x2, 3x3)
+    const auto plan = planner(*region.region, region.plans->weights, {{1, 16, size, size}}).build();
+    std::size_t transforms = 0;
+    for (const plan_implementation& each : plan->implementations)
+      transforms += std::string(each.implementation).starts_with(size == 20 ? "winograd_f4x4_" : "winograd_f2x2_");
+    CHECK(transforms == 4);  // input and output, per convolution
+    const at::Tensor x = torch::rand({1, 16, size, size});
+    const std::vector<c10::IValue> inputs{x};
+    const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+    const at::Tensor first = at::relu(at::conv2d(x, weights["w1"], weights["b1"], 1, 1));
+    const at::Tensor want = at::relu(at::conv2d(first, weights["w2"], weights["b2"], 1, 1) + first);
+    CHECK(y.allclose(want, 1e-4, 1e-4));
+  }
+}
+
+TEST_CASE("cat in place: at batch 1 each part is made in its range of the result, no concat runs") {
+  // conv 1x1 8 -> 16 (0 -> 1), conv 1x1 8 -> 8 (0 -> 2), cat of 1 and 2 (-> 4; value 3 unused)
+  torch::manual_seed(9);
+  std::map<std::string, at::Tensor> weights{{"w1", torch::randn({16, 8, 1, 1})}, {"b1", torch::randn({16})},
+                                            {"w2", torch::randn({8, 8, 1, 1})}, {"b2", torch::randn({8})}};
+  region_payload payload{1, 5, {}, {4}};
+  step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {0}, 2);
+  conv1.convolution = conv2.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
+  conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2";
+  payload.steps = {conv1, conv2, record("cat", {1, 2}, 4)};
+  compiled_region region = compile_region(payload, weights);
+  for (const std::int64_t batch : {1, 2}) {  // batch 2: a concat primitive
+    const auto plan = planner(*region.region, region.plans->weights, {{batch, 8, 6, 6}}).build();
+    const std::vector<std::string> kinds = kinds_of(*plan);
+    const auto concats = std::count_if(kinds.begin(), kinds.end(), [](const std::string& k) { return k.ends_with(" concat"); });
+    const at::Tensor x = torch::rand({batch, 8, 6, 6});
+    const std::vector<c10::IValue> inputs{x};
+    const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+    CHECK(y.allclose(at::cat({at::conv2d(x, weights["w1"], weights["b1"]), at::conv2d(x, weights["w2"], weights["b2"])}, 1), 1e-4, 1e-5));
+    if (batch == 2) {
+      CHECK(concats == 1);
+    } else {  // oneDNN makes 1x1 convolutions channel-blocked on AVX2 and AVX-512: the parts are views
+      CHECK(concats == 0);
+      std::vector<std::size_t> parts;  // the slots viewing the result, in the order the cat lists them
+      for (std::size_t slot = 0; slot < plan->slots.size(); ++slot)
+        if (plan->aliases[slot] != no_slot) parts.push_back(slot);
+      REQUIRE(parts.size() == 2);
+      CHECK(plan->aliases[parts[0]] == plan->aliases[parts[1]]);
+      CHECK(plan->slots[parts[0]].dims() == dims{1, 16, 6, 6});
+      CHECK(plan->alias_offsets[parts[0]] == 0);
+      CHECK(plan->alias_offsets[parts[1]] == plan->slots[parts[0]].get_size());
+    }
+  }
 }

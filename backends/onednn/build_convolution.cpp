@@ -81,7 +81,8 @@ std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, con
   return made;
 }
 
-/// A convolution, never on a reference kernel (is_reference). In order, the first that oneDNN
+/// A convolution, never on a reference kernel (is_reference). First Winograd, where it applies
+/// (build_winograd.cpp). Then, in order, the first that oneDNN
 /// runs with a JIT kernel: (1) with its post-ops fused, in the layout oneDNN picks or in its
 /// input's own (no reorder; preferred when both are fast); (2) alone, the fused steps after it as
 /// primitives of their own, the same two layouts; (3) alone, source and destination in each of
@@ -98,6 +99,7 @@ void planner::convolution(std::size_t index) {
            describe(conv) + ")");
   const dims out = conv_output(index);
   if (out[2] <= 0 || out[3] <= 0) refuse("a convolution's input " + describe(conv) + " is smaller than its kernel");
+  if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
   const auto fast = [](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()); };
   const std::vector<std::size_t> alone;
   for (const std::vector<std::size_t>* with : {&fused, &alone}) {

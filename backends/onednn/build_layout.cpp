@@ -5,6 +5,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 namespace onednn_delegate {
 
 void planner::layer_norm(std::size_t index) {
@@ -24,7 +26,50 @@ void planner::layer_norm(std::size_t index) {
        pd.scratchpad_desc());
 }
 
+/// A cat with no copy: at batch 1, in a channel-blocked layout (nChw8c, or nChw16c on AVX-512)
+/// with every part's channels in whole blocks, a run of channel blocks is a dense tensor of that
+/// layout of its own, so each part is made in place, in its range of the result's bytes
+/// (GoogLeNet's inception blocks, SqueezeNet's fire modules). Each part must be a value this plan
+/// made in that layout, viewed by no other slot; false (nothing changed) otherwise.
+bool planner::cat_in_place(std::size_t index) {
+  const auto& sources = step(index).record.inputs;
+  for (const auto& [layout, block] : {std::pair{tag::nChw8c, 8}, std::pair{tag::nChw16c, 16}}) {
+    std::vector<std::size_t> parts;
+    dims out;
+    bool fits = true;
+    for (const std::int64_t source : sources) {
+      const std::size_t slot = value(source);
+      const dims d = plan_.slots[slot].dims();
+      fits = d.size() == 4 && d[0] == 1 && d[1] % block == 0 && plan_.slots[slot] == md(d, f32, layout) &&
+             slot >= static_cast<std::size_t>(region_.inputs) && !plan_.constants[slot] && plan_.aliases[slot] == no_slot &&
+             std::find(parts.begin(), parts.end(), slot) == parts.end() &&
+             std::find(plan_.aliases.begin(), plan_.aliases.end(), slot) == plan_.aliases.end() &&  // no view of it
+             (out.empty() || (d[2] == out[2] && d[3] == out[3]));
+      if (!fits) break;
+      if (out.empty())
+        out = d;
+      else
+        out[1] += d[1];
+      parts.push_back(slot);
+    }
+    if (!fits || parts.empty()) continue;
+    define(step(index).record.output, md(out, f32, layout));
+    const std::size_t whole = value(step(index).record.output);
+    std::size_t offset = 0;
+    for (const std::size_t part : parts) {
+      plan_.aliases[part] = whole;
+      plan_.alias_offsets[part] = offset;
+      offset += plan_.slots[part].get_size();
+      first_use_[whole] = std::min(first_use_[whole], first_use_[part]);
+      last_use_[whole] = std::max(last_use_[whole], last_use_[part]);
+    }
+    return true;
+  }
+  return false;
+}
+
 void planner::cat(std::size_t index) {
+  if (cat_in_place(index)) return;
   const compiled_step& joined = step(index);
   const auto& sources = joined.record.inputs;
   // In the layouts the inputs have; where that is a reference kernel (channels that do not

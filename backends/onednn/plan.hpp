@@ -6,6 +6,7 @@
 
 #include "plan_implementation.hpp"
 #include "steps.hpp"
+#include "winograd.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -43,6 +44,18 @@ bool is_reference(std::string_view implementation);
 /// Throws the planner's error, "onednn: region <method>: <why>" (runtime.cpp: a c10::Error).
 [[noreturn]] void fail_planning(std::string_view method, const std::string& why);
 
+/// Whether plans run eligible convolutions as Winograd (build_winograd.cpp): on AVX2 with FMA,
+/// oneDNN not capped below AVX2, and TD_ONEDNN_WINOGRAD not 0.
+bool winograd_enabled();
+/// A convolution's Winograd geometry when it is one (3x3, stride 1, no dilation, one group,
+/// padding up to 2, channels in and out multiples of 8 and at least 16, an output at least 4x4):
+/// F(4x4, 3x3) where the output's smaller side is at least 12, else F(2x2, 3x3).
+struct winograd_choice {
+  winograd::geometry g;
+};
+std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>& weight, const convolution_parameters& c,
+                                                 const dims& input, const dims& output);
+
 /// One primitive call of a plan: the primitive and which slot each of its arguments reads.
 struct plan_call {
   dnnl::primitive primitive;
@@ -59,6 +72,7 @@ struct plan_call {
 struct execution_plan {
   std::vector<md> slots;
   std::vector<std::size_t> aliases;      // per slot: the slot whose bytes it views, or no_slot
+  std::vector<std::size_t> alias_offsets;  // per slot: where in those bytes its view starts (a cat's part)
   std::vector<std::size_t> offsets;      // into the call's buffer (inputs and constants: unused)
   std::vector<buffer_slot> lives;        // per slot: what placement was given (bytes 0: not in the buffer)
   std::vector<dnnl::memory> constants;   // per slot: the weights and biases, else empty
@@ -116,6 +130,8 @@ class planner {
   void convolution(std::size_t index);
   void emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with);
   void conv_in_aten(std::size_t index);
+  // build_winograd.cpp
+  bool winograd_convolution(std::size_t index);
   // build_linear.cpp
   void linear(std::size_t index);
   // build_eltwise.cpp: activations, add, mul, scale
@@ -129,6 +145,7 @@ class planner {
   // build_layout.cpp: layer_norm, cat, and the views (permute, flatten)
   void layer_norm(std::size_t index);
   void cat(std::size_t index);
+  bool cat_in_place(std::size_t index);
   void permute(std::size_t index);
   void flatten(std::size_t index);
 

@@ -97,6 +97,7 @@ void planner::refuse(const std::string& why) const { fail_planning(region_.metho
 std::size_t planner::add_slot(const md& desc, std::size_t alias_of) {
   plan_.slots.push_back(desc);
   plan_.aliases.push_back(alias_of);
+  plan_.alias_offsets.push_back(0);
   plan_.constants.emplace_back();
   first_use_.push_back(plan_.calls.size());
   last_use_.push_back(plan_.calls.size());

@@ -39,7 +39,7 @@ call_context::call_context(const execution_plan& plan, std::size_t inputs)
     else if (plan.aliases[slot] != no_slot && plan.aliases[slot] < inputs)
       memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);  // a view of an input: bound per call
     else if (plan.aliases[slot] != no_slot)
-      memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[plan.aliases[slot]]);
+      memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[plan.aliases[slot]] + plan.alias_offsets[slot]);
     else
       memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), base + plan.offsets[slot]);
   }

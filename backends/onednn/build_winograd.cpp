@@ -1,0 +1,157 @@
+// The Winograd builder: a 3x3, stride-1 convolution as F(m x m, 3 x 3) (winograd.hpp) — the input
+// transform and the output transform (with the bias, a residual add and ReLU/clip fused) are
+// kernels of ours run on ATen's threads, the products between them one oneDNN batched matmul.
+// Tried first for each eligible convolution (winograd_eligible); where it does not apply, the
+// convolution builder's direct kernels run. TD_ONEDNN_WINOGRAD=0 turns it off.
+#include "internal.hpp"
+#include "winograd.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace onednn_delegate {
+
+bool winograd_enabled() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("TD_ONEDNN_WINOGRAD");
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx2 = static_cast<unsigned>(dnnl::cpu_isa::avx2);
+    // oneDNN capped below AVX2 (ONEDNN_MAX_CPU_ISA): the tests' "this ISA" runs no AVX2 kernel of ours either.
+    return !(setting && std::strcmp(setting, "0") == 0) && winograd::cpu_supported() && (isa & avx2) == avx2;
+  }();
+  return enabled;
+}
+
+std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>& weight, const convolution_parameters& c,
+                                                 const dims& input, const dims& output) {
+  if (c.groups != 1 || weight.size() != 4 || weight[2] != 3 || weight[3] != 3) return std::nullopt;
+  if (c.stride != std::vector<std::int64_t>{1, 1} || c.dilation != std::vector<std::int64_t>{1, 1}) return std::nullopt;
+  if (c.padding.size() != 2 || c.padding[0] > 2 || c.padding[1] > 2) return std::nullopt;
+  const std::int64_t k = weight[0], channels = weight[1];
+  if (k % 8 || channels % 8 || k < 16 || channels < 16 || input.size() != 4) return std::nullopt;
+  // F(4x4, 3x3) where the output has room for its tiles; F(2x2, 3x3) on small maps (ResNet's 7x7:
+  // 4x4 tiles would compute 64 outputs for 49, and the 4x larger transformed weights dominate).
+  const std::int64_t side = std::min(output[2], output[3]);
+  if (side < 4) return std::nullopt;
+  winograd::geometry g;
+  g.m = side >= 12 ? 4 : 2;
+  g.n = input[0];
+  g.c = channels;
+  g.k = k;
+  g.h = input[2];
+  g.w = input[3];
+  g.oh = output[2];
+  g.ow = output[3];
+  g.pad_top = c.padding[0];
+  g.pad_left = c.padding[1];
+  return winograd_choice{g};
+}
+
+/// A convolution as Winograd when it is eligible, its post-ops are ones the output transform
+/// applies (ReLU, clip, a residual add) and oneDNN has a JIT matmul for the products; false
+/// otherwise (nothing planned).
+bool planner::winograd_convolution(std::size_t index) {
+  if (!winograd_enabled()) return false;
+  const compiled_step& conv = step(index);
+  const std::size_t in = value(conv.record.inputs[0]);
+  const dims d = plan_.slots[in].dims();
+  const dims out = conv_output(index);
+  const std::optional<winograd_choice> choice = winograd_eligible(conv.weight_sizes, *conv.record.convolution, d, out);
+  if (!choice || d[1] != choice->g.c) return false;
+  const winograd::geometry g = choice->g;
+
+  constexpr float infinity = std::numeric_limits<float>::infinity();
+  std::vector<winograd::epilogue_op> ops;
+  std::optional<std::size_t> residual;
+  if (conv.fusion.relu) ops.push_back({winograd::epilogue_op::clip, 0.f, infinity});
+  std::int64_t result = finished(index);
+  for (std::size_t next : conv.fusion.post_ops) {
+    const compiled_step& fused = step(next);
+    if (fused.kind == step_kind::add) {
+      if (residual) return false;
+      const auto& inputs = fused.record.inputs;
+      residual = value(inputs[0] == result ? inputs[1] : inputs[0]);
+      ops.push_back({winograd::epilogue_op::add});
+      if (fused.fusion.relu) ops.push_back({winograd::epilogue_op::clip, 0.f, infinity});
+    } else {
+      for (const auto& [algorithm, alpha, beta] : eltwise_chain(fused)) {
+        if (algorithm == dnnl::algorithm::eltwise_relu && alpha == 0.f)
+          ops.push_back({winograd::epilogue_op::clip, 0.f, infinity});
+        else if (algorithm == dnnl::algorithm::eltwise_clip || algorithm == dnnl::algorithm::eltwise_clip_v2)
+          ops.push_back({winograd::epilogue_op::clip, alpha, beta});
+        else
+          return false;  // e.g. SiLU: the direct kernels take it as a post-op
+      }
+    }
+    result = finished(next);
+  }
+
+  const int positions = g.alpha() * g.alpha();
+  const std::int64_t tiles = g.tiles();
+  const md transformed_input({positions, tiles, g.c}, f32, tag::abc), products({positions, tiles, g.k}, f32, tag::abc);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc({transformed_input, md({positions, g.c, g.k}, f32, tag::any), products}, attributes(),
+                                      cpu_engine());
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  if (is_reference(pd.impl_info_str())) return false;
+
+  // The weights: dense [k, c, 3, 3] from wherever the store holds them (a plan's reordered copy,
+  // for a later shape), kept dense in the store (a direct plan for another shape reorders from
+  // them); the transformed ones are this plan's.
+  const md dense_weights({g.k, g.c, 3, 3}, f32, tag::oihw);
+  dnnl::memory weights(dense_weights, cpu_engine());
+  {
+    dnnl::stream stream(cpu_engine());
+    dnnl::memory given = store_.weights[index];
+    dnnl::reorder(given, weights).execute(stream, given, weights);
+    stream.wait();
+  }
+  dnnl::memory transformed_weights(md({positions, g.c, g.k}, f32, tag::abc), cpu_engine());
+  winograd::transform_weights(g, static_cast<const float*>(weights.get_data_handle()),
+                              static_cast<float*>(transformed_weights.get_data_handle()));
+  store_.weights[index] = weights;
+  const std::size_t weight_slot = constant(transformed_weights, pd.weights_desc());
+  const std::size_t bias_slot = constant(store_.biases[index], md({g.k}, f32, tag::x));
+  store_.biases[index] = plan_.constants[bias_slot];
+
+  const md blocked_out(out, f32, tag::nChw8c);
+  const std::size_t src = as(in, md(d, f32, tag::nChw8c));
+  const std::size_t residual_slot = residual ? as(*residual, blocked_out) : no_slot;
+  const std::size_t input_slot = add_slot(transformed_input), product_slot = add_slot(products);
+  const std::int64_t made = conv.fusion.post_ops.empty() ? finished(index) : finished(conv.fusion.post_ops.back());
+  define(made, blocked_out);
+
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, input_slot}}, md(),
+       [g](const std::unordered_map<int, dnnl::memory>& arguments) {
+         const auto* source = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
+         auto* target = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
+         at::parallel_for(0, g.tiles() * (g.c / 8), 16,
+                          [&](std::int64_t first, std::int64_t last) { winograd::transform_input(g, source, target, first, last); });
+       },
+       "convolution", g.m == 4 ? "winograd_f4x4_input:avx2" : "winograd_f2x2_input:avx2");
+  call(dnnl::matmul(pd), {{DNNL_ARG_SRC, input_slot}, {DNNL_ARG_WEIGHTS, weight_slot}, {DNNL_ARG_DST, product_slot}},
+       pd.scratchpad_desc());
+  std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_SRC, product_slot}, {DNNL_ARG_BIAS, bias_slot}, {DNNL_ARG_DST, value(made)}};
+  if (residual) arguments.emplace_back(DNNL_ARG_SRC_1, residual_slot);
+  call(dnnl::primitive(), std::move(arguments), md(),
+       [g, ops](const std::unordered_map<int, dnnl::memory>& arguments) {
+         const auto* product = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
+         const auto* bias = static_cast<const float*>(arguments.at(DNNL_ARG_BIAS).get_data_handle());
+         const auto found = arguments.find(DNNL_ARG_SRC_1);
+         const float* addend = found == arguments.end() ? nullptr : static_cast<const float*>(found->second.get_data_handle());
+         auto* target = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
+         at::parallel_for(0, g.tiles() * (g.k / 8), 16, [&](std::int64_t first, std::int64_t last) {
+           winograd::transform_output(g, product, bias, ops, addend, target, first, last);
+         });
+       },
+       "convolution", g.m == 4 ? "winograd_f4x4_output:avx2" : "winograd_f2x2_output:avx2");
+  return true;
+}
+
+}  // namespace onednn_delegate
