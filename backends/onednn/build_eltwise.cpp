@@ -13,6 +13,7 @@ namespace onednn_delegate {
 std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compiled_step& step) {
   using dnnl::algorithm;
   if (step.kind == step_kind::relu) return {{algorithm::eltwise_relu, 0.f, 0.f}};
+  if (step.kind == step_kind::scale_by) return {{algorithm::eltwise_linear, static_cast<float>(*step.record.factor), 0.f}};
   const activation_parameters& a = *step.record.activation;
   if (a.kind == "sigmoid") return {{algorithm::eltwise_logistic, 0.f, 0.f}};
   if (a.kind == "silu") return {{algorithm::eltwise_swish, 1.f, 0.f}};

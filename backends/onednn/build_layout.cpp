@@ -113,7 +113,7 @@ void planner::permute(std::size_t index) {
   }
   TORCH_CHECK(plan_.slots[in].dims().size() == rank, "onednn: region ", region_.method, ": permute of ", rank, " dims given a ",
               plan_.slots[in].dims().size(), "-d tensor");
-  slot_of_.at(static_cast<std::size_t>(permuted.record.output)) = add_slot(plan_.slots[in].permute_axes(order), root(in));
+  slot_of_.at(static_cast<std::size_t>(permuted.record.output)) = view(plan_.slots[in].permute_axes(order), in);
 }
 
 void planner::flatten(std::size_t index) {
@@ -130,7 +130,54 @@ void planner::flatten(std::size_t index) {
   shaped.push_back(merged);
   shaped.insert(shaped.end(), d.begin() + end + 1, d.end());
   const std::size_t in = as(value(flat.record.inputs[0]), dense(d));
-  slot_of_.at(static_cast<std::size_t>(flat.record.output)) = add_slot(dense(shaped), root(in));
+  slot_of_.at(static_cast<std::size_t>(flat.record.output)) = view(dense(shaped), in);
+}
+
+/// A view with other sizes (view, reshape): of the same bytes when oneDNN can describe the
+/// input's layout with the new sizes (a dense tensor, or a slice along its leading dimensions),
+/// else of a dense copy (a blocked or permuted layout: ShuffleNetV2's channel shuffle).
+void planner::reshape(std::size_t index) {
+  const compiled_step& shaped = step(index);
+  const dims to(shaped.record.reshape_sizes->begin(), shaped.record.reshape_sizes->end());
+  std::size_t in = value(shaped.record.inputs[0]);
+  const dims d = plan_.slots[in].dims();
+  std::int64_t from_count = 1, to_count = 1;
+  for (const auto size : d) from_count *= size;
+  for (const auto size : to) to_count *= size;
+  TORCH_CHECK(from_count == to_count, "onednn: region ", region_.method, ": step ", index, ": a reshape of ", c10::IntArrayRef(d), " to ",
+              c10::IntArrayRef(to));
+  md reshaped;
+  try {
+    reshaped = plan_.slots[in].reshape(to);
+  } catch (const dnnl::error&) {
+    in = as(in, dense(d));
+    reshaped = plan_.slots[in].reshape(to);
+  }
+  slot_of_.at(static_cast<std::size_t>(shaped.record.output)) = view(reshaped, in);
+}
+
+/// A part of one dimension (a chunk's): a view of the same bytes in the input's plain layout (a
+/// blocked one is made dense first).
+void planner::slice(std::size_t index) {
+  const compiled_step& sliced = step(index);
+  const slice_parameters& s = *sliced.record.slice;
+  std::size_t in = value(sliced.record.inputs[0]);
+  const dims d = plan_.slots[in].dims();
+  TORCH_CHECK(s.dim < static_cast<std::int64_t>(d.size()) && s.start + s.length <= d[static_cast<std::size_t>(s.dim)], "onednn: region ",
+              region_.method, ": step ", index, ": a slice of [", s.start, ", ", s.start + s.length, ") along dimension ", s.dim, " of ",
+              c10::IntArrayRef(d));
+  if (plan_.slots[in].data.format_kind != dnnl_blocked || plan_.slots[in].data.format_desc.blocking.inner_nblks != 0) in = as(in, dense(d));
+  dims part = d, offsets(d.size(), 0);
+  part[static_cast<std::size_t>(s.dim)] = s.length;
+  offsets[static_cast<std::size_t>(s.dim)] = s.start;
+  slot_of_.at(static_cast<std::size_t>(sliced.record.output)) = view(plan_.slots[in].submemory_desc(part, offsets), in);
+}
+
+/// A copy into a dense, row-major layout (none when the value already is one).
+void planner::contiguous(std::size_t index) {
+  const compiled_step& copied = step(index);
+  const std::size_t in = value(copied.record.inputs[0]);
+  slot_of_.at(static_cast<std::size_t>(copied.record.output)) = as(in, dense(plan_.slots[in].dims()));
 }
 
 }  // namespace onednn_delegate

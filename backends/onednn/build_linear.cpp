@@ -20,7 +20,7 @@ void planner::linear(std::size_t index) {
   const std::size_t in = as(value(fc.record.inputs[0]), dense(d));
   std::int64_t rows = 1;
   for (std::size_t k = 0; k + 1 < d.size(); ++k) rows *= d[k];
-  const std::size_t flat = add_slot(plan_.slots[in].reshape({rows, features}), root(in));
+  const std::size_t flat = view(plan_.slots[in].reshape({rows, features}), in);
   dims shaped(d.begin(), d.end() - 1);
   shaped.push_back(outputs);
   // Never a reference kernel: with its activations as post-ops, else alone (the activations
@@ -49,7 +49,7 @@ void planner::linear(std::size_t index) {
     own_weights_.emplace_back(index, weights, bias);
     const std::size_t out = add_slot(pd->dst_desc());
     const std::int64_t made = with->empty() ? fc.record.output : finished(with->back());
-    slot_of_.at(static_cast<std::size_t>(made)) = add_slot(dense(shaped), out);
+    slot_of_.at(static_cast<std::size_t>(made)) = view(dense(shaped), out);
     call(dnnl::inner_product_forward(*pd),
          {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, out}}, pd->scratchpad_desc());
     if (with->empty())

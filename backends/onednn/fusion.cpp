@@ -9,9 +9,10 @@
 namespace onednn_delegate {
 
 namespace {
-constexpr std::array<std::string_view, 13> step_names{"convolution", "relu",    "add",        "max_pool2d", "adaptive_avg_pool2d",
+constexpr std::array<std::string_view, 19> step_names{"convolution", "relu",    "add",        "max_pool2d", "adaptive_avg_pool2d",
                                                       "activation",  "mul",     "cat",        "permute",    "layer_norm",
-                                                      "linear",      "scale",   "flatten"};
+                                                      "linear",      "scale",   "flatten",    "reshape",    "slice",
+                                                      "contiguous",  "matmul",  "softmax",    "scale_by"};
 }  // namespace
 
 std::string_view name_of(step_kind kind) { return step_names.at(static_cast<std::size_t>(kind)); }
@@ -64,10 +65,10 @@ std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps,
     if (!fusion[i].absorbed) made_at[at(finished(i))] = made_at[at(steps[i].record.output)] = static_cast<std::int64_t>(i);
 
   // 2. Post-ops: while the value made so far is read by one step alone and is no result, an
-  //    activation of it or (after a convolution) an add of it and a value made before the
-  //    convolution (of two convolutions, the later one takes a residual's add).
+  //    activation of it, a scale_by, or (after a convolution) an add of it and a value made
+  //    before the convolution (of two convolutions, the later one takes a residual's add).
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (steps[i].kind != step_kind::convolution && steps[i].kind != step_kind::linear) continue;
+    if (steps[i].kind != step_kind::convolution && steps[i].kind != step_kind::linear && steps[i].kind != step_kind::matmul) continue;
     std::int64_t made = finished(i);
     while (const std::optional<std::size_t> next = sole_reader(made)) {
       const compiled_step& step = steps[*next];
@@ -75,7 +76,7 @@ std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps,
       if (step.kind == step_kind::add && steps[i].kind == step_kind::convolution) {
         const std::int64_t other = step.record.inputs[0] == made ? step.record.inputs[1] : step.record.inputs[0];
         if (other == made || made_at[at(other)] >= static_cast<std::int64_t>(i)) break;
-      } else if (step.kind != step_kind::relu && step.kind != step_kind::activation) {
+      } else if (step.kind != step_kind::relu && step.kind != step_kind::activation && step.kind != step_kind::scale_by) {
         break;
       }
       fusion[i].post_ops.push_back(*next);

@@ -24,6 +24,16 @@ struct step_builder;  // preprocess.cpp
 const torch_delegate::toolkit::op_table<step_builder>& onednn_ops();
 /// The activation oneDNN runs as an eltwise step (relu is a step of its own), nullopt for another node.
 std::optional<activation_parameters> activation_of(const torch::jit::Node* node);
+/// The sizes a view or reshape makes, when they are known at lowering (a -1 resolved), or nothing.
+std::optional<std::vector<std::int64_t>> reshape_sizes(const torch::jit::Node* node);
+/// What chunk(x, chunks, dim) makes: the dimension (not negative) and each part's (start, length).
+struct chunk_split {
+  std::int64_t dim = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> parts;
+};
+/// A chunk's parts when its sizes are known and its only reader is the prim::ListUnpack of all of them.
+std::optional<chunk_split> chunk_parts(const torch::jit::Node* node);
+
 // preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
 void emit_convolution(step_builder& builder, const torch::jit::Node* node);
 void emit_batch_norm(step_builder& builder, const torch::jit::Node* node);
@@ -39,12 +49,21 @@ void emit_dropout(step_builder& builder, const torch::jit::Node* node);
 void emit_linear(step_builder& builder, const torch::jit::Node* node);
 void emit_mul(step_builder& builder, const torch::jit::Node* node);
 void emit_cat(step_builder& builder, const torch::jit::Node* node);
+void emit_div(step_builder& builder, const torch::jit::Node* node);
+void emit_reshape(step_builder& builder, const torch::jit::Node* node);
+void emit_transpose(step_builder& builder, const torch::jit::Node* node);
+void emit_contiguous(step_builder& builder, const torch::jit::Node* node);
+void emit_unpack(step_builder& builder, const torch::jit::Node* node);
+void emit_matmul(step_builder& builder, const torch::jit::Node* node);
+void emit_softmax(step_builder& builder, const torch::jit::Node* node);
 void emit_nothing(step_builder& builder, const torch::jit::Node* node);
 
 /// The payload checked and decoded (runtime.cpp): the steps with their kinds and fusions.
 std::vector<compiled_step> decode_steps(const region_payload& payload, std::string_view method);
 /// A version 1 payload (positional ints) as version 2 records (payload.cpp).
 region_payload upgrade_format1(const c10::IValue& value);
+/// A version 2 payload (typed steps without version 3's fields) as version 3 (payload.cpp).
+region_payload upgrade_format2(const c10::IValue& value);
 /// Whether `value` is a version 1 payload's tuple.
 bool is_format1(const c10::IValue& value);
 

@@ -57,8 +57,9 @@ struct OnednnBackend {
   static constexpr std::string_view name = "onednn";
   /// Regions take the parameters they read as constants: preprocess folds them.
   static constexpr bool owns_parameters = true;
-  /// Version 2: typed step records (payload_records.hpp); version 1, positional ints, is still read.
-  static constexpr std::int64_t payload_version = 2;
+  /// Version 3: typed step records (payload_records.hpp) with the views and attention's steps;
+  /// version 2 (typed records without them) and version 1 (positional ints) are still read.
+  static constexpr std::int64_t payload_version = 3;
   static constexpr std::int64_t oldest_payload_version = 1;
   /// The input shapes a region keeps plans for, least recently used dropped first (docs/onednn.md).
   static constexpr std::size_t max_plans = 4;
@@ -80,8 +81,9 @@ struct OnednnBackend {
 
 }  // namespace onednn_delegate
 
-/// onednn's payload reads in both versions: a version 2 tuple as the Boost.Hana struct it is, a
-/// version 1 one (positional ints) converted on load (payload.cpp). Writes version 2.
+/// onednn's payload reads in every version: a version 3 tuple as the Boost.Hana struct it is, a
+/// version 2 one (its steps without version 3's fields) and a version 1 one (positional ints)
+/// converted on load (payload.cpp). Writes version 3.
 template <>
 struct torch_delegate::ivalue_caster<onednn_delegate::region_payload, void> {
   static constexpr auto name = ivalue_caster<detail::hana_fields_t<onednn_delegate::region_payload>>::name;

@@ -23,13 +23,39 @@ struct region {
 };
 }  // namespace onednn_delegate::format1
 
+namespace onednn_delegate::format2 {
+/// Version 2's step: version 3's without the fields version 3 added after `bias`.
+struct step {
+  std::string op;
+  std::vector<std::int64_t> inputs;
+  std::int64_t output = 0;
+  std::optional<convolution_parameters> convolution;
+  std::optional<pooling_parameters> pooling;
+  std::optional<activation_parameters> activation;
+  std::optional<std::vector<std::int64_t>> permute_dims;
+  std::optional<flatten_parameters> flatten;
+  std::optional<double> layer_norm_eps;
+  std::string weight;
+  std::string bias;
+};
+struct region {
+  std::int64_t inputs = 0, values = 0;
+  std::vector<step> steps;
+  std::vector<std::int64_t> outputs;
+};
+}  // namespace onednn_delegate::format2
+
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::step, op, ints, weight, bias);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::region, inputs, values, steps, outputs);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format2::step, op, inputs, output, convolution, pooling, activation, permute_dims,
+                        flatten, layer_norm_eps, weight, bias);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format2::region, inputs, values, steps, outputs);
 
 namespace onednn_delegate {
 
 namespace {
-using version2_caster = torch_delegate::ivalue_caster<torch_delegate::detail::hana_fields_t<region_payload>>;
+using version3_caster = torch_delegate::ivalue_caster<torch_delegate::detail::hana_fields_t<region_payload>>;
+using format2_caster = torch_delegate::ivalue_caster<format2::region>;
 using format1_caster = torch_delegate::ivalue_caster<format1::region>;
 
 /// Version 1's parameter counts per op code (a cat: its inputs and output, 2 or more; a permute:
@@ -40,7 +66,30 @@ constexpr const char* activation_kinds[] = {"sigmoid", "silu", "hardswish", "har
 [[noreturn]] void bad_payload(const std::string& why) { TORCH_CHECK(false, "onednn: ", why); }
 }  // namespace
 
-bool is_format1(const c10::IValue& value) { return !version2_caster::check(value) && format1_caster::check(value); }
+bool is_format1(const c10::IValue& value) {
+  return !version3_caster::check(value) && !format2_caster::check(value) && format1_caster::check(value);
+}
+
+/// A version 2 payload as version 3: the same steps, version 3's fields absent.
+region_payload upgrade_format2(const c10::IValue& value) {
+  format2::region old = format2_caster::load(value);
+  region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
+  for (format2::step& step : old.steps) {
+    step_record& record = payload.steps.emplace_back();
+    record.op = std::move(step.op);
+    record.inputs = std::move(step.inputs);
+    record.output = step.output;
+    record.convolution = std::move(step.convolution);
+    record.pooling = std::move(step.pooling);
+    record.activation = std::move(step.activation);
+    record.permute_dims = std::move(step.permute_dims);
+    record.flatten = std::move(step.flatten);
+    record.layer_norm_eps = step.layer_norm_eps;
+    record.weight = std::move(step.weight);
+    record.bias = std::move(step.bias);
+  }
+  return payload;
+}
 
 region_payload upgrade_format1(const c10::IValue& value) {
   const format1::region old = format1_caster::load(value);
@@ -115,7 +164,12 @@ region_payload upgrade_format1(const c10::IValue& value) {
     }
     const std::int64_t made = step.output;
     payload.steps.push_back(std::move(step));
-    if (relu_to) payload.steps.push_back({"relu", {made}, *relu_to, {}, {}, {}, {}, {}, {}, {}, {}});
+    if (relu_to) {
+      step_record& relu = payload.steps.emplace_back();
+      relu.op = "relu";
+      relu.inputs = {made};
+      relu.output = *relu_to;
+    }
   }
   return payload;
 }
@@ -131,7 +185,7 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
     const std::optional<step_kind> kind = step_kind_named(record.op);
     if (!kind) fail(i, "unknown op '" + record.op + "' (a payload from a newer onednn backend?)");
     const std::size_t reads = record.inputs.size();
-    const bool two = *kind == step_kind::add || *kind == step_kind::mul;
+    const bool two = *kind == step_kind::add || *kind == step_kind::mul || *kind == step_kind::matmul;
     if (*kind == step_kind::cat ? reads < 1 : reads != (two ? 2u : 1u))
       fail(i, "a " + record.op + " that reads " + std::to_string(reads) + " values");
     for (const std::int64_t id : record.inputs)
@@ -149,6 +203,12 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
         : *kind == step_kind::permute     ? record.permute_dims && !record.permute_dims->empty() && record.permute_dims->size() <= 6
         : *kind == step_kind::flatten     ? record.flatten.has_value()
         : *kind == step_kind::layer_norm  ? record.layer_norm_eps.has_value()
+        : *kind == step_kind::reshape     ? record.reshape_sizes && !record.reshape_sizes->empty() && record.reshape_sizes->size() <= 6 &&
+                                              std::all_of(record.reshape_sizes->begin(), record.reshape_sizes->end(),
+                                                          [](std::int64_t size) { return size >= 0; })
+        : *kind == step_kind::slice       ? record.slice && record.slice->dim >= 0 && record.slice->start >= 0 && record.slice->length >= 0
+        : *kind == step_kind::softmax     ? record.softmax_dim && *record.softmax_dim >= 0
+        : *kind == step_kind::scale_by    ? record.factor.has_value()
                                           : true;
     if (!parameters_fit) fail(i, "a " + record.op + " without its parameters");
     steps.push_back({record, *kind, {}, {}});
@@ -163,15 +223,17 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
 }  // namespace onednn_delegate
 
 bool torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::check(const c10::IValue& value) {
-  return onednn_delegate::version2_caster::check(value) || onednn_delegate::format1_caster::check(value);
+  return onednn_delegate::version3_caster::check(value) || onednn_delegate::format2_caster::check(value) ||
+         onednn_delegate::format1_caster::check(value);
 }
 
 onednn_delegate::region_payload torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::load(const c10::IValue& value) {
   if (onednn_delegate::is_format1(value)) return onednn_delegate::upgrade_format1(value);
-  auto [inputs, values, steps, outputs] = onednn_delegate::version2_caster::load(value);
+  if (!onednn_delegate::version3_caster::check(value)) return onednn_delegate::upgrade_format2(value);
+  auto [inputs, values, steps, outputs] = onednn_delegate::version3_caster::load(value);
   return {inputs, values, std::move(steps), std::move(outputs)};
 }
 
 c10::IValue torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::cast(onednn_delegate::region_payload payload) {
-  return onednn_delegate::version2_caster::cast({payload.inputs, payload.values, std::move(payload.steps), std::move(payload.outputs)});
+  return onednn_delegate::version3_caster::cast({payload.inputs, payload.values, std::move(payload.steps), std::move(payload.outputs)});
 }

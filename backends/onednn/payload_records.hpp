@@ -1,7 +1,9 @@
-// onednn's payload (payload version 2): what preprocess writes and compile reads, as Boost.Hana
+// onednn's payload (payload version 3): what preprocess writes and compile reads, as Boost.Hana
 // structs saved as tuples of their fields. Each step names its op, the value ids it reads and the
 // one it makes, and its parameters in the record of its op family; no positional integers.
-// Version 1 (positional ints per op, doubles as bit patterns) is still read: payload.cpp converts it.
+// Version 3 added the fields after `bias` (the views and attention's steps); version 2 (without
+// them) and version 1 (positional ints per op, doubles as bit patterns) are still read:
+// payload.cpp converts them.
 #pragma once
 
 #include <boost/hana/adapt_struct.hpp>
@@ -34,11 +36,18 @@ struct flatten_parameters {
   std::int64_t start_dim = 0, end_dim = -1;
 };
 
+/// A slice of one dimension: `length` indices from `start` (a chunk's part).
+struct slice_parameters {
+  std::int64_t dim = 0, start = 0, length = 0;
+};
+
 /// One step: its op ("convolution", "relu", "add", "max_pool2d", "adaptive_avg_pool2d",
-/// "activation", "mul", "cat", "permute", "layer_norm", "linear", "scale", "flatten"), the value
-/// ids it reads (mul: the full-shape operand first; cat: in order) and the one it makes, the
-/// parameters of its family (absent for the others), and the named-data keys of its weight and
-/// bias (convolution, linear, layer_norm; scale: its factor as the weight).
+/// "activation", "mul", "cat", "permute", "layer_norm", "linear", "scale", "flatten"; since
+/// version 3 "reshape", "slice", "contiguous", "matmul", "softmax", "scale_by"), the value ids it
+/// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
+/// the one it makes, the parameters of its family (absent for the others), and the named-data
+/// keys of its weight and bias (convolution, linear, layer_norm; scale: its factor as the weight).
+/// A transpose is a permute.
 struct step_record {
   std::string op;
   std::vector<std::int64_t> inputs;
@@ -51,6 +60,11 @@ struct step_record {
   std::optional<double> layer_norm_eps;
   std::string weight;
   std::string bias;
+  // version 3
+  std::optional<std::vector<std::int64_t>> reshape_sizes;  // reshape: the sizes it makes (all known)
+  std::optional<slice_parameters> slice;
+  std::optional<std::int64_t> softmax_dim;                  // softmax: the dimension (not negative)
+  std::optional<double> factor;                             // scale_by: times this number
 };
 
 /// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it
@@ -68,6 +82,7 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::convolution_parameters, stride, padding
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::pooling_parameters, kernel, stride, padding, ceil_mode);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::activation_parameters, kind, low, high);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::flatten_parameters, start_dim, end_dim);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::slice_parameters, dim, start, length);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims,
-                        flatten, layer_norm_eps, weight, bias);
+                        flatten, layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);

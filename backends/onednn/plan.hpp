@@ -105,6 +105,8 @@ class planner {
   std::size_t add_slot(const md& desc, std::size_t alias_of = no_slot);
   std::size_t value(std::int64_t id) const;
   void define(std::int64_t id, const md& desc);
+  /// A slot viewing the bytes of `of` (in place, at the same offset) as `desc`.
+  std::size_t view(const md& desc, std::size_t of);
   std::size_t root(std::size_t slot) const { return plan_.aliases[slot] == no_slot ? slot : plan_.aliases[slot]; }
   const compiled_step& step(std::size_t index) const { return region_.steps[index]; }
   std::int64_t finished(std::size_t index) const { return finished_value(region_.steps, index); }
@@ -148,6 +150,12 @@ class planner {
   bool cat_in_place(std::size_t index);
   void permute(std::size_t index);
   void flatten(std::size_t index);
+  void reshape(std::size_t index);
+  void slice(std::size_t index);
+  void contiguous(std::size_t index);
+  // build_attention.cpp: matmul, softmax
+  void matmul(std::size_t index);
+  void softmax(std::size_t index);
 
   const region_steps& region_;
   weight_store& store_;

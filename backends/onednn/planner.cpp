@@ -73,7 +73,8 @@ void planner::run(std::size_t index) {
   switch (step(index).kind) {
     case step_kind::convolution: return convolution(index);
     case step_kind::relu:
-    case step_kind::activation: return eltwise(index);
+    case step_kind::activation:
+    case step_kind::scale_by: return eltwise(index);
     case step_kind::add: {
       const auto& inputs = step(index).record.inputs;
       dnnl::post_ops post_ops;
@@ -89,6 +90,11 @@ void planner::run(std::size_t index) {
     case step_kind::cat: return cat(index);
     case step_kind::permute: return permute(index);
     case step_kind::flatten: return flatten(index);
+    case step_kind::reshape: return reshape(index);
+    case step_kind::slice: return slice(index);
+    case step_kind::contiguous: return contiguous(index);
+    case step_kind::matmul: return matmul(index);
+    case step_kind::softmax: return softmax(index);
   }
 }
 
@@ -111,6 +117,12 @@ std::size_t planner::value(std::int64_t id) const {
 }
 
 void planner::define(std::int64_t id, const md& desc) { slot_of_.at(static_cast<std::size_t>(id)) = add_slot(desc); }
+
+std::size_t planner::view(const md& desc, std::size_t of) {
+  const std::size_t made = add_slot(desc, root(of));
+  plan_.alias_offsets[made] = plan_.aliases[of] == no_slot ? 0 : plan_.alias_offsets[of];  // a view of a cat's part
+  return made;
+}
 
 std::string planner::describe(const compiled_step& described) const {
   const std::size_t slot = slot_of_.at(static_cast<std::size_t>(described.record.inputs.at(0)));

@@ -6,6 +6,7 @@
 
 #include "toolkit/folding.hpp"
 #include "toolkit/graph.hpp"
+#include "toolkit/known_values.hpp"
 #include "toolkit/payload_builder.hpp"
 #include "toolkit/support_rules.hpp"
 
@@ -34,6 +35,15 @@ struct step_builder {
   const torch_delegate::method_to_lower& region() const { return base.region(); }
 };
 
+/// What `known` holds; when the region's graph does not determine it (a number or list made
+/// outside the region reaches it as an input), the node's error says so.
+template <class T>
+T known_in_region(step_builder& builder, const torch::jit::Node* node, std::optional<T> known, const char* what) {
+  if (!known)
+    builder.base.reject(node, std::string(what) + " is not known at lowering inside this region (it comes from outside it)");
+  return std::move(*known);
+}
+
 void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
   const tk::folded_conv2d conv = tk::read_conv2d(builder.region(), node, builder.base.result_check(), builder.base.folded(), "onednn");
   step_record& step = builder.add("convolution", {builder.base.id(node->input(0))}, conv.output);
@@ -49,6 +59,7 @@ void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {  // 
 void emit_relu(step_builder& builder, const torch::jit::Node* node) { builder.add_unary("relu", node); }
 
 void emit_add(step_builder& builder, const torch::jit::Node* node) {
+  if (tk::known_value(node->output())) return;  // a number known at lowering
   builder.add("add", {builder.base.id(node->input(0)), builder.base.id(node->input(1))}, node->output());
 }
 
@@ -100,6 +111,11 @@ void emit_linear(step_builder& builder, const torch::jit::Node* node) {
 }
 
 void emit_mul(step_builder& builder, const torch::jit::Node* node) {
+  if (tk::known_value(node->output())) return;  // a number known at lowering
+  if (!tk::is_tensor(node->input(1))) {  // times a number: attention's scale
+    builder.add_unary("scale_by", node).factor = known_in_region(builder, node, tk::known_number(node->input(1)), "the factor");
+    return;
+  }
   const bool first_known = tk::known_at_lowering(node->input(0)), second_known = tk::known_at_lowering(node->input(1));
   if (first_known != second_known) {  // times a constant: a scale
     const int side = second_known ? 0 : 1;
@@ -117,6 +133,48 @@ void emit_cat(step_builder& builder, const torch::jit::Node* node) {
   std::vector<std::int64_t> inputs;
   for (const torch::jit::Value* input : node->input(0)->node()->inputs()) inputs.push_back(builder.base.id(input));
   builder.add("cat", std::move(inputs), node->output());
+}
+
+void emit_div(step_builder& builder, const torch::jit::Node* node) {  // by a number: times its inverse
+  if (tk::known_value(node->output())) return;  // a number known at lowering
+  builder.add_unary("scale_by", node).factor = 1.0 / known_in_region(builder, node, tk::known_number(node->input(1)), "the divisor");
+}
+
+void emit_reshape(step_builder& builder, const torch::jit::Node* node) {
+  builder.add_unary("reshape", node).reshape_sizes = known_in_region(builder, node, reshape_sizes(node), "the sizes");
+}
+
+void emit_transpose(step_builder& builder, const torch::jit::Node* node) {  // a permute of two dimensions
+  const auto rank = static_cast<std::int64_t>(tk::known_sizes(node->input(0))->size());
+  std::int64_t a = known_in_region(builder, node, tk::known_int(node->input(1)), "dim0"),
+               b = known_in_region(builder, node, tk::known_int(node->input(2)), "dim1");
+  a = a < 0 ? a + rank : a, b = b < 0 ? b + rank : b;
+  if (a < 0 || a >= rank || b < 0 || b >= rank) builder.base.reject(node, "a transpose's dimensions are out of range");
+  std::vector<std::int64_t> dims(static_cast<std::size_t>(rank));
+  for (std::int64_t k = 0; k < rank; ++k) dims[static_cast<std::size_t>(k)] = k;
+  std::swap(dims[static_cast<std::size_t>(a)], dims[static_cast<std::size_t>(b)]);
+  builder.add_unary("permute", node).permute_dims = dims;
+}
+
+void emit_contiguous(step_builder& builder, const torch::jit::Node* node) { builder.add_unary("contiguous", node); }
+
+void emit_unpack(step_builder& builder, const torch::jit::Node* node) {
+  const torch::jit::Node* chunk = node->input(0)->node();
+  if (!tk::is(chunk, "aten::chunk")) return;  // numbers known at lowering
+  const chunk_split split = known_in_region(builder, chunk, chunk_parts(chunk), "the chunk's parts");
+  const std::int64_t from = builder.base.id(chunk->input(0));
+  for (std::size_t k = 0; k < split.parts.size(); ++k)
+    builder.add("slice", {from}, node->output(k)).slice = slice_parameters{split.dim, split.parts[k].first, split.parts[k].second};
+}
+
+void emit_matmul(step_builder& builder, const torch::jit::Node* node) {
+  builder.add("matmul", {builder.base.id(node->input(0)), builder.base.id(node->input(1))}, node->output());
+}
+
+void emit_softmax(step_builder& builder, const torch::jit::Node* node) {
+  const auto rank = static_cast<std::int64_t>(tk::known_sizes(node->input(0))->size());
+  const std::int64_t dim = known_in_region(builder, node, tk::known_int(node->input(1)), "dim");
+  builder.add_unary("softmax", node).softmax_dim = dim < 0 ? dim + rank : dim;
 }
 
 void emit_nothing(step_builder&, const torch::jit::Node*) {}

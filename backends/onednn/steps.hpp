@@ -16,7 +16,8 @@ namespace onednn_delegate {
 
 /// The op of a step, as compile decodes step_record::op.
 enum class step_kind {
-  convolution, relu, add, max_pool2d, global_avg_pool2d, activation, mul, cat, permute, layer_norm, linear, scale, flatten
+  convolution, relu, add, max_pool2d, global_avg_pool2d, activation, mul, cat, permute, layer_norm, linear, scale, flatten,
+  reshape, slice, contiguous, matmul, softmax, scale_by  // payload version 3
 };
 /// Its name in a payload (and in the debug query); step_kind_named: the reverse, nullopt when unknown.
 std::string_view name_of(step_kind kind);
@@ -27,9 +28,9 @@ struct step_fusion {
   /// A convolution or an add: the relu step that alone reads what it makes, run with it in every
   /// form the planner falls back to (a post-op, or ATen's relu_ after ATen's conv2d).
   std::optional<std::size_t> relu;
-  /// A convolution or a linear: the steps after it it takes as post-ops while oneDNN accepts
-  /// them (activations; after a convolution, an add of a value made before it), in order. When
-  /// oneDNN refuses them they run after it as steps of their own.
+  /// A convolution, a linear or a matmul: the steps after it it takes as post-ops while oneDNN
+  /// accepts them (activations and scale_by; after a convolution, an add of a value made before
+  /// it), in order. When oneDNN refuses them they run after it as steps of their own.
   std::vector<std::size_t> post_ops;
   /// Run as a part of another step (a folded relu, a post-op): the planner skips it.
   bool absorbed = false;

@@ -7,6 +7,7 @@
 #include "toolkit/availability.hpp"
 #include "toolkit/fused_activation.hpp"
 #include "toolkit/graph.hpp"
+#include "toolkit/known_values.hpp"
 #include "toolkit/support_rules.hpp"
 
 #include <ATen/Context.h>
@@ -35,6 +36,46 @@ std::optional<activation_parameters> activation_of(const torch::jit::Node* node)
   return std::nullopt;
 }
 
+/// A view or reshape to sizes known at lowering (one of them may be -1).
+std::optional<std::vector<std::int64_t>> reshape_sizes(const torch::jit::Node* node) {
+  const auto from = tk::float_sizes(node->input(0));
+  auto to = node->inputs().size() == 2 ? tk::known_ints(node->input(1)) : std::nullopt;
+  if (!from || !to || to->empty() || to->size() > 6) return std::nullopt;
+  std::int64_t count = 1, known = 1, unknown = -1;
+  for (const std::int64_t size : *from) count *= size;
+  for (std::size_t k = 0; k < to->size(); ++k) {
+    if ((*to)[k] == -1 && unknown < 0)
+      unknown = static_cast<std::int64_t>(k);
+    else if ((*to)[k] < 0)
+      return std::nullopt;
+    else
+      known *= (*to)[k];
+  }
+  if (unknown >= 0) {
+    if (known == 0 || count % known) return std::nullopt;
+    (*to)[static_cast<std::size_t>(unknown)] = count / known;
+  } else if (known != count) {
+    return std::nullopt;
+  }
+  return to;
+}
+/// The parts chunk(x, chunks, dim) makes, as (start, length) along `dim` (normalized), when its
+/// only reader is the prim::ListUnpack of exactly those parts.
+std::optional<chunk_split> chunk_parts(const torch::jit::Node* node) {
+  const auto sizes = tk::float_sizes(node->input(0));
+  const auto chunks = tk::known_int(node->input(1)), dim = tk::known_int(node->input(2));
+  if (node->inputs().size() != 3) return std::nullopt;
+  if (!sizes || !chunks || !dim || *chunks < 1 || node->output()->uses().size() != 1) return std::nullopt;
+  const torch::jit::Node* unpack = node->output()->uses()[0].user;
+  const auto rank = static_cast<std::int64_t>(sizes->size());
+  const std::int64_t axis = *dim < 0 ? *dim + rank : *dim;
+  if (!tk::is(unpack, "prim::ListUnpack") || axis < 0 || axis >= rank) return std::nullopt;
+  const std::int64_t size = (*sizes)[static_cast<std::size_t>(axis)], each = (size + *chunks - 1) / *chunks;
+  std::vector<std::pair<std::int64_t, std::int64_t>> parts;
+  for (std::int64_t start = 0; start < size; start += each) parts.emplace_back(start, std::min(each, size - start));
+  if (parts.size() != unpack->outputs().size()) return std::nullopt;
+  return chunk_split{axis, std::move(parts)};
+}
 namespace {
 
 /// A float tensor of rank 4, or one whose dtype or rank is not known (no example inputs).
@@ -118,6 +159,87 @@ bool supports_list(const torch::jit::Node* node) {  // the tensors of a cat it t
   return node->output()->uses().size() == 1 && OnednnBackend::supports(node->output()->uses()[0].user);
 }
 
+bool supports_known_scalar(const torch::jit::Node* node);
+
+/// Whether the non-tensor `value`, known at lowering, is computed by nodes onednn takes alone
+/// (constants aside), so that it is computed inside the region of the step that reads it: a
+/// number some other node also reads (ViT's `h` in `torch._assert(h == ...)`) stays in
+/// TorchScript, and so does the step that reads it. (While a number's readers are being checked,
+/// their own numbers are taken as computable: the check would come back to the same nodes.)
+bool computed_in_region(const torch::jit::Value* value) {
+  thread_local int checking = 0;
+  if (checking) return true;
+  ++checking;
+  bool inside = true;
+  std::vector<const torch::jit::Value*> pending{value};
+  while (inside && !pending.empty()) {
+    const torch::jit::Node* node = pending.back()->node();
+    pending.pop_back();
+    if (node->kind() == c10::prim::Constant) continue;
+    if (tk::is_any(node, {"aten::size", "aten::dim"})) {  // of a tensor: the region's or one it makes
+      inside = supports_known_scalar(node);
+      continue;
+    }
+    inside = supports_known_scalar(node);
+    for (const torch::jit::Value* input : node->inputs()) pending.push_back(input);
+  }
+  --checking;
+  return inside;
+}
+/// A number or list known at lowering (toolkit/known_values.hpp: sizes and what is computed from
+/// them) that only steps onednn takes read: evaluated at preprocess, so it never leaves a region.
+bool supports_known_scalar(const torch::jit::Node* node) {
+  bool read = false;
+  for (const torch::jit::Value* output : node->outputs()) {
+    if (!tk::known_value(output)) return false;  // a tensor only as a traced graph's number (known_number_tensor)
+    for (const torch::jit::Use& use : output->uses()) {
+      if (!OnednnBackend::supports(use.user)) return false;
+      read = true;
+    }
+  }
+  return read;
+}
+bool supports_reshape(const torch::jit::Node* node) {
+  return node->inputs().size() == 2 && reshape_sizes(node).has_value() && computed_in_region(node->input(1));
+}
+bool supports_transpose(const torch::jit::Node* node) {
+  const auto sizes = tk::float_sizes(node->input(0));
+  return node->inputs().size() == 3 && sizes && tk::known_int(node->input(1)) && tk::known_int(node->input(2)) &&
+         computed_in_region(node->input(1)) && computed_in_region(node->input(2));
+}
+bool supports_contiguous(const torch::jit::Node* node) {  // into contiguous_format (0)
+  return node->inputs().size() == 2 && tk::float_sizes(node->input(0)) && tk::known_int(node->input(1)) == std::optional<std::int64_t>(0) &&
+         computed_in_region(node->input(1));
+}
+bool supports_chunk(const torch::jit::Node* node) {
+  return chunk_parts(node).has_value() && computed_in_region(node->input(1)) && computed_in_region(node->input(2));
+}
+bool supports_unpack(const torch::jit::Node* node) {  // a chunk's parts, or numbers known at lowering
+  const torch::jit::Node* from = node->input(0)->node();
+  return tk::is(from, "aten::chunk") ? supports_chunk(from) : supports_known_scalar(node);
+}
+bool supports_matmul(const torch::jit::Node* node) {  // same batch sizes, no broadcasting
+  const auto a = tk::float_sizes(node->input(0), 4), b = tk::float_sizes(node->input(1), 4);
+  if (!a || !b || a->size() != b->size() || a->size() < 2 || (*a)[a->size() - 1] != (*b)[b->size() - 2]) return false;
+  return std::equal(a->begin(), a->end() - 2, b->begin());
+}
+bool supports_softmax(const torch::jit::Node* node) {  // softmax(x, dim, dtype=None)
+  return node->inputs().size() == 3 && tk::float_sizes(node->input(0)) && tk::known_int(node->input(1)) &&
+         computed_in_region(node->input(1)) && node->input(2)->type()->kind() == c10::TypeKind::NoneType;
+}
+/// A tensor times or divided by a number known at lowering (attention's scale).
+bool supports_scale_by(const torch::jit::Node* node) {
+  return node->inputs().size() == 2 && tk::is_tensor(node->input(0)) && !tk::is_tensor(node->input(1)) &&
+         tk::float_sizes(node->input(0)) && tk::known_number(node->input(1)) && computed_in_region(node->input(1)) &&
+         (!tk::is(node, "aten::div") || *tk::known_number(node->input(1)) != 0);
+}
+bool supports_mul_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_mul(node) || supports_scale_by(node); }
+bool supports_div_any(const torch::jit::Node* node) {
+  return tk::is_tensor(node->output()) ? supports_scale_by(node) : supports_known_scalar(node);
+}
+bool supports_add_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_add(node); }
+bool supports_list_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_list(node); }
+
 }  // namespace
 
 const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
@@ -126,7 +248,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
     ops.add("aten::conv2d", supports_conv2d, emit_convolution)
         .add("aten::batch_norm", supports_batch_norm, emit_batch_norm)
         .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
-        .add("aten::add", supports_add, emit_add)
+        .add("aten::add", supports_add_any, emit_add)
         .add("aten::max_pool2d", supports_max_pool2d, emit_max_pool2d)
         .add("aten::adaptive_avg_pool2d", supports_global_avg_pool2d, emit_global_avg_pool2d)
         .add({"aten::sigmoid", "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::gelu", "aten::relu6", "aten::hardtanh",
@@ -137,9 +259,21 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
         .add("aten::flatten", supports_flatten, emit_flatten)
         .add("aten::dropout", supports_dropout, emit_dropout)
         .add("aten::linear", supports_linear, emit_linear)
-        .add("aten::mul", supports_mul, emit_mul)
+        .add("aten::mul", supports_mul_any, emit_mul)
+        .add("aten::div", supports_div_any, emit_div)
         .add("aten::cat", supports_cat, emit_cat)
-        .add("prim::ListConstruct", supports_list, emit_nothing);  // read by its cat
+        .add("prim::ListConstruct", supports_list_any, emit_nothing)  // read by its cat, or known at lowering
+        // The views and attention (payload version 3), and the numbers their sizes are computed from.
+        .add({"aten::view", "aten::reshape"}, supports_reshape, emit_reshape)
+        .add("aten::transpose", supports_transpose, emit_transpose)
+        .add("aten::contiguous", supports_contiguous, emit_contiguous)
+        .add("aten::chunk", supports_chunk, emit_nothing)  // its prim::ListUnpack makes the parts
+        .add("prim::ListUnpack", supports_unpack, emit_unpack)
+        .add("aten::matmul", supports_matmul, emit_matmul)
+        .add("aten::softmax", supports_softmax, emit_softmax)
+        .add({"aten::size", "aten::dim", "aten::floordiv", "aten::sub", "aten::__getitem__", "aten::len", "aten::Int", "aten::Float",
+              "aten::sqrt", "aten::neg", "prim::NumToTensor", "aten::floor_divide"},
+             supports_known_scalar, emit_nothing);
     return ops;
   }();
   return table;

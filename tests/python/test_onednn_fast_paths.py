@@ -1,0 +1,214 @@
+"""The onednn backend's fast paths (issue 39): Winograd convolutions, cat in place, and the views
+and attention steps (payload version 3) that bring ShuffleNetV2's channel shuffle and a
+transformer's attention into the region; payload version 2 still loads.
+
+Each test checks the plan the backend made (its debug query, plan_implementations) and the
+result against eager. Environment: TD_ONEDNN_LIBRARY, TD_WORKDIR.
+"""
+import math
+import os
+import subprocess
+import sys
+import unittest
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_delegate
+
+from torchvision_models import randomized
+
+LIBRARY = os.environ["TD_ONEDNN_LIBRARY"]
+torch.ops.load_library(LIBRARY)
+torch.set_num_threads(2)
+FLAGS = open("/proc/cpuinfo").read()
+AVX2 = " avx2" in FLAGS and " fma" in FLAGS
+
+
+def lowered(model, *x):
+    return torch_delegate.lower(torch.jit.script(model.eval()), "onednn", partial=True, example_inputs=x)
+
+
+def plan(module):
+    """(step, primitive kind, implementation) of every call the module's regions planned."""
+    return [(step, kind, implementation) for _, _, step, kind, implementation in
+            torch.ops.torch_delegate_onednn.plan_implementations(module._c)]
+
+
+def kept(module):
+    return [node.kind for method in torch_delegate.report(module).methods for node in method.kept]
+
+
+def regions(module):
+    return torch_delegate.report(module).methods[0].regions
+
+
+def relative_error(got, want):
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
+
+
+class Winograd(unittest.TestCase):
+    def model(self):
+        class Block(nn.Module):  # ResNet's basic block: 3x3, BN, ReLU, 3x3, BN, the sum, ReLU
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU())
+                self.b = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32))
+
+            def forward(self, x):
+                return torch.relu(self.b(self.a(x)) + x)
+
+        torch.manual_seed(1)
+        return randomized(nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), Block(), Block())), torch.rand(1, 3, 30, 30)
+
+    @unittest.skipUnless(AVX2, "Winograd runs on AVX2 with FMA")
+    def test_3x3_convolutions_run_as_winograd_and_agree_with_eager(self):
+        model, x = self.model()
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+        kinds = plan(low)
+        # The stem has 3 input channels (not in blocks of 8): a direct convolution. The four
+        # convolutions of the blocks: an input and an output transform each, a matmul between.
+        self.assertEqual(sum(i.startswith("winograd_f4x4_input") for _, _, i in kinds), 4, kinds)
+        self.assertEqual(sum(i.startswith("winograd_f4x4_output") for _, _, i in kinds), 4, kinds)
+        self.assertEqual([k for _, k, _ in kinds].count("convolution"), 1 + 8, kinds)
+        self.assertFalse(any(k in ("binary", "eltwise") for _, k, _ in kinds), kinds)  # the sums and ReLUs are fused
+
+    @unittest.skipUnless(AVX2, "Winograd runs on AVX2 with FMA")
+    def test_td_onednn_winograd_0_turns_it_off(self):
+        script = ("import sys, torch, torch_delegate; torch.ops.load_library(sys.argv[1]);"
+                  "m = torch.nn.Conv2d(16, 16, 3, padding=1).eval(); x = torch.rand(1, 16, 12, 12);"
+                  "low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,)); low(x);"
+                  "print(sorted({i for *_, i in torch.ops.torch_delegate_onednn.plan_implementations(low._c)}))")
+        out = {}
+        for setting in ("1", "0"):
+            env = dict(os.environ, TD_ONEDNN_WINOGRAD=setting)
+            out[setting] = subprocess.run([sys.executable, "-c", script, LIBRARY], env=env, capture_output=True, text=True,
+                                          check=True).stdout
+        self.assertIn("winograd_f4x4_input", out["1"])
+        self.assertNotIn("winograd", out["0"])
+
+
+class CatInPlace(unittest.TestCase):
+    def test_an_inception_block_runs_no_concat_at_batch_1(self):
+        class Inception(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Conv2d(16, 16, 1)
+                self.b = nn.Sequential(nn.Conv2d(16, 8, 1), nn.ReLU(), nn.Conv2d(8, 24, 3, padding=1))
+                self.c = nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(16, 8, 1))
+
+            def forward(self, x):
+                return torch.relu(torch.cat([self.a(x), self.b(x), self.c(x)], 1))
+
+        torch.manual_seed(2)
+        model = randomized(Inception())
+        for batch, concats in ((1, 0), (2, 1)):
+            with self.subTest(batch=batch):
+                x = torch.rand(batch, 16, 14, 14)
+                low = lowered(model, x)
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(x), model(x)), 1e-4)
+                self.assertEqual([k for _, k, _ in plan(low)].count("concat"), concats, plan(low))
+
+
+class ViewsAndAttention(unittest.TestCase):
+    def test_a_channel_shuffle_and_chunk_stay_in_the_region(self):
+        class Shuffle(nn.Module):  # ShuffleNetV2's block, as torchvision writes it
+            def __init__(self):
+                super().__init__()
+                self.branch = nn.Sequential(nn.Conv2d(12, 12, 1), nn.ReLU(), nn.Conv2d(12, 12, 3, padding=1, groups=12),
+                                            nn.Conv2d(12, 12, 1), nn.ReLU())
+                self.head = nn.Conv2d(24, 8, 1)
+
+            def forward(self, x):
+                x1, x2 = x.chunk(2, dim=1)
+                out = torch.cat((x1, self.branch(x2)), dim=1)
+                b, c, h, w = out.size()
+                out = torch.transpose(out.view(b, 2, c // 2, h, w), 1, 2).contiguous().view(b, c, h, w)
+                return self.head(out)
+
+        torch.manual_seed(3)
+        model = Shuffle()
+        x = torch.rand(1, 24, 9, 9)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+        self.assertEqual(len(regions(low)), 1, kept(low))
+        self.assertEqual(kept(low), [])
+        # Another input size is another input spec: the sizes were taken at lowering.
+        with self.assertRaisesRegex(Exception, "input spec"):
+            low(torch.rand(1, 24, 10, 10))
+
+    def test_an_attention_block_is_one_region(self):
+        class Attention(nn.Module):  # BERT's self-attention and feed-forward, written out
+            def __init__(self, d=32, heads=4):
+                super().__init__()
+                self.heads = heads
+                self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+                self.ff1, self.ff2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+                self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+            def forward(self, x):
+                b, t, d = x.shape
+                q, k, v = self.qkv(x).chunk(3, dim=-1)
+                q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+                context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, t, d)
+                x = self.norm1(x + self.out(context))
+                return self.norm2(x + self.ff2(F.gelu(self.ff1(x))))
+
+        torch.manual_seed(4)
+        model = Attention()
+        x = torch.randn(2, 10, 32)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+        self.assertEqual(len(regions(low)), 1, kept(low))
+        self.assertEqual(kept(low), [])
+        kinds = [k for _, k, _ in plan(low)]
+        self.assertEqual(kinds.count("matmul"), 2, plan(low))
+        self.assertEqual(kinds.count("softmax_v2") + kinds.count("softmax"), 1, plan(low))
+        # The scale is a post-op of the first matmul: no eltwise primitive runs for it.
+        self.assertNotIn("eltwise", kinds)
+
+    def test_a_size_read_outside_the_region_keeps_its_view_in_torchscript(self):
+        class Checked(nn.Module):  # ViT's input check: `h` is read by an assertion onednn does not take
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 2, 2)
+                self.fc = nn.Linear(8, 4)
+
+            def forward(self, x):
+                n, c, h, w = x.shape
+                torch._assert(h == 8, "wrong size")
+                y = self.conv(x).reshape(n, 8, (h // 2) * (w // 2)).permute(0, 2, 1)
+                return self.fc(y)
+
+        torch.manual_seed(5)
+        model = Checked()
+        x = torch.rand(1, 3, 8, 8)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+        self.assertIn("aten::reshape", kept(low))
+
+
+class SavedByAnEarlierMain(unittest.TestCase):
+    def test_payload_version_2_loads_and_runs(self):
+        # Saved at 278b26d (tests/data/README.md): steps of every kind version 2 had, a 3x3
+        # convolution of 16 channels that now runs as Winograd.
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+        saved = torch.load(os.path.join(data, "onednn_payload2_by_278b26d.io.pt"))
+        for load in (torch.jit.load, torch_delegate.load):
+            with self.subTest(load=load.__module__), torch.no_grad():
+                module = load(os.path.join(data, "onednn_payload2_by_278b26d.pt"))
+                self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
+
+
+if __name__ == "__main__":
+    unittest.main()
