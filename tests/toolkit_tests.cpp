@@ -3,6 +3,7 @@
 #include "toolkit/availability.hpp"
 #include "toolkit/fused_activation.hpp"
 #include "toolkit/graph.hpp"
+#include "toolkit/known_values.hpp"
 #include "toolkit/op_table.hpp"
 #include "toolkit/payload_record.hpp"
 #include "toolkit/support_rules.hpp"
@@ -14,6 +15,7 @@
 
 #include <boost/hana/adapt_struct.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -179,4 +181,33 @@ TEST_CASE("toolkit availability: the probe unless the variable is set; comma-sep
   ::unsetenv("TD_TOOLKIT_TEST_UNAVAILABLE");
   ::unsetenv("TD_TOOLKIT_TEST_LIST");
   CHECK(toolkit::environment_list("TD_TOOLKIT_TEST_LIST").empty());
+}
+
+TEST_CASE("toolkit known values: sizes and what is computed from them, scripted and traced spellings") {
+  // ShuffleNetV2's channel shuffle, scripted (aten::floordiv of ints) and traced (a number in a
+  // 0-dim tensor: prim::NumToTensor, aten::floor_divide, aten::Int); a graph input is not known.
+  auto graph = parse(R"IR(
+graph(%self : Tensor, %x : Float(1, 16, 8, 8), %n : int):
+  %two : int = prim::Constant[value=2]()
+  %minus_one : int = prim::Constant[value=-1]()
+  %sizes : int[] = aten::size(%x)
+  %b : int, %c : int, %h : int, %w : int = prim::ListUnpack(%sizes)
+  %half : int = aten::floordiv(%c, %two)
+  %shape : int[] = prim::ListConstruct(%b, %two, %half, %h, %w)
+  %last : int = aten::size(%x, %minus_one)
+  %root : float = aten::sqrt(%half)
+  %c_tensor : Tensor = prim::NumToTensor(%c)
+  %half_tensor : Tensor = aten::floor_divide(%c_tensor, %two)
+  %traced_half : int = aten::Int(%half_tensor)
+  %unknown : int = aten::floordiv(%n, %two)
+  %r : (int[], int, float, int, int) = prim::TupleConstruct(%shape, %last, %root, %traced_half, %unknown)
+  return (%r)
+)IR");
+  const torch::jit::Node* results = first(*graph, "prim::TupleConstruct");
+  CHECK(toolkit::known_ints(results->input(0)) == std::vector<std::int64_t>{1, 2, 8, 8, 8});
+  CHECK(toolkit::known_int(results->input(1)) == 8);
+  CHECK(toolkit::known_number(results->input(2)) == doctest::Approx(std::sqrt(8.0)));
+  CHECK(toolkit::known_int(results->input(3)) == 8);
+  CHECK_FALSE(toolkit::known_value(results->input(4)));  // from an input: known only at run time
+  CHECK_FALSE(toolkit::known_value(first(*graph, "aten::size")->input(0)));  // a tensor is no number
 }
