@@ -143,6 +143,29 @@ def measure(timers):
     return {name: statistics.median(values) for name, values in steady.items()}
 
 
+def model_flops(model, x):
+    """Floating-point operations of one eager call (the profiler's count: convolutions, matrix
+    products, additions; 2 per multiply-add)."""
+    with torch.no_grad(), torch.profiler.profile(with_flops=True) as profile:
+        model(x)
+    return sum(event.flops for event in profile.key_averages())
+
+
+def gemm_peak():
+    """The machine's measured matrix-product rate (GFLOP/s): LibTorch's 2048^3 float mm on this
+    process's BLAS and threads, best of 5 (what a perfect GEMM-bound model would reach)."""
+    a, b = torch.rand(2048, 2048), torch.rand(2048, 2048)
+    a @ b
+    best = min(timed_once(lambda: a @ b) for _ in range(5))
+    return 2 * 2048 ** 3 / best / 1e9
+
+
+def timed_once(function):
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
 def relative_error(got, want):
     if isinstance(got, tuple):  # a scripted GoogLeNet returns its named tuple of outputs
         got = got[0]
@@ -151,7 +174,7 @@ def relative_error(got, want):
 
 def run_model(name, ort, recipe):
     model, x = models.model_and_input(name)
-    row = {"name": name, "threads": threads}
+    row = {"name": name, "threads": threads, "gflop": model_flops(model, x) / 1e9}
     scripted = torch.jit.script(model)
     variants = {"scripted": scripted,
                 "oif": torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))}
@@ -199,14 +222,17 @@ def main():
     ort = Ort(workdir)
     if ort.error:
         print(f"ort_models: ONNX Runtime is not measured: {ort.error}", file=sys.stderr)
+    peak = gemm_peak()
+    print(f"ort_models: GEMM peak {peak:.1f} GFLOP/s ({blas} BLAS, {threads} threads)", file=sys.stderr, flush=True)
     rows = []
     for name in names:
         row = run_model(name, ort, "--no-recipe" not in options)
         rows.append(row)
         print(name, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
     if option("--json"):
-        json.dump({"machine": isa(), "blas": blas, "ort": ort.version, "rows": rows}, open(option("--json"), "w"), indent=1)
-    text = table(rows, ort)
+        json.dump({"machine": isa(), "blas": blas, "ort": ort.version, "gemm_peak": peak, "rows": rows}, open(option("--json"), "w"),
+                  indent=1)
+    text = table(rows, ort, peak)
     print(text)
     if doc_path:
         begin, end = "<!-- ort table -->\n", "<!-- end ort table -->"
@@ -218,7 +244,7 @@ def main():
             out.write(doc[:doc.index(begin) + len(begin)] + stamp + text + doc[doc.index(end):])
 
 
-def table(rows, ort):
+def table(rows, ort, peak):
     def cell(row, key):
         return f"{row[key]:.2f}" if key in row else "-"
 
@@ -239,7 +265,8 @@ def table(rows, ort):
                      f"{ratio(row.get('oif'), ours)} | {ratio(row.get('scripted'), ours)} | {regions or '-'} | "
                      f"{error.get('ort', float('nan')):.0e} / {max(v for k, v in error.items() if k != 'ort'):.0e} |")
     summary = ["", f"Machine: {isa()}; {threads} threads; batch 1; LibTorch's BLAS: {blas}; "
-               f"ONNX Runtime {ort.version or 'not measured: ' + str(ort.error)}. Times in ms (medians, interleaved).", ""]
+               f"ONNX Runtime {ort.version or 'not measured: ' + str(ort.error)}. Times in ms (medians, interleaved). "
+               f"The machine's measured GEMM rate (a 2048^3 float matrix product on that BLAS): {peak:.0f} GFLOP/s.", ""]
     for label, group in (("CNNs", models.CNNS), ("transformers", models.TRANSFORMERS)):
         chosen = [row for row in rows if row["name"] in group and "recipe" in row and "ort" in row]
         if chosen:
@@ -249,6 +276,12 @@ def table(rows, ort):
                            f"geometric mean, slowest {min(versus.values()):.2f}x ({min(versus, key=versus.get)}); "
                            f"{geomean([row['oif'] / row['recipe'] for row in chosen]):.2f}x optimize_for_inference; "
                            f"the faster of the recipe and onednn alone: {geomean(list(best.values())):.2f}x ONNX Runtime.")
+        for row in rows:
+            if row["name"] in group and label == "transformers":
+                rates = ", ".join(f"{variant} {row['gflop'] / row[variant] * 1e3:.0f}" for variant in ("ort", "oif", "onednn", "recipe")
+                                  if variant in row)
+                summary.append(f"  - {row['name']}: {row['gflop']:.1f} GFLOP a call; GFLOP/s: {rates} "
+                               f"(of {peak:.0f} measured for a large GEMM).")
     return "\n".join(lines + summary) + "\n"
 
 
