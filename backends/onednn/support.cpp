@@ -13,6 +13,7 @@
 #include <ATen/Context.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace onednn_delegate {
 
@@ -282,8 +283,28 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
 bool OnednnBackend::supports(const torch::jit::Node* node) { return onednn_ops().supports(node); }
 
 bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
-  return std::any_of(region.begin(), region.end(),
-                     [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::linear"}); });
+  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::linear"}); }))
+    return false;
+  // Numbers are evaluated at preprocess and never cross the region's boundary: a region the
+  // partition cut between a number and a step that reads it (MaxViT's `B, C, H, W = x.shape`,
+  // read across several regions) stays in TorchScript, whole, rather than failing preprocess.
+  const std::unordered_set<const torch::jit::Node*> inside(region.begin(), region.end());
+  const auto number = [](const torch::jit::Value* value) {  // an int, float, bool or list of them; a traced graph's number in a tensor
+    c10::TypePtr type = value->type();
+    if (const auto list = type->cast<c10::ListType>()) type = list->getElementType();
+    const c10::TypeKind kind = type->kind();
+    if (kind == c10::TypeKind::IntType || kind == c10::TypeKind::FloatType || kind == c10::TypeKind::BoolType) return true;
+    return tk::is_tensor(value) && value->node()->kind() != c10::prim::Constant && tk::known_value(value).has_value();
+  };
+  for (const torch::jit::Node* node : region) {
+    for (const torch::jit::Value* output : node->outputs())
+      if (number(output))
+        for (const torch::jit::Use& use : output->uses())
+          if (!inside.count(use.user)) return false;
+    for (const torch::jit::Value* input : node->inputs())
+      if (number(input) && !inside.count(input->node()) && !tk::is_any(input->node(), {"prim::Constant", "prim::GetAttr"})) return false;
+  }
+  return true;
 }
 
 bool OnednnBackend::is_available() {
