@@ -56,6 +56,7 @@ void emit_contiguous(step_builder& builder, const torch::jit::Node* node);
 void emit_unpack(step_builder& builder, const torch::jit::Node* node);
 void emit_matmul(step_builder& builder, const torch::jit::Node* node);
 void emit_softmax(step_builder& builder, const torch::jit::Node* node);
+void emit_mean(step_builder& builder, const torch::jit::Node* node);
 void emit_nothing(step_builder& builder, const torch::jit::Node* node);
 
 /// The payload checked and decoded (runtime.cpp): the steps with their kinds and fusions.

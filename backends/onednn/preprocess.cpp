@@ -32,6 +32,14 @@ struct step_builder {
     return step;
   }
   step_record& add_unary(const char* op, const torch::jit::Node* node) { return add(op, {base.id(node->input(0))}, node->output()); }
+  /// A step making a value the graph does not name (its id returned through step.output).
+  step_record& add_unnamed(const char* op, std::vector<std::int64_t> inputs) {
+    step_record& step = steps.emplace_back();
+    step.op = op;
+    step.inputs = std::move(inputs);
+    step.output = base.unnamed_id();
+    return step;
+  }
   const torch_delegate::method_to_lower& region() const { return base.region(); }
 };
 
@@ -175,6 +183,17 @@ void emit_softmax(step_builder& builder, const torch::jit::Node* node) {
   const auto rank = static_cast<std::int64_t>(tk::known_sizes(node->input(0))->size());
   const std::int64_t dim = known_in_region(builder, node, tk::known_int(node->input(1)), "dim");
   builder.add_unary("softmax", node).softmax_dim = dim < 0 ? dim + rank : dim;
+}
+
+void emit_mean(step_builder& builder, const torch::jit::Node* node) {  // over H and W: a global average pooling
+  const bool keepdim = known_in_region(builder, node, tk::known_value(node->input(2)), "keepdim").toBool();
+  if (keepdim) {
+    builder.add_unary("adaptive_avg_pool2d", node);
+    return;
+  }
+  const std::vector<std::int64_t> sizes = *tk::known_sizes(node->input(0));
+  const std::int64_t pooled = builder.add_unnamed("adaptive_avg_pool2d", {builder.base.id(node->input(0))}).output;
+  builder.add("reshape", {pooled}, node->output()).reshape_sizes = std::vector<std::int64_t>{sizes[0], sizes[1]};
 }
 
 void emit_nothing(step_builder&, const torch::jit::Node*) {}

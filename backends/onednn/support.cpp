@@ -234,6 +234,17 @@ bool supports_scale_by(const torch::jit::Node* node) {
          tk::float_sizes(node->input(0)) && tk::known_number(node->input(1)) && computed_in_region(node->input(1)) &&
          (!tk::is(node, "aten::div") || *tk::known_number(node->input(1)) != 0);
 }
+/// mean(x, [2, 3], keepdim, dtype=None) of a 4-d float tensor: a global average pooling.
+bool supports_mean(const torch::jit::Node* node) {
+  if (node->inputs().size() != 4 || !float_4d_or_unknown(node->input(0)) || !tk::float_sizes(node->input(0))) return false;
+  const auto dims = tk::constant_ints(node->input(1));
+  if (!dims || dims->size() != 2) return false;
+  std::vector<std::int64_t> axes;
+  for (const std::int64_t d : *dims) axes.push_back(d < 0 ? d + 4 : d);
+  std::sort(axes.begin(), axes.end());
+  return axes == std::vector<std::int64_t>{2, 3} && tk::constant_of(node->input(2)).has_value() &&
+         node->input(3)->type()->kind() == c10::TypeKind::NoneType;
+}
 bool supports_mul_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_mul(node) || supports_scale_by(node); }
 bool supports_div_any(const torch::jit::Node* node) {
   return tk::is_tensor(node->output()) ? supports_scale_by(node) : supports_known_scalar(node);
@@ -272,6 +283,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
         .add("prim::ListUnpack", supports_unpack, emit_unpack)
         .add("aten::matmul", supports_matmul, emit_matmul)
         .add("aten::softmax", supports_softmax, emit_softmax)
+        .add("aten::mean", supports_mean, emit_mean)
         .add({"aten::size", "aten::dim", "aten::floordiv", "aten::sub", "aten::__getitem__", "aten::len", "aten::Int", "aten::Float",
               "aten::sqrt", "aten::neg", "prim::NumToTensor", "aten::floor_divide"},
              supports_known_scalar, emit_nothing);

@@ -46,6 +46,9 @@ class payload_builder {
   /// Gives `value` the next id of a payload numbered 0, 1, 2, ... in definition order (inputs
   /// first); for a backend that keeps no value table of its own.
   std::int64_t next_id(const torch::jit::Value* value) { return ids_[value] = next_id_++; }
+  /// The next id for a value the graph does not have (a step's intermediate result: a mean is
+  /// a pooling, then a reshape).
+  std::int64_t unnamed_id() { return next_id_++; }
   /// How many ids next_id has given.
   std::int64_t ids_given() const { return next_id_; }
 

@@ -142,6 +142,28 @@ class ViewsAndAttention(unittest.TestCase):
         with self.assertRaisesRegex(Exception, "input spec"):
             low(torch.rand(1, 24, 10, 10))
 
+    def test_a_mean_over_height_and_width_is_a_pooling(self):
+        class Head(nn.Module):  # ShuffleNetV2's and MNASNet's last pooling
+            def __init__(self, keepdim):
+                super().__init__()
+                self.keepdim = keepdim
+                self.conv, self.fc = nn.Conv2d(3, 8, 3), nn.Linear(8, 4)
+
+            def forward(self, x):
+                y = self.conv(x).mean([2, 3], keepdim=self.keepdim)
+                return self.fc(y.flatten(1) if self.keepdim else y)
+
+        for keepdim in (False, True):
+            with self.subTest(keepdim=keepdim):
+                torch.manual_seed(7)
+                model = Head(keepdim)
+                x = torch.rand(2, 3, 9, 9)
+                low = lowered(model, x)
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(x), model(x)), 1e-5)
+                self.assertEqual(kept(low), [])
+                self.assertTrue(any(k.startswith("pooling") for _, k, _ in plan(low)), plan(low))
+
     def test_an_attention_block_is_one_region(self):
         class Attention(nn.Module):  # BERT's self-attention and feed-forward, written out
             def __init__(self, d=32, heads=4):
