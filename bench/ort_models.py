@@ -239,7 +239,13 @@ def main():
         doc = open(doc_path).read()
         if begin not in doc or end not in doc:
             raise SystemExit(f"ort_models: {doc_path} has no '{begin.strip()}' ... '{end}' markers")
-        stamp = f"Measured {time.strftime('%Y-%m-%d')} by bench/ort_models.py ({'--quick' if quick else 'full run'}).\n\n"
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        except OSError:
+            commit = ""
+        stamp = (f"Measured {time.strftime('%Y-%m-%d')}{' at ' + commit if commit else ''} by bench/ort_models.py "
+                 f"({'--quick' if quick else 'full run'}; bench/run runs it).\n\n")
         with open(doc_path, "w") as out:
             out.write(doc[:doc.index(begin) + len(begin)] + stamp + text + doc[doc.index(end):])
 
