@@ -18,6 +18,8 @@ Where node or onnxruntime-node is missing, the bench says so and times the rest.
 
 Usage: PYTHONPATH=<build>/python bench/ort_models.py <build> [<doc.md>] [--quick] [--models a,b,...]
                                                     [--no-recipe] [--json out.json]
+       PYTHONPATH=<build>/python bench/ort_models.py <build> [<doc.md>] --report run.json [run.json ...]
+           (the table of saved runs, nothing measured; --report last)
 (the table goes between the doc's `<!-- ort table -->` and `<!-- end ort table -->` lines)
 ORT is looked for in $TD_ORT_NODE_MODULES, else <build>/ort/node_modules (bench/run installs it
 there: npm install --ignore-scripts onnxruntime-node).
@@ -33,7 +35,9 @@ import time
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 options = sys.argv[1:]
 VALUED = ("--models", "--json")
-args = [a for i, a in enumerate(options) if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED)]
+reporting = options[options.index("--report") + 1:] if "--report" in options else []
+args = [a for i, a in enumerate(options)
+        if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED) and a not in reporting]
 
 
 def option(name, default=None):
@@ -215,7 +219,25 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def report_only(paths):
+    """--report a.json b.json: the table of runs saved with --json (their rows in order, the
+    machine line of the first), written as a run would write it; nothing is measured."""
+    runs = [json.load(open(path)) for path in paths]
+    rows = [row for run in runs for row in run["rows"]]
+
+    class Saved:
+        version, error = runs[0]["ort"], None
+    return table(rows, Saved, runs[0]["gemm_peak"], runs[0]["machine"], runs[0]["blas"])
+
+
 def main():
+    if "--report" in options:
+        paths = options[options.index("--report") + 1:]
+        runs = [json.load(open(path)) for path in paths]
+        parts = "; ".join(f"{', '.join(row['name'] for row in run['rows'])} at {run.get('commit', '?')} ({run.get('date', '?')})"
+                          for run in runs)
+        write(report_only(paths), f"Measured by bench/ort_models.py in {len(runs)} runs (full runs; bench/run runs it): {parts}.\n\n")
+        return
     names = option("--models", ",".join(models.CNNS + models.TRANSFORMERS)).split(",")
     workdir = os.path.join(build, "ort")
     os.makedirs(workdir, exist_ok=True)
@@ -230,27 +252,34 @@ def main():
         rows.append(row)
         print(name, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
     if option("--json"):
-        json.dump({"machine": isa(), "blas": blas, "ort": ort.version, "gemm_peak": peak, "rows": rows}, open(option("--json"), "w"),
-                  indent=1)
-    text = table(rows, ort, peak)
+        json.dump({"machine": isa(), "blas": blas, "ort": ort.version, "gemm_peak": peak, "commit": commit(),
+                   "date": time.strftime('%Y-%m-%d'), "quick": quick, "rows": rows}, open(option("--json"), "w"), indent=1)
+    write(table(rows, ort, peak, isa(), blas))
+
+
+def commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:
+        return ""
+
+
+def write(text, stamp=None):
     print(text)
     if doc_path:
         begin, end = "<!-- ort table -->\n", "<!-- end ort table -->"
         doc = open(doc_path).read()
         if begin not in doc or end not in doc:
             raise SystemExit(f"ort_models: {doc_path} has no '{begin.strip()}' ... '{end}' markers")
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        except OSError:
-            commit = ""
-        stamp = (f"Measured {time.strftime('%Y-%m-%d')}{' at ' + commit if commit else ''} by bench/ort_models.py "
-                 f"({'--quick' if quick else 'full run'}; bench/run runs it).\n\n")
+        at = commit()
+        stamp = stamp or (f"Measured {time.strftime('%Y-%m-%d')}{' at ' + at if at else ''} by bench/ort_models.py "
+                          f"({'--quick' if quick else 'full run'}; bench/run runs it).\n\n")
         with open(doc_path, "w") as out:
             out.write(doc[:doc.index(begin) + len(begin)] + stamp + text + doc[doc.index(end):])
 
 
-def table(rows, ort, peak):
+def table(rows, ort, peak, machine, blas):
     def cell(row, key):
         return f"{row[key]:.2f}" if key in row else "-"
 
@@ -270,7 +299,7 @@ def table(rows, ort, peak):
                      f"{ratio(row.get('ort'), ours)} | {ratio(row.get('ort'), row.get('onednn'))} | "
                      f"{ratio(row.get('oif'), ours)} | {ratio(row.get('scripted'), ours)} | {regions or '-'} | "
                      f"{error.get('ort', float('nan')):.0e} / {max(v for k, v in error.items() if k != 'ort'):.0e} |")
-    summary = ["", f"Machine: {isa()}; {threads} threads; batch 1; LibTorch's BLAS: {blas}; "
+    summary = ["", f"Machine: {machine}; {rows[0]['threads']} threads; batch 1; LibTorch's BLAS: {blas}; "
                f"ONNX Runtime {ort.version or 'not measured: ' + str(ort.error)}. Times in ms (medians, interleaved). "
                f"The machine's measured GEMM rate (a 2048^3 float matrix product on that BLAS): {peak:.0f} GFLOP/s.", ""]
     for label, group in (("CNNs", models.CNNS), ("transformers", models.TRANSFORMERS)):
@@ -280,7 +309,9 @@ def table(rows, ort, peak):
             best = {row["name"]: row["ort"] / min(row["recipe"], row["onednn"]) for row in chosen}
             summary.append(f"- {label} ({len(chosen)}): the recipe is {geomean(list(versus.values())):.2f}x ONNX Runtime as a "
                            f"geometric mean, slowest {min(versus.values()):.2f}x ({min(versus, key=versus.get)}); "
-                           f"{geomean([row['oif'] / row['recipe'] for row in chosen]):.2f}x optimize_for_inference; "
+                           f"{geomean([row['oif'] / row['recipe'] for row in chosen]):.2f}x optimize_for_inference, "
+                           f"{geomean([min(row['oif'], row['scripted']) / row['recipe'] for row in chosen]):.2f}x the faster of it "
+                           f"and scripted (from {min(min(row['oif'], row['scripted']) / row['recipe'] for row in chosen):.2f}x); "
                            f"the faster of the recipe and onednn alone: {geomean(list(best.values())):.2f}x ONNX Runtime.")
         for row in rows:
             if row["name"] in group and label == "transformers":
