@@ -27,7 +27,9 @@ import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import Encoder  # noqa: E402  (the BERT-base-shaped encoder bench/ort_models.py times too)
 
 xnnpack_library, pointwise_library, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 # The priority list: xnnpack first (whole CNN bodies where it is faster), onednn for the regions
@@ -39,43 +41,6 @@ OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_0",
           "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "swin_t", "vit_b_16"]
 TRANSFORMERS = ["vit_b_16", "bert_base_encoder"]
-
-
-class EncoderLayer(nn.Module):
-    """A BERT-base encoder layer, written out: attention (q, k, v, out Linears, scaled matmuls,
-    softmax), GELU feed-forward, residual adds, post-LayerNorms."""
-
-    def __init__(self, d=768, heads=12, ff=3072):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d)
-        self.ff1 = nn.Linear(d, ff)
-        self.ff2 = nn.Linear(ff, d)
-        self.norm1 = nn.LayerNorm(d)
-        self.norm2 = nn.LayerNorm(d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
-        k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
-        v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
-        attention = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads)), dim=-1)
-        context = torch.matmul(attention, v).transpose(1, 2).reshape(b, t, d)
-        x = self.norm1(x + self.out(context))
-        return self.norm2(x + self.ff2(F.gelu(self.ff1(x))))
-
-
-class Encoder(nn.Module):
-    def __init__(self, layers=12):
-        super().__init__()
-        self.layers = nn.ModuleList([EncoderLayer() for _ in range(layers)])
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
 
 
 def model_and_input(name):
