@@ -35,4 +35,6 @@
 #include <torch_delegate/impl/signature.ipp>
 #include <torch_delegate/impl/tuning.ipp>
 #include <torch_delegate/impl/tuning_timing.ipp>
+#include <torch_delegate/impl/timing_cache.ipp>
+#include <torch_delegate/impl/timing_statistics.ipp>
 #include <torch_delegate/impl/version.ipp>

@@ -265,6 +265,18 @@ struct SlowerAdds : test_backends::GenericBackend {
     return outputs;
   }
 };
+/// Runs slow_add in the 8 ms TorchScript takes: the two do not separate.
+struct EqualAdds : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_equal_adds";
+  static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(8));
+    on_switching_backend = true;
+    auto outputs = GenericBackend::execute(handle, inputs);
+    on_switching_backend = false;
+    return outputs;
+  }
+};
 inline thread_local bool after_faster_adds = false;
 struct FasterAdds : test_backends::GenericBackend {
   static constexpr std::string_view name = "td_partition_faster_adds";

@@ -1,5 +1,5 @@
 // Partial lowering's report: submodules and source lines of regions and kept nodes, refusals by
-// the backend, and the saved report format (versions 1 to 6).
+// the backend, and the saved report format (versions 1 to 7).
 #include "partition_backends.hpp"
 #include <torch_delegate/report_format.hpp>
 
@@ -99,7 +99,7 @@ TEST_CASE("report format: versions 1 to 6 read back; anything else is nullopt, n
       {{"forward",
         {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder",
           {"input 0 (method argument x): to channels_last on entry", "output 0: to contiguous before aten::conv2d"},
-          "b", 1.5, 2.25}},
+          "b", 1.5, 2.25, "faster on b: 8 of 8 rounds by more than 3 % (0 the other way), sign test p = 0.0078"}},
         {{"aten::relu", kept_reason::slower_on_backend, "0.5 ms on a, 0.25 ms in TorchScript", "model.py:4", 1, "encoder.block",
           {{"a", kept_reason::slower_on_backend, "0.5 ms on a, 0.25 ms in TorchScript"}, {"b", kept_reason::unsupported_kind, ""}}},
          {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, "",
@@ -107,7 +107,7 @@ TEST_CASE("report format: versions 1 to 6 read back; anything else is nullopt, n
          {"aten::mul", kept_reason::control_flow, "", "", 0, ""}}}}};  // per_backend empty: made by hand
   const c10::IValue saved = encode_report(report);
   CHECK(saved.toTupleRef().elements()[0].toInt() == report_format_version);
-  CHECK(report_format_version == 6);
+  CHECK(report_format_version == 7);
   CHECK(decode_report(saved) == report);
   // The reason is saved as its token, not its label.
   const auto kept = saved.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toListRef();
@@ -143,6 +143,25 @@ TEST_CASE("report format: versions 1 to 6 read back; anything else is nullopt, n
     REQUIRE(selective);
     CHECK(selective->methods[0].kept[0].reason == kept_reason::outside_selection);
     CHECK(selective->methods[0].kept[0].detail.empty());
+  }
+  SUBCASE("version 6 (before issue 40): measured regions without their decision") {
+    std::vector<c10::IValue> region{std::string("forward_region_0"), std::int64_t{2}, c10::List<std::string>({"aten::add"}),
+                                    std::string("m.py:2"), std::int64_t{0}, std::string(""), c10::List<std::string>(),
+                                    std::string("x"), 0.5, 0.75};
+    c10::impl::GenericList regions(region_data_type(6)), kept_nodes(kept_data_type(6));
+    regions.push_back(c10::ivalue::Tuple::create(region));
+    c10::impl::GenericList methods(method_data_type(6));
+    methods.push_back(c10::ivalue::Tuple::create({std::string("forward"), regions, kept_nodes}));
+    const auto read = decode_report(c10::ivalue::Tuple::create({std::int64_t{6}, std::string("x"), std::string("M"), methods}));
+    REQUIRE(read);
+    CHECK(read->methods[0].regions[0].backend_ms == 0.5);
+    CHECK(read->methods[0].regions[0].decision.empty());
+    CHECK(contains(read->to_string(), ": 0.5 ms on x, 0.75 ms in TorchScript\n"));
+    // Version 7 writes the decision, and its text shows it.
+    torch_delegate::delegation_report decided = *read;
+    decided.methods[0].regions[0].decision = "not separable: of 40 rounds, 3 faster on x and 2 faster in TorchScript";
+    CHECK(decode_report(encode_report(decided)) == decided);
+    CHECK(contains(decided.to_string(), ": 0.5 ms on x, 0.75 ms in TorchScript (not separable: of 40 rounds, "));
   }
   SUBCASE("version 5 (before per-backend reasons): the one reason saved, as the last backend's") {
     std::vector<c10::IValue> region{std::string("forward_region_0"), std::int64_t{2}, c10::List<std::string>({"aten::add"}),

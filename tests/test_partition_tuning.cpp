@@ -6,6 +6,8 @@
 #include <torch/csrc/jit/frontend/sugared_value.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 using namespace test_helpers;
@@ -77,7 +79,7 @@ def forward(self, x, h):
     for (const auto& region : plan.methods[0].regions) {
       CHECK(region.backend == "td_partition_reference");
       CHECK(region.backend_ms >= 0);
-      CHECK(region.backend_ms <= region.torchscript_ms);  // delegated only where faster
+      CHECK(!region.decision.empty());  // faster beyond the spread, or not separable
     }
     // The next backend got each lost region: delegated there, or measured slower there too (the
     // two speeds are close: which one depends on the run). Not vacuous: something was offered.
@@ -117,11 +119,15 @@ def forward(self, x, h):
       if (node.kind == "aten::mul") same = node.per_backend == mul->per_backend && node.reason == mul->reason;
     CHECK(same);
   }
-  SUBCASE("every measured region has both times, and is delegated only where its backend is faster") {
+  SUBCASE("every measured region has both times and says how they decided: faster beyond the spread, or not separable") {
     const auto plan = torch_delegate::delegation_plan<ReferenceBackend>(module, options);
     for (const auto& region : plan.methods[0].regions) {
       CHECK(region.backend_ms >= 0);
-      CHECK(region.backend_ms <= region.torchscript_ms);
+      const bool faster = region.decision.rfind("faster on td_partition_reference: ", 0) == 0;
+      const bool not_separable = region.decision.rfind("not separable: of ", 0) == 0 &&
+                                 contains(region.decision, "; delegated, as the list's order says");
+      CHECK((faster || not_separable));
+      if (faster) CHECK(region.backend_ms < region.torchscript_ms);
     }
     std::size_t slower = 0;
     for (const auto& node : plan.methods[0].kept)
@@ -396,4 +402,123 @@ TEST_CASE("tuning: measure without example inputs is an error, as choose_order w
   options.replay.reset();
   options.example_inputs["forward"] = {torch::randn({3}), torch::randn({3})};
   CHECK_NOTHROW(torch_delegate::delegation_plan<ReferenceBackend>(module, options));
+}
+
+TEST_CASE("measured partitioning: a timing decides only beyond the spread; alike regions are timed once") {
+  // Two alike regions (slow_add of two [16] tensors) around a relu that stays in TorchScript.
+  torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x, h):
+    a = td_test_partition.slow_add(x, h)
+    b = torch.relu(a)
+    return td_test_partition.slow_add(b, h)
+)");
+  const at::Tensor x = torch::randn({16}), h = torch::randn({16});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x, h};
+  options.measure = true;
+  options.timing_cache = false;
+  std::vector<torch_delegate::progress_update> updates;
+  options.progress = [&](const torch_delegate::progress_update& update) { updates.push_back(update); };
+
+  SUBCASE("equal times (8 against 8 ms): not separable, delegated by the list's order, and the report says so") {
+    auto lowered = torch_delegate::lower_partially<EqualAdds>(module, options);
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    REQUIRE(report.methods[0].regions.size() == 2);
+    for (const auto& region : report.methods[0].regions) {
+      CHECK(region.decision.rfind("not separable: of ", 0) == 0);
+      CHECK(contains(region.decision, " faster on td_partition_equal_adds and "));
+      CHECK(contains(region.decision, " faster in TorchScript by more than 3 %, sign test p = "));
+      CHECK(contains(region.decision, "; delegated, as the list's order says"));
+    }
+    CHECK(contains(report.to_string(), " ms in TorchScript (not separable: of "));
+    CHECK(lowered.forward({x, h}).toTensor().allclose(torch::relu(x + h) + h));
+  }
+  SUBCASE("6 against 8 ms: faster beyond the spread; the second region, alike, reuses the first's verdict") {
+    auto lowered = torch_delegate::lower_partially<SlowerAdds>(module, options);
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    REQUIRE(report.methods[0].regions.size() == 2);
+    const auto& first = report.methods[0].regions[0];
+    INFO(first.decision);
+    CHECK(first.decision.rfind("faster on td_partition_slower_adds: ", 0) == 0);
+    CHECK(contains(first.decision, " rounds by more than 3 % ("));
+    CHECK(contains(first.decision, " the other way), sign test p = "));
+    CHECK(report.methods[0].regions[1].decision == first.decision + " (cached)");
+    CHECK(report.methods[0].regions[1].backend_ms == first.backend_ms);
+    // Progress: each region announced, the lowering's end with its counts.
+    std::size_t timing = 0;
+    for (const auto& update : updates) timing += update.stage == "timing";
+    CHECK(timing == 2);
+    REQUIRE(!updates.empty());
+    CHECK(updates.back().stage == "done");
+    CHECK(updates.back().detail == "regions timed: 1; verdicts reused (alike regions, the cache): 1");
+    CHECK(updates.back().step == updates.back().steps);
+    CHECK(updates.back().elapsed_s > 0);
+  }
+  SUBCASE("a region slower beyond the spread stays in TorchScript; its reason gives the rounds") {
+    const auto plan = torch_delegate::delegation_plan<SlowReference>(script(R"(
+def forward(self, x, h):
+    return x * h + x
+)"), options);
+    REQUIRE(!plan.methods[0].kept.empty());
+    const auto& node = plan.methods[0].kept[0];
+    if (node.reason == torch_delegate::kept_reason::slower_on_backend)
+      CHECK(contains(node.detail, "; faster in TorchScript: "));
+  }
+}
+
+TEST_CASE("measured partitioning: the timing cache keeps verdicts and lowerings; a warm lowering times nothing") {
+  torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return torch.relu(a)
+)");
+  const at::Tensor x = torch::randn({16});
+  const std::string directory = temp_path("timing_cache_e2e");
+  std::filesystem::remove_all(directory);
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.measure = true;
+  options.choose_order = true;
+  options.timing_cache_dir = directory;
+  std::vector<std::string> stages;
+  options.progress = [&](const torch_delegate::progress_update& update) { stages.push_back(update.stage); };
+  const std::string file = directory + "/timings-1.txt";
+
+  auto cold = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+  CHECK(std::find(stages.begin(), stages.end(), "timing") != stages.end());
+  CHECK(std::find(stages.begin(), stages.end(), "cached") == stages.end());
+  REQUIRE(std::filesystem::exists(file));
+  std::ifstream read(file);
+  std::string header;
+  std::getline(read, header);
+  CHECK(header == "torch-delegate timing cache, format 1");
+
+  stages.clear();
+  const auto start = std::chrono::steady_clock::now();
+  auto warm = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+  const double warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(stages == std::vector<std::string>{"cached", "done"});
+  CHECK(warm_s < 0.1);  // nothing timed: a cold lowering times 8 ms calls for rounds
+  const auto cold_report = *torch_delegate::delegation_report_data_of(cold);
+  const auto warm_report = *torch_delegate::delegation_report_data_of(warm);
+  CHECK(warm_report.backend == cold_report.backend);  // the order choose_order chose
+  const bool same_regions = warm_report.methods[0].regions == cold_report.methods[0].regions;
+  CHECK(same_regions);
+  CHECK(warm.forward({x}).toTensor().allclose(torch::relu(x + x)));
+
+  SUBCASE("another shape is another key: measured again") {
+    options.example_inputs["forward"] = {torch::randn({32})};
+    stages.clear();
+    torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    CHECK(std::find(stages.begin(), stages.end(), "cached") == stages.end());
+  }
+  SUBCASE("timing_cache false: nothing read, nothing written") {
+    options.timing_cache = false;
+    const auto size = std::filesystem::file_size(file);
+    stages.clear();
+    torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    CHECK(std::find(stages.begin(), stages.end(), "cached") == stages.end());
+    CHECK(std::filesystem::file_size(file) == size);
+  }
+  std::filesystem::remove_all(directory);
 }

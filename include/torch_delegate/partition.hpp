@@ -13,6 +13,7 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -29,6 +30,23 @@ enum class other_shapes {
   torchscript,  // the region's own TorchScript runs instead (a check of sizes and dtypes per call)
   replan        // the backend compiles the region again for the new shapes (B::replan, opt-in), and
                 // keeps up to partition_options::max_replans such shapes per region
+};
+
+/// How far a measured lowering is (partition_options::progress): one update as each region is
+/// timed and as each lowering of choose_order starts and is checked, a last one when it is done.
+struct progress_update {
+  /// "timing" (a candidate region on its backend against TorchScript), "checking" (a lowered
+  /// method whole, against the original), "choosing" (choose_order's lowerings, side by side),
+  /// "cached" (the decisions came from the timing cache: nothing timed) or "done".
+  std::string stage;
+  /// What is being done, for a person: "order 2 of 3 (onednn first): region 4 of 9 on onednn".
+  std::string detail;
+  /// The lowerings done and to do (choose_order makes several; their number may grow when one
+  /// mixes backends): a progress bar's position and length.
+  std::size_t step = 0;
+  std::size_t steps = 1;
+  /// Seconds since the lowering started.
+  double elapsed_s = 0;
 };
 
 /// The knobs of one partial lowering.
@@ -89,6 +107,18 @@ struct partition_options {
   /// backends it was lowered with, in order. Lowering takes about as many times longer as there are
   /// backends (twice that where lowerings mix backends).
   bool choose_order = false;
+  /// With measure: keep what was measured in the timing cache and reuse it (docs/partial-lowering.md,
+  /// "The timing cache"): each region's verdict, keyed by its canonical graph, input shapes and
+  /// dtypes, backend and payload version, CPU and thread count; and each lowering's decisions, so
+  /// that measuring the same model again on the same machine times nothing. A cache file that is
+  /// damaged or not ours is reported once and ignored. false: nothing is read or written.
+  bool timing_cache = true;
+  /// The timing cache's directory; "" (the default): $TORCH_DELEGATE_CACHE_DIR, else
+  /// $XDG_CACHE_HOME/torch_delegate, else ~/.cache/torch_delegate. The default cache is off when
+  /// $TORCH_DELEGATE_TIMING_CACHE is 0 (a directory given here is used whatever it says).
+  std::string timing_cache_dir;
+  /// With measure: called as the lowering goes (progress_update), on the lowering's thread.
+  std::function<void(const progress_update&)> progress;
   /// The decisions of an earlier report (a measured plan, or a lowered module's report): a
   /// candidate region is delegated if and only if the report's method has a region of the same
   /// backend, kinds, node count, location and depth (its times are copied). Nothing is timed.

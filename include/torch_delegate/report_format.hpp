@@ -2,7 +2,14 @@
 // `_torch_delegate_report_data`): this header owns that format, as payload_format.hpp owns the
 // processed payload. Nothing else encodes or decodes it.
 //
-//   version 6: (6, backend, module, [(method, [region], [kept])])
+//   version 7: (7, backend, module, [(method, [region], [kept])])
+//       region: (name, node_count, [kind], location, depth, submodule, [conversion], backend,
+//                backend_ms, torchscript_ms, decision)
+//       kept:   (kind, reason token, detail, location, depth, submodule,
+//                [(backend, reason token, detail)])
+//     backend: the report's backends, ", "-separated in priority order; a region's, its own.
+//     A kept node's reason and detail are its primary ones; the list has every backend's.
+//   version 6: as 7 without the regions' decision (issue 40):
 //       region: (name, node_count, [kind], location, depth, submodule, [conversion], backend,
 //                backend_ms, torchscript_ms)
 //       kept:   (kind, reason token, detail, location, depth, submodule,
@@ -39,7 +46,7 @@
 
 namespace torch_delegate::detail {
 
-inline constexpr std::int64_t report_format_version = 6;
+inline constexpr std::int64_t report_format_version = 7;
 
 /// The stable token a reason is saved as: "unsupported_kind", ...
 TORCH_DELEGATE_DECL std::string_view token_of(kept_reason reason);

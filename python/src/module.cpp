@@ -19,6 +19,8 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <pybind11/functional.h>  // partition_options::progress: a Python callable
+
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
@@ -162,7 +164,8 @@ td::delegation_report report_of(py::handle given) {
                                                 .conversions = region.attr("conversions").cast<std::vector<std::string>>(),
                                                 .backend = region.attr("backend").cast<std::string>(),
                                                 .backend_ms = region.attr("backend_ms").cast<double>(),
-                                                .torchscript_ms = region.attr("torchscript_ms").cast<double>()});
+                                                .torchscript_ms = region.attr("torchscript_ms").cast<double>(),
+                                                .decision = region.attr("decision").cast<std::string>()});
     for (py::handle node : method.attr("kept")) {
       const std::string where = "replay: method '" + entry.method + "', kept " + node.attr("kind").cast<std::string>();
       std::vector<td::backend_reason> per_backend;
@@ -205,7 +208,8 @@ py::dict report_data(const td::delegation_report& report) {
                               py::arg("kinds") = region.kinds, py::arg("location") = region.location,
                               py::arg("depth") = region.depth, py::arg("submodule") = region.submodule,
                               py::arg("conversions") = region.conversions, py::arg("backend") = region.backend,
-                              py::arg("backend_ms") = region.backend_ms, py::arg("torchscript_ms") = region.torchscript_ms));
+                              py::arg("backend_ms") = region.backend_ms, py::arg("torchscript_ms") = region.torchscript_ms,
+                              py::arg("decision") = region.decision));
     for (const td::kept_node& node : method.kept) {
       py::list per_backend;
       for (const td::backend_reason& each : node.per_backend)
@@ -298,6 +302,17 @@ PYBIND11_MODULE(_C, m) {
       .value("error", td::other_shapes::error)
       .value("torchscript", td::other_shapes::torchscript)
       .value("replan", td::other_shapes::replan);
+  py::class_<td::progress_update>(m, "ProgressUpdate", "torch_delegate::progress_update (partition.hpp)")
+      .def_readonly("stage", &td::progress_update::stage)
+      .def_readonly("detail", &td::progress_update::detail)
+      .def_readonly("step", &td::progress_update::step)
+      .def_readonly("steps", &td::progress_update::steps)
+      .def_readonly("elapsed_s", &td::progress_update::elapsed_s)
+      .def("__repr__", [](const td::progress_update& self) {
+        return "ProgressUpdate(stage=" + py::repr(py::str(self.stage)).cast<std::string>() + ", detail=" +
+               py::repr(py::str(self.detail)).cast<std::string>() + ", step=" + std::to_string(self.step) +
+               ", steps=" + std::to_string(self.steps) + ", elapsed_s=" + std::to_string(self.elapsed_s) + ")";
+      });
   using td::partition_options;
   py::class_<partition_options>(m, "PartitionOptions", "torch_delegate::partition_options (partition.hpp)")
       .def(py::init<>())
@@ -322,7 +337,11 @@ PYBIND11_MODULE(_C, m) {
           [](partition_options& self, const py::object& report) {
             self.replay = report.is_none() ? std::nullopt : std::optional(report_of(report));
           })
-      .def_readwrite("fallback_when_unavailable", &partition_options::fallback_when_unavailable);
+      .def_readwrite("fallback_when_unavailable", &partition_options::fallback_when_unavailable)
+      .def_readwrite("timing_cache", &partition_options::timing_cache)
+      .def_readwrite("timing_cache_dir", &partition_options::timing_cache_dir)
+      // A callable (called with the GIL taken, on the lowering's thread) or None.
+      .def_readwrite("progress", &partition_options::progress);
 
   // Each kept reason as (token, label), in kept_reason's order: the tokens are what saved reports
   // and replay name; the labels what the text says.

@@ -1,6 +1,6 @@
 # Type stubs of torch_delegate._C, the package's C++ bindings (python/src/module.cpp). Use the
 # functions of the torch_delegate package; these take torch._C.ScriptModule, not ScriptModule.
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 
@@ -19,6 +19,13 @@ class OtherShapes:  # torch_delegate::other_shapes
     replan: OtherShapes
     __members__: Dict[str, OtherShapes]
 
+class ProgressUpdate:  # torch_delegate::progress_update
+    stage: str  # "timing", "checking", "choosing", "cached" or "done"
+    detail: str
+    step: int
+    steps: int
+    elapsed_s: float
+
 class PartitionOptions:  # torch_delegate::partition_options, field for field; C++'s defaults
     methods: List[str]
     min_region_size: int
@@ -34,6 +41,9 @@ class PartitionOptions:  # torch_delegate::partition_options, field for field; C
     choose_order: bool
     replay: Optional[ReportData]  # set from a torch_delegate.Report (or None); read back as its data
     fallback_when_unavailable: bool
+    timing_cache: bool
+    timing_cache_dir: str
+    progress: Optional[Callable[[ProgressUpdate], None]]
     def __init__(self) -> None: ...
 
 def backends() -> List[Dict[str, Any]]: ...

@@ -35,6 +35,7 @@ __all__ = [
     "LowerOptions",
     "MethodReport",
     "OptionInfo",
+    "ProgressUpdate",
     "Region",
     "Report",
     "TensorSpec",
@@ -54,6 +55,11 @@ __version__: str = _C.version  #: the version of torch-delegate this package and
 #: The error torch-delegate raises (a RuntimeError), with the text of the C++ error: what was
 #: wrong, where (backend, method, the model's source line), what was expected and what given.
 Error = _C.Error
+
+#: What a measured lowering reports as it goes (lower(..., measure=True, progress=callable)): stage
+#: ("timing", "checking", "choosing", "cached", "done"), detail, step and steps (its lowerings:
+#: choose_order makes several), elapsed_s.
+ProgressUpdate = _C.ProgressUpdate
 
 
 def backends() -> List[Backend]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 
 from . import _C
+from ._progress import ProgressPrinter
 from ._report import Report, TensorSpec
 
 
@@ -58,6 +59,16 @@ class LowerOptions:
     #: lower only, with measure and several backends: also lower with each other backend first
     #: (and, where a lowering mixes backends, its first alone) and keep the fastest (False)
     choose_order: Optional[bool] = None
+    #: with measure: the timing cache, where measured verdicts are kept and reused (a second
+    #: measured lowering of the same model on the same machine times nothing): True (the default
+    #: directory: $TORCH_DELEGATE_CACHE_DIR, else $XDG_CACHE_HOME/torch_delegate, else
+    #: ~/.cache/torch_delegate; off when $TORCH_DELEGATE_TIMING_CACHE=0), a directory (str), or
+    #: False (nothing read or written) (True)
+    timing_cache: Optional[Union[bool, str]] = None
+    #: with measure: what a long lowering shows: True (a tqdm bar when tqdm is installed, else a
+    #: line on stderr, once it has taken a second), False (nothing), or a callable given each
+    #: torch_delegate.ProgressUpdate (stage, detail, step, steps, elapsed_s) (True)
+    progress: Optional[Union[bool, Callable[[Any], None]]] = None
     #: a Report (plan(..., measure=True) or report(lowered)) whose decisions are repeated: a
     #: candidate region is delegated if and only if the report has it, a region it kept as slower
     #: keeps that reason; nothing is timed
@@ -78,7 +89,8 @@ class LowerOptions:
 _KNOBS = tuple(field.name for field in dataclasses.fields(LowerOptions))
 #: The knobs of partial lowering: lower(...) without partial=True refuses them.
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "replay")
+                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "timing_cache",
+                  "progress", "replay")
 _FLAGS = ("partial", "require_full", "fallback", "measure", "choose_order", "load_backends")
 _NAME_LISTS = ("methods", "keep_kinds", "keep_submodules", "lower_submodules")
 #: The knobs that take one of a few strings: the allowed values are the C++ enum's.
@@ -109,6 +121,13 @@ def _knob(knob: str, value: Any, who: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{who}: min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got {value!r}")
         return float(value)
+    elif knob == "timing_cache":
+        if not isinstance(value, (bool, str)) or value == "":
+            raise TypeError(f"{who}: timing_cache must be True, False or a directory (a non-empty str), got {value!r}")
+    elif knob == "progress":
+        if not isinstance(value, bool) and not callable(value):
+            raise TypeError(f"{who}: progress must be True, False or a callable taking a torch_delegate.ProgressUpdate, "
+                            f"got {value!r}")
     elif knob == "replay":
         if not isinstance(value, Report):
             raise TypeError(f"{who}: replay must be a torch_delegate.Report (plan(..., measure=True) or report(lowered)), "
@@ -174,6 +193,14 @@ def _partition_options(options: LowerOptions, methods: List[str], who: str) -> "
         except TypeError:
             raise TypeError(f"{who}: example_inputs: an argument has no TorchScript type; give tensors, numbers, "
                             f"strings, or lists, tuples and dicts of them") from None
+    if "timing_cache" in given:
+        cache = given.pop("timing_cache")
+        converted.timing_cache = cache is not False
+        if isinstance(cache, str):
+            converted.timing_cache_dir = cache
+    progress = given.pop("progress", True)
+    if progress is not False and given.get("measure"):
+        converted.progress = ProgressPrinter(who) if progress is True else progress
     for knob, value in given.items():
         setattr(converted, knob, value)
     return converted

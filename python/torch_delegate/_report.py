@@ -49,6 +49,8 @@ class Region:
     backend: str = ""  #: the backend that runs it (with several, the first in the list that takes its nodes)
     backend_ms: float = -1.0  #: measured: one call on its backend, in ms (-1: not measured)
     torchscript_ms: float = -1.0  #: measured: one call as TorchScript, in ms (-1: not measured)
+    #: measured: how the times decided ("faster on onednn: 12 of 12 rounds ...", "not separable: ...")
+    decision: str = ""
 
 
 #: Each kept reason's token (stable: saved reports and replay name reasons by it) and its label

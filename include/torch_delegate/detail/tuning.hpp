@@ -4,34 +4,51 @@
 // (measured decisions, min_gain), then checks each lowered method whole (the regions of least gain
 // taken out while it is slower than the original) and, with choose_order, compares the orders of
 // a priority list. partition_options::replay repeats an earlier report's decisions, timing
-// nothing. Every time it reads comes from a timing_source: a cache of times (issue 40) is one more.
+// nothing. Every time it reads comes from a timing_source, and decides only where the rounds of
+// the two paths separate (timing_statistics.hpp); the timing cache (timing_cache.hpp) keeps the
+// verdicts between lowerings.
 #pragma once
 
 #include <torch_delegate/detail/backend_lowering.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/partition_assign.hpp>
 #include <torch_delegate/detail/regions.hpp>
+#include <torch_delegate/detail/timing_cache.hpp>
+#include <torch_delegate/detail/timing_statistics.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <chrono>
+#include <functional>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace torch_delegate {
 struct partition_options;
-}
+struct progress_update;
+}  // namespace torch_delegate
 
 namespace torch_delegate::detail {
 
-/// A region's two times, in ms: one call on its backend, one as TorchScript.
+/// A region's two times, in ms (one call on its backend, one as TorchScript: medians), and what
+/// their rounds say (first: the backend, second: TorchScript).
 struct region_timing {
   double backend_ms;
   double torchscript_ms;
+  paired_comparison compared;
+  bool cached = false;  // from the timing cache or an alike region of this lowering: nothing timed
 };
+
+/// The rules measured decisions follow (timing_statistics.hpp): regions, and whole methods (the
+/// method's check and choose_order, whose calls are longer and steadier).
+inline constexpr sampling_rule region_rule{0.03, 0.01, 8, 40, 1.5};
+inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 3.0};
 
 /// The value of each top-level value of a method's graph, from a run on its example inputs.
 using example_value_map = std::unordered_map<const torch::jit::Value*, c10::IValue>;
@@ -47,35 +64,80 @@ struct region_to_time {
   const c10::impl::GenericDict& spec_by_method;  // the backend's {method: spec} it is compiled with
 };
 
-/// Where measured decisions get their times. clock_timing times now, in this process; a cache of
-/// earlier times (issue 40) is another source, in front of it.
+/// Where measured decisions get their times. clock_timing times now, in this process;
+/// cached_timing puts the timing cache and the regions already timed in front of it.
 struct timing_source {
   virtual ~timing_source() = default;
-  /// A region on its backend (lowered alone, as lowering would lower it) and as TorchScript; nothing
-  /// when a value it takes is not known (a region in an if or loop body).
+  /// A region on its backend (lowered alone, as lowering would lower it) and as TorchScript, in
+  /// rounds until they separate (region_rule); nothing when a value it takes is not known (a
+  /// region in an if or loop body).
   virtual std::optional<region_timing> region_ms(const region_to_time& what) = 0;
   /// One call of the original `method` of `module` on its example `inputs`: what min_gain is a
   /// share of.
   virtual double method_ms(const torch::jit::Module& module, const std::string& method,
                            const std::vector<c10::IValue>& inputs) = 0;
-  /// One call of `method` of each of `modules`, timed side by side (the method's check and
-  /// choose_order compare them).
-  virtual std::vector<double> methods_ms(const std::vector<const torch::jit::Module*>& modules, const std::string& method,
-                                         const std::vector<c10::IValue>& inputs) = 0;
+  /// `method` of two modules timed side by side in rounds until they separate (method_rule).
+  virtual paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
+                                            const std::string& method, const std::vector<c10::IValue>& inputs) = 0;
+  /// How far the lowering is (partition_options::progress): `stage` and what is being done.
+  virtual void progress(std::string_view, const std::string&) {}
+  /// The lowering `step` of `steps` (choose_order's) starts: `what` prefixes the updates.
+  virtual void lowering_step(std::size_t, std::size_t, const std::string&) {}
 };
 
-/// Times with the steady clock, in this process, without gradients; medians. A region between
+/// Times with the steady clock, in this process, without gradients. A region between
 /// TorchScript ops that compute is timed between two TorchScript calls and charged for what it
-/// costs the call after it; one with no such neighbour in blocks of calls of one kind (5 to 15
-/// rounds, alternating). A method: two warm-up calls, then the median of 5; methods side by side:
-/// interleaved blocks of 3 calls (the first dropped), 5 rounds.
+/// costs the call after it; one with no such neighbour in blocks of calls of one kind. Each
+/// round times both paths, the order alternating. A method: two warm-up calls, then the median of
+/// 5; methods side by side: per round a block of 2 calls of each (the first dropped).
 struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,
                                            const std::vector<c10::IValue>& inputs) override;
-  TORCH_DELEGATE_INTERNAL std::vector<double> methods_ms(const std::vector<const torch::jit::Module*>& modules,
-                                                         const std::string& method,
-                                                         const std::vector<c10::IValue>& inputs) override;
+  TORCH_DELEGATE_INTERNAL paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
+                                                            const std::string& method,
+                                                            const std::vector<c10::IValue>& inputs) override;
+};
+
+/// An IValue in a key: scalars and strings by value, containers element by element, tensors by
+/// dtype, sizes and strides (never their data).
+TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IValue& value);
+
+/// What a region's timing depends on, as text for key_digest: the backend, its payload version
+/// and the spec it is compiled with; the region's nodes, their constants and how they connect
+/// (value names and attribute names left out: ResNet's alike blocks have one key); every tensor's
+/// dtype, sizes and strides from the example values. (cached_timing adds the machine.)
+TORCH_DELEGATE_INTERNAL std::string region_key(const region_to_time& what);
+
+/// The timing cache and the regions already timed in this lowering, in front of `clock`: a
+/// region alike to one timed before (region_key) gets its verdict without being timed. Reports
+/// progress to `progress` (when set). `file`: nullptr when the cache is off.
+class cached_timing final : public timing_source {
+ public:
+  TORCH_DELEGATE_INTERNAL cached_timing(timing_source& clock, timing_cache_file* file,
+                                        std::function<void(const progress_update&)> progress);
+  TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
+  TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,
+                                           const std::vector<c10::IValue>& inputs) override;
+  TORCH_DELEGATE_INTERNAL paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
+                                                            const std::string& method,
+                                                            const std::vector<c10::IValue>& inputs) override;
+  TORCH_DELEGATE_INTERNAL void progress(std::string_view stage, const std::string& detail) override;
+  TORCH_DELEGATE_INTERNAL void lowering_step(std::size_t step, std::size_t steps, const std::string& what) override;
+  timing_cache_file* file() const { return file_; }
+  /// Regions timed, and regions whose verdict was reused (the cache, or an alike region).
+  std::size_t timed() const { return timed_; }
+  std::size_t reused() const { return reused_; }
+
+ private:
+  timing_source& clock_;
+  timing_cache_file* file_;
+  std::function<void(const progress_update&)> callback_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::size_t step_ = 0, steps_ = 1, timed_ = 0, reused_ = 0;
+  std::string what_;
+  std::string fingerprint_;  // machine_fingerprint, once per lowering
+  std::unordered_map<std::string, region_timing> known_;  // region_key digest -> timing
 };
 
 /// Every value the top level of `graph` (a method's canonical graph) makes, as the method makes
@@ -94,21 +156,38 @@ TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partit
 
 /// What a measured lowering does after it is lowered (`lowered`, by decider_for's measured
 /// decisions): each method with example inputs is timed whole, original against lowered, and
-/// while the lowered one is slower than 1.02x, the delegated regions of least measured gain (half
-/// of them, at least one) are taken out (kept_reason::slower_on_backend, with both methods'
-/// times) and the module lowered again, replaying the rest. With choose_order and several
-/// backends, the list's order is compared with each other backend first and, where a lowering
-/// mixes backends, with its first backend alone, each lowered and checked so; the fastest is kept
-/// (the list's own unless another is faster by more than 2 %). `lowered` as it is when nothing
-/// was measured (no measure, a replay, no example inputs).
+/// while the lowered one is slower beyond the spread (method_rule), the delegated regions of least
+/// measured gain (half of them, at least one) are taken out (kept_reason::slower_on_backend, with
+/// both methods' times) and the module lowered again, replaying the rest. With choose_order and
+/// several backends, the list's order is compared with each other backend first and, where a
+/// lowering mixes backends, with its first backend alone, each lowered and checked so; a lowering
+/// replaces the best so far only when it is faster beyond the spread (so the list's order stays
+/// where they do not separate). `lowered` as it is when nothing was measured (no measure, a
+/// replay, no example inputs).
 TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& backends, const torch::jit::Module& module,
                                                         const partition_options& options,
                                                         const std::vector<c10::impl::GenericDict>& specs,
                                                         timing_source& timing, torch::jit::Module lowered);
+
+/// What a whole measured lowering depends on, as text for key_digest: the backends (names,
+/// payload versions, specs), the options that change decisions, each method's canonical graph
+/// with the example inputs' shapes, and the machine.
+TORCH_DELEGATE_INTERNAL std::string lowering_key(const backend_list& backends, const torch::jit::Module& module,
+                                                 const partition_options& options,
+                                                 const std::vector<c10::impl::GenericDict>& specs);
+
+/// A measured lowering through the timing cache: its decisions replayed from the cache when a
+/// lowering of the same key was measured before (nothing timed), else measured (tune_lowered)
+/// and stored.
+TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& backends, const torch::jit::Module& module,
+                                                          const partition_options& options,
+                                                          const std::vector<c10::impl::GenericDict>& specs);
 
 }  // namespace torch_delegate::detail
 
 #if TORCH_DELEGATE_HEADER_ONLY
 #include <torch_delegate/impl/tuning.ipp>
 #include <torch_delegate/impl/tuning_timing.ipp>
+#include <torch_delegate/impl/timing_cache.ipp>
+#include <torch_delegate/impl/timing_statistics.ipp>
 #endif

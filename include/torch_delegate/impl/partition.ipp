@@ -19,7 +19,11 @@ namespace torch_delegate::detail {
 TORCH_DELEGATE_DECL delegation_report partition_report_all(const backend_list& backends, const torch::jit::Module& module,
                                                            const partition_options& options) {
   check_partition_request(backends, module, options, nullptr);
-  clock_timing timing;  // a measured plan's times (a cache of them, issue 40, goes in front of it)
+  clock_timing clock;  // a measured plan's times, the timing cache in front of them
+  const std::string directory = options.measure && !options.replay ? timing_cache_directory(options) : std::string();
+  std::optional<timing_cache_file> file;
+  if (!directory.empty()) file.emplace(directory);
+  cached_timing timing(clock, file ? &*file : nullptr, options.progress);
   const std::unique_ptr<region_decider> decider = decider_for(options, nullptr, timing);
   delegation_report report{names_of(backends), module.type()->name()->qualifiedName(), {}};
   for (partitioned_method& p : partition_methods(backends, module, options, *decider)) report.methods.push_back(std::move(p.entry));
@@ -35,9 +39,9 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
                                                                 const partition_options& options,
                                                                 const std::vector<c10::impl::GenericDict>& specs) {
   check_partition_request(backends, module, options, &specs);
-  clock_timing timing;  // a measured lowering's times (a cache of them, issue 40, goes in front of it)
-  torch::jit::Module lowered = lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
-  return tune_lowered(backends, module, options, specs, timing, std::move(lowered));
+  if (options.measure && !options.replay) return lower_measured(backends, module, options, specs);
+  clock_timing timing;  // nothing is timed: the rules decide, or a replayed report
+  return lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
 }
 
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,

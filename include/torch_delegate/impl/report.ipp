@@ -79,6 +79,7 @@ TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
         std::ostringstream timing;
         timing.precision(3);
         timing << ": " << region.backend_ms << " ms on " << region.backend << ", " << region.torchscript_ms << " ms in TorchScript";
+        if (!region.decision.empty()) timing << " (" << region.decision << ")";
         out << timing.str();
       }
       out << "\n";

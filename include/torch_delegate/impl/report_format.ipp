@@ -1,4 +1,4 @@
-// Definitions for report_format.hpp: the saved delegation report, versions 1 to 6.
+// Definitions for report_format.hpp: the saved delegation report, versions 1 to 7.
 #pragma once
 
 #include <torch_delegate/report_format.hpp>
@@ -62,6 +62,7 @@ TORCH_DELEGATE_DECL c10::TypePtr region_data_type(std::int64_t version) {
     fields.push_back(c10::FloatType::get());   // backend_ms
     fields.push_back(c10::FloatType::get());   // torchscript_ms
   }
+  if (version >= 7) fields.push_back(c10::StringType::get());  // decision
   return c10::TupleType::create(std::move(fields));
 }
 
@@ -103,7 +104,7 @@ TORCH_DELEGATE_DECL c10::IValue encode_report(const delegation_report& report) {
                                                     c10::List<std::string>(region.kinds), region.location,
                                                     static_cast<std::int64_t>(region.depth), region.submodule,
                                                     c10::List<std::string>(region.conversions), region.backend,
-                                                    region.backend_ms, region.torchscript_ms}));
+                                                    region.backend_ms, region.torchscript_ms, region.decision}));
     c10::impl::GenericList kept(kept_data_type(version));
     for (const kept_node& node : method.kept) {
       c10::impl::GenericList per_backend(backend_reason_data_type());
@@ -159,6 +160,7 @@ inline std::optional<delegation_report> decode_report_checked(const c10::IValue&
         read.backend_ms = region[8].toDouble();
         read.torchscript_ms = region[9].toDouble();
       }
+      if (version >= 7) read.decision = region[10].toStringRef();
       for (const c10::IValue& kind : region[2].toListRef()) {
         if (!kind.isString()) return std::nullopt;
         read.kinds.push_back(kind.toStringRef());

@@ -1,9 +1,12 @@
 // Definitions for detail/tuning.hpp, the policy: the measured and replayed deciders, the method's
-// check of a measured lowering, and choose_order. (The clock: tuning_timing.ipp.)
+// check of a measured lowering, choose_order, and a measured lowering through the timing cache.
+// (The clock and the cache in front of it: tuning_timing.ipp.)
 #pragma once
 
 #include <torch_delegate/detail/tuning.hpp>
+#include <torch_delegate/detail/canonical_graph.hpp>
 #include <torch_delegate/detail/partition_rewrite.hpp>
+#include <torch_delegate/report_format.hpp>
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/report_format.hpp>
 
@@ -12,6 +15,8 @@
 #include <numeric>
 #include <sstream>
 
+#include <torch/csrc/jit/serialization/pickle.h>
+
 namespace torch_delegate::detail {
 
 // "0.0412 ms on xnnpack, 0.0275 ms in TorchScript"
@@ -19,6 +24,25 @@ inline std::string timing_text(const region_report& region) {
   std::ostringstream text;
   text.precision(3);
   text << region.backend_ms << " ms on " << region.backend << ", " << region.torchscript_ms << " ms in TorchScript";
+  return text.str();
+}
+
+// "faster on onednn: 12 of 12 rounds by more than 3 %, sign test p = 0.00049": how `compared`
+// decided between `first` and `second` ("on onednn", "in TorchScript"), for a report.
+inline std::string verdict_text(const paired_comparison& compared, const sampling_rule& rule, const std::string& first,
+                                const std::string& second) {
+  std::ostringstream text;
+  text.precision(2);
+  const double margin = 100 * rule.margin;
+  if (compared.verdict == separation::not_separable) {
+    text << "not separable: of " << compared.rounds << " rounds, " << compared.first_wins << " faster " << first << " and "
+         << compared.second_wins << " faster " << second << " by more than " << margin << " %, sign test p = " << compared.p_value;
+    return text.str();
+  }
+  const bool first_won = compared.verdict == separation::first_faster;
+  text << "faster " << (first_won ? first : second) << ": " << (first_won ? compared.first_wins : compared.second_wins) << " of "
+       << compared.rounds << " rounds by more than " << margin << " % (" << (first_won ? compared.second_wins : compared.first_wins)
+       << " the other way), sign test p = " << compared.p_value;
   return text.str();
 }
 
@@ -62,6 +86,7 @@ class replaying_decider final : public region_decider {
       if (const region_report* earlier = replayed_region(replayed_, candidate, matched_)) {
         candidate.backend_ms = earlier->backend_ms;
         candidate.torchscript_ms = earlier->torchscript_ms;
+        candidate.decision = earlier->decision;
         continue;
       }
       region_decision& kept = decisions[i];
@@ -93,11 +118,14 @@ class replaying_decider final : public region_decider {
 };
 
 // partition_options::measure: each candidate region of a method with example inputs is timed on
-// its backend and as TorchScript and goes to its backend where that is faster; then the winners
-// that save least stay in TorchScript while, together, they save less than min_gain of the method
-// (one region saving too little alone counts; many small ones that add up, as ShuffleNetV2's
-// branches, are delegated). A region that cannot be timed (in an if or loop body) goes by the
-// rules, as do the regions of a method without example inputs.
+// its backend and as TorchScript (in rounds, until they separate: region_rule) and goes to its
+// backend where that is faster beyond the spread, stays in TorchScript where it is slower beyond
+// it, and goes by the rules (to its backend: the list's order) where the two do not separate;
+// the report says which. Then the winners that save least stay in TorchScript while, together,
+// they save less than min_gain of the method (one region saving too little alone counts; many
+// small ones that add up, as ShuffleNetV2's branches, are delegated). A region that cannot be
+// timed (in an if or loop body) goes by the rules, as do the regions of a method without example
+// inputs.
 class measured_decider final : public region_decider {
  public:
   measured_decider(const partition_options& options, const std::vector<c10::impl::GenericDict>* specs, timing_source& timing)
@@ -118,19 +146,32 @@ class measured_decider final : public region_decider {
     if (!inputs_) return decisions;
     const c10::impl::GenericDict none(c10::StringType::get(), c10::AnyType::get());
     const c10::impl::GenericDict& spec_by_method = specs_ ? (*specs_)[candidates.position] : none;
-    std::vector<std::size_t> winners;  // faster on the backend
+    const std::string backend_name(candidates.backend.name());
+    std::vector<std::size_t> winners;  // faster on the backend, beyond the spread
     for (std::size_t i = 0; i < candidates.regions.size(); ++i) {
       region_report& candidate = candidates.reports[i];
+      timing_.progress("timing", "region " + std::to_string(i + 1) + " of " + std::to_string(candidates.regions.size()) + " on " +
+                                     backend_name + " (" + std::to_string(candidate.node_count) + " nodes)");
       if (!values_) values_ = example_values(*module_, graph_, *inputs_);  // once per method, when needed
       const std::optional<region_timing> timing = timing_.region_ms(
           {candidates.backend, *module_, candidates.method, candidates.regions[i], candidate.name, *values_, spec_by_method});
       if (!timing) continue;
       candidate.backend_ms = timing->backend_ms;
       candidate.torchscript_ms = timing->torchscript_ms;
-      if (timing->backend_ms > timing->torchscript_ms)
-        decisions[i] = {false, kept_reason::slower_on_backend, timing_text(candidate)};
-      else
-        winners.push_back(i);
+      const std::string evidence =
+          verdict_text(timing->compared, region_rule, "on " + backend_name, "in TorchScript") + (timing->cached ? " (cached)" : "");
+      switch (timing->compared.verdict) {
+        case separation::first_faster:
+          candidate.decision = evidence;
+          winners.push_back(i);
+          break;
+        case separation::second_faster:
+          decisions[i] = {false, kept_reason::slower_on_backend, timing_text(candidate) + "; " + evidence};
+          break;
+        case separation::not_separable:
+          candidate.decision = evidence + "; delegated, as the list's order says";
+          break;
+      }
     }
     if (options_.min_gain > 0 && !winners.empty()) keep_least_gains(candidates, winners, decisions);
     return decisions;
@@ -180,11 +221,11 @@ TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partit
 
 // The method's check of a measured partition. Regions are timed one at a time; what counts is
 // the method, where they also pay for what their neighbours leave behind (and the neighbours for
-// them). Each method with example inputs is timed whole, original against lowered; while the
-// lowered one is slower than 1.02x the original, the delegated regions of the smallest measured
-// gain (half of them, at least one) are taken out and the module is lowered again, replaying
-// the rest. A region taken out is kept with kept_reason::slower_on_backend and both methods'
-// times.
+// them). Each method with example inputs is timed whole, original against lowered (method_rule);
+// while the lowered one is slower beyond the spread, the delegated regions of the smallest
+// measured gain (half of them, at least one) are taken out and the module is lowered again,
+// replaying the rest. A region taken out is kept with kept_reason::slower_on_backend and both
+// methods' times.
 inline torch::jit::Module checked_whole(const backend_list& backends, const torch::jit::Module& module,
                                         const partition_options& options, const std::vector<c10::impl::GenericDict>& specs,
                                         timing_source& timing, torch::jit::Module lowered) {
@@ -199,9 +240,15 @@ inline torch::jit::Module checked_whole(const backend_list& backends, const torc
       // Stop when nothing is left to take out, or when taking out did not reduce the regions.
       if (entry == report->methods.end() || entry->regions.empty() || entry->regions.size() >= previous) break;
       previous = entry->regions.size();
-      const std::vector<double> medians = timing.methods_ms({&module, &lowered}, method, arguments);
-      const double original_ms = medians[0], lowered_ms = medians[1];
-      if (lowered_ms <= 1.02 * original_ms) break;
+      // One region, measured faster beyond the spread against its own TorchScript: that was the
+      // method's comparison already (what the check finds, regions fast alone and slow together,
+      // takes two).
+      if (entry->regions.size() == 1 && entry->regions[0].decision.rfind("faster on ", 0) == 0) break;
+      timing.progress("checking", method + " whole, lowered (" + std::to_string(entry->regions.size()) +
+                                      " regions) against the original");
+      const paired_comparison compared = timing.compare_methods(module, lowered, method, arguments);
+      if (compared.verdict != separation::first_faster) break;  // not slower beyond the spread
+      const double original_ms = compared.first_ms, lowered_ms = compared.second_ms;
       // Smallest gain first; a region not measured (in an if or loop body) counts as no gain.
       std::vector<std::size_t> order(entry->regions.size());
       std::iota(order.begin(), order.end(), std::size_t{0});
@@ -215,6 +262,7 @@ inline torch::jit::Module checked_whole(const backend_list& backends, const torc
       why.precision(3);
       why << "slower in the method: " << method << " took " << lowered_ms << " ms lowered, " << original_ms
           << " ms as TorchScript; the regions of least measured gain are kept";
+      const std::string evidence = verdict_text(compared, method_rule, "as TorchScript", "lowered");
       std::vector<bool> drop(entry->regions.size(), false);
       for (std::size_t i = 0; i < dropped; ++i) drop[order[i]] = true;
       std::vector<region_report> remaining;
@@ -228,6 +276,7 @@ inline torch::jit::Module checked_whole(const backend_list& backends, const torc
         detail.precision(3);
         detail << why.str();
         if (r.backend_ms >= 0) detail << " (alone: " << timing_text(r) << ")";
+        detail << "; the method " << evidence;
         entry->kept.push_back({r.kinds.empty() ? std::string() : r.kinds.front(), kept_reason::slower_on_backend, detail.str(),
                                r.location, r.depth, r.submodule, {{r.backend, kept_reason::slower_on_backend, detail.str()}}});
       }
@@ -243,17 +292,83 @@ inline torch::jit::Module checked_whole(const backend_list& backends, const torc
   return lowered;
 }
 
+// "onednn, xnnpack": the names of `backends`, in order.
+inline std::string order_text(const backend_list& backends) {
+  std::string text;
+  for (const backend_lowering* backend : backends) text += (text.empty() ? "" : ", ") + std::string(backend->name());
+  return text;
+}
+
+// What a lowering's regions save by their own times (TorchScript's minus the backend's, summed
+// over its methods), or nullopt when one was not measured.
+inline std::optional<double> measured_saving(const torch::jit::Module& lowered) {
+  const std::optional<delegation_report> report = delegation_report_data_of(lowered);
+  if (!report) return std::nullopt;
+  double saved = 0;
+  for (const method_delegation& method : report->methods)
+    for (const region_report& region : method.regions) {
+      if (region.backend_ms < 0 || region.torchscript_ms < 0) return std::nullopt;
+      saved += region.torchscript_ms - region.backend_ms;
+    }
+  return saved;
+}
+
+// The partition of a lowering, to tell two that are the same: each region's backend, kinds, size
+// and place.
+inline std::string partition_signature(const torch::jit::Module& lowered) {
+  std::ostringstream text;
+  if (const std::optional<delegation_report> report = delegation_report_data_of(lowered))
+    for (const method_delegation& method : report->methods) {
+      text << method.method << ":";
+      for (const region_report& region : method.regions) {
+        text << region.backend << "/" << region.node_count << "/" << region.location << "/" << region.depth << "/";
+        for (const std::string& kind : region.kinds) text << kind << ",";
+        text << ";";
+      }
+    }
+  return text.str();
+}
+
 TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& backends, const torch::jit::Module& module,
                                                         const partition_options& options,
                                                         const std::vector<c10::impl::GenericDict>& specs,
                                                         timing_source& timing, torch::jit::Module lowered) {
   if (!options.measure || options.replay || options.example_inputs.empty()) return lowered;
+  const bool choosing = options.choose_order && backends.size() > 1;
+  std::size_t steps = choosing ? backends.size() : 1;
+  timing.lowering_step(0, steps, choosing ? "lowering 1 of " + std::to_string(steps) + " (" + order_text(backends) + ")" : "");
   lowered = checked_whole(backends, module, options, specs, timing, std::move(lowered));
-  if (!options.choose_order || backends.size() < 2) return lowered;
+  if (!choosing) return lowered;
   // The list's order against each other backend first (the rest in the list's order), and each
-  // backend alone where that gave other backends regions too: each measured and checked as above,
-  // then all timed whole, side by side.
-  std::vector<torch::jit::Module> candidates{std::move(lowered)};
+  // backend alone where that gave other backends regions too. Each is partitioned by measured
+  // decisions (regions alike to ones already timed, the same backend, graph and shapes, are not
+  // timed again), then: the same partition as an earlier lowering is dropped; one whose regions
+  // save, by their own times, less than half what the best of the others saves is dropped (it
+  // cannot win by the method's noise); the rest are checked whole and compared.
+  struct candidate {
+    torch::jit::Module lowered;
+    std::string order;
+    bool kept;
+  };
+  std::vector<candidate> candidates{{std::move(lowered), order_text(backends), true}};
+  std::vector<std::string> signatures{partition_signature(candidates[0].lowered)};
+  double best_saving = measured_saving(candidates[0].lowered).value_or(0.0);
+  auto lower_and_check = [&](const backend_list& order, const std::vector<c10::impl::GenericDict>& order_specs) {
+    timing.lowering_step(candidates.size(), steps,
+                         "lowering " + std::to_string(candidates.size() + 1) + " of " + std::to_string(steps) + " (" +
+                             order_text(order) + ")");
+    torch::jit::Module made = lower_partitioned(order, module, options, order_specs, *decider_for(options, &order_specs, timing));
+    const std::string signature = partition_signature(made);
+    const std::optional<double> saving = measured_saving(made);
+    bool kept = std::find(signatures.begin(), signatures.end(), signature) == signatures.end() &&
+                !(saving && *saving < 0.5 * best_saving);
+    signatures.push_back(signature);
+    if (kept) {
+      made = checked_whole(order, module, options, order_specs, timing, std::move(made));
+      if (saving) best_saving = std::max(best_saving, *saving);
+    }
+    candidates.push_back({std::move(made), order_text(order), kept});
+  };
   for (std::size_t first = 1; first < backends.size(); ++first) {
     backend_list order{backends[first]};
     std::vector<c10::impl::GenericDict> order_specs{specs[first]};
@@ -262,38 +377,158 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
         order.push_back(backends[k]);
         order_specs.push_back(specs[k]);
       }
-    candidates.push_back(checked_whole(order, module, options, order_specs, timing,
-                                       lower_partitioned(order, module, options, order_specs,
-                                                         *decider_for(options, &order_specs, timing))));
+    lower_and_check(order, order_specs);
   }
   // Each backend alone, where its lowering first in the list gave regions to others too: regions
   // measured faster one by one can be slower together (ShuffleNetV2 on AVX2: onednn's branches
   // beside xnnpack's, one backend's threads waiting while the other's OpenMP threads spin down).
   const std::size_t orders = candidates.size();  // candidate k has backends[k] first
+  std::vector<std::size_t> mixed;
   for (std::size_t k = 0; k < orders; ++k) {
-    const std::optional<delegation_report> report = delegation_report_data_of(candidates[k]);
-    if (!report) continue;
-    const bool mixed = std::any_of(report->methods.begin(), report->methods.end(), [&](const method_delegation& method) {
-      return std::any_of(method.regions.begin(), method.regions.end(),
-                         [&](const region_report& region) { return region.backend != backends[k]->name(); });
-    });
-    if (!mixed) continue;
-    const backend_list alone{backends[k]};
-    const std::vector<c10::impl::GenericDict> alone_specs{specs[k]};
-    candidates.push_back(checked_whole(alone, module, options, alone_specs, timing,
-                                       lower_partitioned(alone, module, options, alone_specs,
-                                                         *decider_for(options, &alone_specs, timing))));
+    const std::optional<delegation_report> report = delegation_report_data_of(candidates[k].lowered);
+    if (!report || !candidates[k].kept) continue;
+    if (std::any_of(report->methods.begin(), report->methods.end(), [&](const method_delegation& method) {
+          return std::any_of(method.regions.begin(), method.regions.end(),
+                             [&](const region_report& region) { return region.backend != backends[k]->name(); });
+        }))
+      mixed.push_back(k);
   }
-  std::vector<const torch::jit::Module*> timed;
-  for (const torch::jit::Module& candidate : candidates) timed.push_back(&candidate);
-  std::vector<double> total(candidates.size(), 0.0);
+  steps += mixed.size();
+  for (const std::size_t k : mixed) lower_and_check({backends[k]}, {specs[k]});
+  // Side by side, two at a time: a lowering replaces the best so far only where it is faster
+  // beyond the spread in a method and slower beyond it in none (method_rule), so that where they
+  // do not separate the list's order stays, whatever the noise.
+  timing.lowering_step(steps, steps, "");
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < candidates.size(); ++k) {
+    if (!candidates[k].kept) continue;
+    bool faster = false, slower = false;
+    for (const auto& [method, inputs] : options.example_inputs) {
+      timing.progress("choosing", method + ": (" + candidates[k].order + ") against (" + candidates[best].order + ")");
+      const paired_comparison compared = timing.compare_methods(candidates[best].lowered, candidates[k].lowered, method, inputs);
+      faster |= compared.verdict == separation::second_faster;
+      slower |= compared.verdict == separation::first_faster;
+    }
+    if (faster && !slower) best = k;
+  }
+  return std::move(candidates[best].lowered);
+}
+
+// The version of the decision logic, in every lowering key: a change to how decisions are made
+// must not reuse decisions made the old way.
+inline constexpr int tuning_logic_version = 1;
+
+// The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
+inline std::string report_payload(const delegation_report& report) {
+  const std::vector<char> bytes = torch::jit::pickle_save(encode_report(report));
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string text;
+  text.reserve(2 * bytes.size());
+  for (const char byte : bytes) {
+    const auto b = static_cast<unsigned char>(byte);
+    text.push_back(digits[b >> 4]);
+    text.push_back(digits[b & 15]);
+  }
+  return text;
+}
+
+inline std::optional<delegation_report> report_of_payload(const std::string& payload) {
+  if (payload.size() % 2) return std::nullopt;
+  std::vector<char> bytes(payload.size() / 2);
+  const auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const int high = nibble(payload[2 * i]), low = nibble(payload[2 * i + 1]);
+    if (high < 0 || low < 0) return std::nullopt;
+    bytes[i] = static_cast<char>(high * 16 + low);
+  }
+  try {
+    return decode_report(torch::jit::pickle_load(bytes));
+  } catch (const std::exception&) {
+    return std::nullopt;  // the CRC matched, but not a report this build reads
+  }
+}
+
+TORCH_DELEGATE_INTERNAL std::string lowering_key(const backend_list& backends, const torch::jit::Module& module,
+                                                 const partition_options& options,
+                                                 const std::vector<c10::impl::GenericDict>& specs) {
+  std::ostringstream key;
+  key << "lowering-key " << tuning_logic_version << ";backends:";
+  for (std::size_t k = 0; k < backends.size(); ++k) {
+    key << backends[k]->name() << "/" << backends[k]->payload_version() << ":";
+    describe_for_key(key, c10::IValue(specs[k]));
+    key << ",";
+  }
+  key << ";methods:";
+  for (const std::string& method : options.methods) key << method << ",";
+  key << ";min_region_size:" << options.min_region_size << ";keep_kinds:";
+  for (const std::string& kind : options.keep_kinds) key << kind << ",";
+  key << ";keep_submodules:";
+  for (const std::string& name : options.keep_submodules) key << name << ",";
+  key << ";lower_submodules:";
+  for (const std::string& name : options.lower_submodules) key << name << ",";
+  key << ";require_full:" << options.require_full << ";on_other_shapes:" << static_cast<int>(options.on_other_shapes)
+      << ";max_replans:" << options.max_replans << ";min_gain:" << options.min_gain << ";choose_order:" << options.choose_order
+      << ";fallback:" << options.fallback_when_unavailable;
   for (const auto& [method, inputs] : options.example_inputs) {
-    const std::vector<double> medians = timing.methods_ms(timed, method, inputs);
-    for (std::size_t i = 0; i < total.size(); ++i) total[i] += medians[i];
+    key << ";method " << method << ":";
+    for (const c10::IValue& input : inputs) {
+      describe_for_key(key, input);
+      key << ",";
+    }
+    key << canonical_graph(module, method, &inputs)->toString(false);
   }
-  // The list's own order unless another is faster by more than 2 %.
-  const std::size_t fastest = static_cast<std::size_t>(std::min_element(total.begin(), total.end()) - total.begin());
-  return std::move(candidates[total[0] <= 1.02 * total[fastest] ? 0 : fastest]);
+  key << ";machine:" << machine_fingerprint();
+  return key.str();
+}
+
+TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& backends, const torch::jit::Module& module,
+                                                          const partition_options& options,
+                                                          const std::vector<c10::impl::GenericDict>& specs) {
+  clock_timing clock;
+  const std::string directory = timing_cache_directory(options);
+  std::optional<timing_cache_file> file;
+  if (!directory.empty()) file.emplace(directory);
+  cached_timing timing(clock, file ? &*file : nullptr, options.progress);
+  std::string digest;
+  if (file) {
+    digest = key_digest(lowering_key(backends, module, options, specs));
+    if (const std::optional<std::string> payload = file->find("lowering", digest))
+      if (const std::optional<delegation_report> cached = report_of_payload(*payload)) {
+        // The backends in the order the cached lowering chose (its report names them).
+        backend_list order;
+        std::vector<c10::impl::GenericDict> order_specs;
+        std::string names = cached->backend;
+        for (std::size_t start = 0; start <= names.size();) {
+          const std::size_t end = std::min(names.find(", ", start), names.size());
+          const std::string name = names.substr(start, end - start);
+          for (std::size_t k = 0; k < backends.size(); ++k)
+            if (backends[k]->name() == name) {
+              order.push_back(backends[k]);
+              order_specs.push_back(specs[k]);
+            }
+          start = end + 2;
+        }
+        if (!order.empty()) {
+          timing.lowering_step(0, 1, "");
+          timing.progress("cached", "the decisions of an earlier measured lowering of this model, from " + file->path());
+          partition_options again = options;
+          again.measure = false;
+          again.choose_order = false;
+          again.replay = *cached;
+          torch::jit::Module lowered = lower_partitioned(order, module, again, order_specs, *decider_for(again, &order_specs, timing));
+          timing.progress("done", "");
+          return lowered;
+        }
+      }
+  }
+  torch::jit::Module lowered = lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
+  lowered = tune_lowered(backends, module, options, specs, timing, std::move(lowered));
+  if (file)
+    if (const std::optional<delegation_report> report = delegation_report_data_of(lowered))
+      file->store("lowering", digest, report_payload(*report));
+  timing.progress("done", "regions timed: " + std::to_string(timing.timed()) +
+                              "; verdicts reused (alike regions, the cache): " + std::to_string(timing.reused()));
+  return lowered;
 }
 
 }  // namespace torch_delegate::detail

@@ -1,5 +1,5 @@
 // Definitions for detail/tuning.hpp, the clock: example values and clock_timing, what measured
-// decisions are made of.
+// decisions are made of; region_key and cached_timing, which reuse them.
 #pragma once
 
 #include <torch_delegate/detail/tuning.hpp>
@@ -11,8 +11,12 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <torch/csrc/jit/ir/constants.h>
+
 #include <algorithm>
 #include <chrono>
+#include <ostream>
+#include <sstream>
 #include <unordered_set>
 
 namespace torch_delegate::detail {
@@ -124,34 +128,58 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   // TorchScript (standing in for its neighbours), charged with what the call after it took
   // beyond its usual time. A region with no such neighbour (a CNN's whole body, between the
   // method's arguments and its return) runs after itself in steady calls: it is timed in blocks
-  // of calls of one kind, the first of each block dropped. Rounds alternate the two paths; at
-  // least 5, up to 15, stopping early once the medians are more than 20 % apart.
-  std::vector<double> kept, delegated_path, after_kept;
-  constexpr int min_rounds = 5, max_rounds = 15;
+  // of calls of one kind, the first of each block dropped. Each round times both paths (which
+  // one first alternates); rounds go on until they separate (region_rule).
+  std::vector<double> after_kept;
   const bool between_compute = has_computing_neighbour(formed);
-  for (int round = 0; round < max_rounds; ++round) {
-    if (between_compute) {
-      const double script_ms = elapsed_ms(run_script);
-      const double following_script = elapsed_ms(run_script);
-      const double backend_ms = elapsed_ms(run_backend);
-      const double following_backend = elapsed_ms(run_script);
-      kept.push_back(script_ms + following_script);
-      after_kept.push_back(following_script);
-      delegated_path.push_back(backend_ms + following_backend);
-    } else {
-      run_script();  // dropped: it pays for what the backend left behind
-      kept.push_back(elapsed_ms(run_script));
-      after_kept.push_back(0.0);
-      run_backend();
-      delegated_path.push_back(elapsed_ms(run_backend));
-    }
-    if (round + 1 >= min_rounds) {
-      const double a = median(kept), b = median(delegated_path);
-      if (std::max(a, b) > 1.2 * std::min(a, b)) break;
-    }
-  }
+  std::size_t round = 0;
+  const paired_comparison compared = sample_until_separated(
+      [&]() -> std::pair<double, double> {
+        const bool backend_first = round++ % 2 == 1;
+        if (between_compute) {
+          double script_ms = 0, following_script = 0, backend_ms = 0, following_backend = 0;
+          auto script_pair = [&] {
+            script_ms = elapsed_ms(run_script);
+            following_script = elapsed_ms(run_script);
+          };
+          auto backend_pair = [&] {
+            backend_ms = elapsed_ms(run_backend);
+            following_backend = elapsed_ms(run_script);
+          };
+          if (backend_first) {
+            run_script();  // the backend's call comes after TorchScript, as in the method
+            backend_pair();
+            script_pair();
+          } else {
+            script_pair();
+            backend_pair();
+          }
+          after_kept.push_back(following_script);
+          return {backend_ms + following_backend, script_ms + following_script};
+        }
+        double script_ms = 0, backend_ms = 0;
+        auto script_block = [&] {
+          run_script();  // dropped: it pays for what the backend left behind
+          script_ms = elapsed_ms(run_script);
+        };
+        auto backend_block = [&] {
+          run_backend();
+          backend_ms = elapsed_ms(run_backend);
+        };
+        if (backend_first) {
+          backend_block();
+          script_block();
+        } else {
+          script_block();
+          backend_block();
+        }
+        after_kept.push_back(0.0);
+        return {backend_ms, script_ms};
+      },
+      region_rule);
   const double usual_following = median(after_kept);
-  return region_timing{std::max(0.0, median(delegated_path) - usual_following), std::max(0.0, median(kept) - usual_following)};
+  return region_timing{std::max(0.0, compared.first_ms - usual_following), std::max(0.0, compared.second_ms - usual_following),
+                       compared};
 }
 
 TORCH_DELEGATE_INTERNAL double clock_timing::method_ms(const torch::jit::Module& module, const std::string& method,
@@ -164,24 +192,203 @@ TORCH_DELEGATE_INTERNAL double clock_timing::method_ms(const torch::jit::Module&
   return median(std::move(times));
 }
 
-TORCH_DELEGATE_INTERNAL std::vector<double> clock_timing::methods_ms(const std::vector<const torch::jit::Module*>& modules,
-                                                                    const std::string& method,
-                                                                    const std::vector<c10::IValue>& inputs) {
+TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const torch::jit::Module& first,
+                                                                       const torch::jit::Module& second,
+                                                                       const std::string& method,
+                                                                       const std::vector<c10::IValue>& inputs) {
   c10::NoGradGuard no_grad;
-  std::vector<torch::jit::Method> calls;
-  for (const torch::jit::Module* module : modules) calls.push_back(module->get_method(method));
+  torch::jit::Method calls[2] = {first.get_method(method), second.get_method(method)};
   for (int warm = 0; warm < 2; ++warm)  // the profiling executor optimises after its first calls
     for (torch::jit::Method& call : calls) call(inputs);
-  std::vector<std::vector<double>> times(calls.size());
-  for (int round = 0; round < 5; ++round)
-    for (std::size_t m = 0; m < calls.size(); ++m)
-      for (int call = 0; call < 3; ++call) {
-        const double ms = elapsed_ms([&] { calls[m](inputs); });
-        if (call > 0) times[m].push_back(ms);
+  // A block of 2 calls of one module, the first dropped (it pays for what the other left behind).
+  auto block = [&](torch::jit::Method& call) {
+    call(inputs);
+    return elapsed_ms([&] { call(inputs); });
+  };
+  std::size_t round = 0;
+  return sample_until_separated(
+      [&]() -> std::pair<double, double> {
+        if (round++ % 2 == 1) {
+          const double b = block(calls[1]);
+          return {block(calls[0]), b};
+        }
+        const double a = block(calls[0]);
+        return {a, block(calls[1])};
+      },
+      method_rule);
+}
+
+TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined()) {
+      out << "Tensor(undefined)";
+      return;
+    }
+    out << "Tensor(" << t.scalar_type() << "," << t.sizes() << "," << t.strides() << ")";
+  } else if (value.isGenericDict()) {
+    out << "{";
+    for (const auto& entry : value.toGenericDict()) {
+      describe_for_key(out, entry.key());
+      out << ":";
+      describe_for_key(out, entry.value());
+      out << ",";
+    }
+    out << "}";
+  } else if (value.isList()) {
+    out << "[";
+    for (const c10::IValue& element : value.toListRef()) {
+      describe_for_key(out, element);
+      out << ",";
+    }
+    out << "]";
+  } else if (value.isTuple()) {
+    out << "(";
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      describe_for_key(out, element);
+      out << ",";
+    }
+    out << ")";
+  } else if (value.isNone() || value.isBool() || value.isInt() || value.isDouble() || value.isString() || value.isDevice() ||
+             value.isScalar()) {
+    out << value.tagKind() << ":" << value;
+  } else {
+    out << value.type()->str();
+  }
+}
+
+TORCH_DELEGATE_INTERNAL std::string region_key(const region_to_time& what) {
+  std::ostringstream key;
+  key << "region-key 1;backend:" << what.backend.name() << ";payload:" << what.backend.payload_version() << ";spec:";
+  describe_for_key(key, c10::IValue(what.spec_by_method));
+  std::unordered_map<const torch::jit::Value*, std::size_t> id;
+  auto value_text = [&](const torch::jit::Value* value) {
+    const auto found = what.values.find(value);
+    if (found != what.values.end())
+      describe_for_key(key, found->second);
+    else if (const std::optional<c10::IValue> constant = torch::jit::toIValue(value))
+      describe_for_key(key, *constant);
+    else
+      key << value->type()->str();
+  };
+  key << ";inputs:";
+  for (const torch::jit::Value* input : what.formed.inputs) {
+    id.emplace(input, id.size());
+    value_text(input);
+    key << ",";
+  }
+  key << ";nodes:";
+  for (const torch::jit::Node* node : what.formed.nodes) {
+    key << node->kind().toQualString() << "(";
+    for (const torch::jit::Value* input : node->inputs()) {
+      const auto found = id.find(input);
+      if (found != id.end())
+        key << "%" << found->second;
+      else
+        value_text(input);  // a constant made outside the region
+      key << ",";
+    }
+    key << ")";
+    if (node->kind() == c10::prim::Constant) {
+      if (const std::optional<c10::IValue> constant = torch::jit::toIValue(node->output())) describe_for_key(key, *constant);
+    } else if (!node->blocks().empty()) {
+      key << "{" << *node << "}";  // an if or loop inside: its text, names and all (rare; no sharing)
+    }
+    key << "->";
+    for (const torch::jit::Value* output : node->outputs()) {
+      id.emplace(output, id.size());
+      value_text(output);
+      key << ",";
+    }
+    key << ";";
+  }
+  key << "outputs:";
+  for (const torch::jit::Value* output : what.formed.outputs) {
+    const auto found = id.find(output);
+    key << (found == id.end() ? std::size_t(-1) : found->second) << ",";
+  }
+  return key.str();
+}
+
+TORCH_DELEGATE_INTERNAL cached_timing::cached_timing(timing_source& clock, timing_cache_file* file,
+                                                    std::function<void(const progress_update&)> progress)
+    : clock_(clock), file_(file), callback_(std::move(progress)), fingerprint_(machine_fingerprint()) {}
+
+// "backend_ms torchscript_ms verdict rounds backend_wins torchscript_wins p" (timing_cache.hpp).
+inline std::string region_payload(const region_timing& timing) {
+  std::ostringstream out;
+  out.precision(9);
+  const paired_comparison& c = timing.compared;
+  out << timing.backend_ms << " " << timing.torchscript_ms << " " << static_cast<int>(c.verdict) << " " << c.rounds << " "
+      << c.first_wins << " " << c.second_wins << " " << c.p_value;
+  return out.str();
+}
+
+inline std::optional<region_timing> parse_region_payload(const std::string& payload) {
+  std::istringstream in(payload);
+  region_timing timing{0, 0, {}, true};
+  int verdict = -1;
+  paired_comparison& c = timing.compared;
+  if (!(in >> timing.backend_ms >> timing.torchscript_ms >> verdict >> c.rounds >> c.first_wins >> c.second_wins >> c.p_value))
+    return std::nullopt;
+  std::string rest;
+  if (in >> rest || verdict < 0 || verdict > 2 || !(timing.backend_ms >= 0) || !(timing.torchscript_ms >= 0)) return std::nullopt;
+  c.verdict = static_cast<separation>(verdict);
+  c.first_ms = timing.backend_ms;
+  c.second_ms = timing.torchscript_ms;
+  return timing;
+}
+
+TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::region_ms(const region_to_time& what) {
+  const std::string digest = key_digest(region_key(what) + ";machine:" + fingerprint_);
+  if (const auto known = known_.find(digest); known != known_.end()) {
+    ++reused_;
+    region_timing timing = known->second;
+    timing.cached = true;
+    return timing;
+  }
+  if (file_)
+    if (const std::optional<std::string> payload = file_->find("region", digest))
+      if (std::optional<region_timing> timing = parse_region_payload(*payload)) {
+        ++reused_;
+        known_.emplace(digest, *timing);
+        return timing;
       }
-  std::vector<double> medians;
-  for (std::vector<double>& each : times) medians.push_back(median(std::move(each)));
-  return medians;
+  std::optional<region_timing> timing = clock_.region_ms(what);
+  if (!timing) return timing;
+  ++timed_;
+  known_.emplace(digest, *timing);
+  if (file_) file_->store("region", digest, region_payload(*timing));
+  return timing;
+}
+
+TORCH_DELEGATE_INTERNAL double cached_timing::method_ms(const torch::jit::Module& module, const std::string& method,
+                                                       const std::vector<c10::IValue>& inputs) {
+  return clock_.method_ms(module, method, inputs);
+}
+
+TORCH_DELEGATE_INTERNAL paired_comparison cached_timing::compare_methods(const torch::jit::Module& first,
+                                                                        const torch::jit::Module& second,
+                                                                        const std::string& method,
+                                                                        const std::vector<c10::IValue>& inputs) {
+  return clock_.compare_methods(first, second, method, inputs);
+}
+
+TORCH_DELEGATE_INTERNAL void cached_timing::progress(std::string_view stage, const std::string& detail) {
+  if (!callback_) return;
+  progress_update update;
+  update.stage = std::string(stage);
+  update.detail = what_.empty() ? detail : detail.empty() ? what_ : what_ + ": " + detail;
+  update.step = stage == "done" ? steps_ : step_;
+  update.steps = steps_;
+  update.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  callback_(update);
+}
+
+TORCH_DELEGATE_INTERNAL void cached_timing::lowering_step(std::size_t step, std::size_t steps, const std::string& what) {
+  step_ = step;
+  steps_ = std::max<std::size_t>(steps, 1);
+  what_ = what;
 }
 
 }  // namespace torch_delegate::detail

@@ -1,0 +1,75 @@
+// When two timings separate: the statistics every measured decision of tuning.hpp goes through
+// (a region on its backend against TorchScript, a lowered method against the original, one
+// lowering of choose_order against another). Times come in rounds, the two paths interleaved, so
+// that a round's two times share the machine's load of the moment. A sign test over the rounds
+// decides (docs/partial-lowering.md, "When a timing decides"): one path wins a round when it is
+// faster by more than the margin; the paths separate when the rounds one of them won are too many
+// to be chance (two-sided p below alpha, a round neither won counting against the one that leads:
+// paths within the margin of each other do not separate, however many rounds) and the medians
+// differ by more than the margin. Rounds are added until they separate, until no number of further rounds could separate
+// them, or until the budget is spent. No LibTorch here.
+#pragma once
+
+#include <torch_delegate/detail/config.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace torch_delegate::detail {
+
+/// Which of two timed paths is faster, when the rounds say so.
+enum class separation { first_faster, second_faster, not_separable };
+
+/// How many rounds, and what separates.
+struct sampling_rule {
+  double margin = 0.03;          // a round is won by more than 3 %; the medians must differ by more
+  double alpha = 0.01;           // the sign test's two-sided level
+  std::size_t min_rounds = 8;    // 8 of 8 is the fewest that reach p < 0.01
+  std::size_t max_rounds = 40;
+  double budget_s = 1.5;         // rounds stop once this is spent (at least min_rounds are taken)
+};
+
+/// What the rounds of two paths say.
+struct paired_comparison {
+  separation verdict = separation::not_separable;
+  std::size_t rounds = 0;
+  std::size_t first_wins = 0;   // rounds where the first was faster by more than the margin
+  std::size_t second_wins = 0;  // and the second
+  double p_value = 1.0;         // two-sided sign test of the leader's wins over all rounds
+  double first_ms = 0.0;        // medians of each path's rounds
+  double second_ms = 0.0;
+
+  bool operator==(const paired_comparison&) const = default;
+};
+
+/// The two-sided sign test: the chance that one of two paths wins at least `wins` of `rounds`
+/// rounds when each round is a fair coin between them (rounds neither won count as lost).
+TORCH_DELEGATE_DECL double sign_test_p(std::size_t wins, std::size_t rounds);
+
+/// The verdict of the rounds (first[i], second[i]) under `rule`.
+TORCH_DELEGATE_DECL paired_comparison compare_rounds(const std::vector<double>& first, const std::vector<double>& second,
+                                                     const sampling_rule& rule);
+
+/// Whether further rounds (up to rule.max_rounds) could still separate what `so_far` has not:
+/// false once even winning every remaining round would leave p at or above alpha.
+TORCH_DELEGATE_DECL bool can_still_separate(const paired_comparison& so_far, const sampling_rule& rule);
+
+/// "12 of 12 rounds faster by more than 3 %, sign test p = 0.0005": the evidence, for a report
+/// (`first` won; `of_first` names it in the sentence's start, as "faster on onednn").
+TORCH_DELEGATE_DECL std::string evidence_text(const paired_comparison& compared, const sampling_rule& rule);
+
+/// Rounds of `round` (one time of each path, in ms, taken side by side) until compare_rounds
+/// separates them, can_still_separate says none would, rule.max_rounds, or rule.budget_s.
+TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function<std::pair<double, double>()>& round,
+                                                             const sampling_rule& rule);
+
+}  // namespace torch_delegate::detail
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/timing_statistics.ipp>
+#endif

@@ -1,0 +1,206 @@
+// Definitions for detail/timing_cache.hpp.
+#pragma once
+
+#include <torch_delegate/detail/timing_cache.hpp>
+#include <torch_delegate/detail/archive_check.hpp>
+#include <torch_delegate/partition.hpp>
+#include <torch_delegate/version.hpp>
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+extern char** environ;
+
+namespace torch_delegate::detail {
+
+TORCH_DELEGATE_DECL std::string key_digest(std::string_view text) {
+  std::uint64_t a = 14695981039346656037ull, b = 0x9e3779b97f4a7c15ull;
+  for (const char c : text) {
+    a = (a ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    b = (b ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    b ^= b >> 29;
+  }
+  char digits[33];
+  std::snprintf(digits, sizeof digits, "%016llx%016llx", static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
+  return digits;
+}
+
+TORCH_DELEGATE_DECL std::string machine_fingerprint() {
+  std::ostringstream out;
+  std::string model;
+  {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; model.empty() && std::getline(cpuinfo, line);)
+      if (line.rfind("model name", 0) == 0) model = line.substr(line.find(':') == std::string::npos ? 0 : line.find(':') + 1);
+  }
+  out << "cpu:" << model << ";isa:";
+#if defined(__x86_64__) || defined(__i386__)
+#define TORCH_DELEGATE_ISA(name) \
+  if (__builtin_cpu_supports(name)) out << name << ",";
+  TORCH_DELEGATE_ISA("sse4.2")
+  TORCH_DELEGATE_ISA("avx")
+  TORCH_DELEGATE_ISA("avx2")
+  TORCH_DELEGATE_ISA("fma")
+  TORCH_DELEGATE_ISA("avx512f")
+  TORCH_DELEGATE_ISA("avx512bw")
+  TORCH_DELEGATE_ISA("avx512vl")
+  TORCH_DELEGATE_ISA("avx512vnni")
+#undef TORCH_DELEGATE_ISA
+#endif
+  out << ";threads:" << at::get_num_threads() << ";torch:" << TORCH_VERSION << ";torch_delegate:" << library_version()
+      << ";env:";
+  std::vector<std::string> settings;
+  for (char** variable = environ; variable && *variable; ++variable) {
+    const std::string_view setting(*variable);
+    if (setting.rfind("TD_", 0) == 0 || setting.rfind("ONEDNN_MAX_CPU_ISA=", 0) == 0 ||
+        setting.rfind("DNNL_MAX_CPU_ISA=", 0) == 0 || setting.rfind("ATEN_CPU_CAPABILITY=", 0) == 0)
+      settings.emplace_back(setting);
+  }
+  std::sort(settings.begin(), settings.end());
+  for (const std::string& setting : settings) out << setting << ";";
+  return out.str();
+}
+
+TORCH_DELEGATE_DECL std::string timing_cache_directory(const partition_options& options) {
+  if (!options.timing_cache) return {};
+  if (!options.timing_cache_dir.empty()) return options.timing_cache_dir;
+  const auto given = [](const char* name) -> std::string {
+    const char* value = std::getenv(name);
+    return value ? value : "";
+  };
+  if (given("TORCH_DELEGATE_TIMING_CACHE") == "0") return {};
+  if (!given("TORCH_DELEGATE_CACHE_DIR").empty()) return given("TORCH_DELEGATE_CACHE_DIR");
+  if (!given("XDG_CACHE_HOME").empty()) return given("XDG_CACHE_HOME") + "/torch_delegate";
+  if (!given("HOME").empty()) return given("HOME") + "/.cache/torch_delegate";
+  return {};
+}
+
+TORCH_DELEGATE_DECL void warn_cache_once(const std::string& path, const std::string& what) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!warned.insert(path).second) return;
+  }
+  TORCH_WARN("torch-delegate: the timing cache ", path, ": ", what);
+}
+
+TORCH_DELEGATE_DECL timing_cache_file::timing_cache_file(std::string directory)
+    : directory_(std::move(directory)), path_(directory_ + "/" + std::string(file_name)) {}
+
+// "kind \t key \t payload": what a line's CRC covers.
+inline std::string entry_text(std::string_view kind, const std::string& key, const std::string& payload) {
+  std::string text;
+  text.append(kind).append("\t").append(key).append("\t").append(payload);
+  return text;
+}
+
+inline std::string crc_text(const std::string& text) {
+  char digits[9];
+  std::snprintf(digits, sizeof digits, "%08x", static_cast<unsigned>(crc32(0, text.data(), text.size())));
+  return digits;
+}
+
+void timing_cache_file::load() {
+  loaded_ = true;
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // nothing cached yet
+  std::string content;
+  if (::flock(fd, LOCK_SH) == 0) {
+    char buffer[65536];
+    for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) content.append(buffer, static_cast<std::size_t>(got));
+    ::flock(fd, LOCK_UN);
+  }
+  ::close(fd);
+  if (content.empty()) return;
+  std::istringstream lines(content);
+  std::string line;
+  if (!std::getline(lines, line) || line != header) {
+    foreign_ = true;
+    warn_cache_once(path_, "its first line is not \"" + std::string(header) +
+                               "\": it is not a torch-delegate timing cache of this format, and is neither read nor written "
+                               "(remove it, or set timing_cache_dir to another directory)");
+    return;
+  }
+  bool ended = content.back() == '\n';
+  std::size_t total = 0;
+  while (std::getline(lines, line)) {
+    ++total;
+    const bool last = lines.peek() == std::char_traits<char>::eof();
+    std::vector<std::string> fields;
+    for (std::size_t start = 0;;) {
+      const std::size_t tab = line.find('\t', start);
+      fields.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    if (fields.size() != 4 || fields[1].size() != 32 || (last && !ended) ||
+        crc_text(entry_text(fields[0], fields[1], fields[2])) != fields[3]) {
+      ++damaged_;
+      continue;
+    }
+    entries_[fields[0] + "\t" + fields[1]] = fields[2];
+  }
+  if (damaged_ > 0)
+    warn_cache_once(path_, std::to_string(damaged_) + " of its " + std::to_string(total) +
+                               " entries are damaged (a CRC that does not match, or a line cut short) and are ignored; "
+                               "they are measured again");
+}
+
+TORCH_DELEGATE_DECL std::optional<std::string> timing_cache_file::find(std::string_view kind, const std::string& key) {
+  if (!loaded_) load();
+  if (foreign_) return std::nullopt;
+  const auto found = entries_.find(std::string(kind) + "\t" + key);
+  if (found == entries_.end()) return std::nullopt;
+  return found->second;
+}
+
+TORCH_DELEGATE_DECL void timing_cache_file::store(std::string_view kind, const std::string& key, const std::string& payload) {
+  if (!loaded_) load();
+  if (foreign_) return;
+  TORCH_INTERNAL_ASSERT(payload.find_first_of("\t\n") == std::string::npos, "a timing cache payload with a tab or newline");
+  entries_[std::string(kind) + "\t" + key] = payload;
+  std::error_code error;
+  std::filesystem::create_directories(directory_, error);
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    warn_cache_once(path_, std::string("cannot be written (") + std::strerror(errno) + "): what is measured is not kept");
+    return;
+  }
+  if (::flock(fd, LOCK_EX) == 0) {
+    std::string text;
+    struct stat status {};
+    if (::fstat(fd, &status) == 0 && status.st_size == 0) text.append(header).append("\n");
+    // Another process may have written the header line since this one read the file: only an
+    // empty file gets one (under the lock).
+    const std::string entry = entry_text(kind, key, payload);
+    text.append(entry).append("\t").append(crc_text(entry)).append("\n");
+    std::size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+      if (n <= 0) break;
+      written += static_cast<std::size_t>(n);
+    }
+    ::flock(fd, LOCK_UN);
+  }
+  ::close(fd);
+}
+
+}  // namespace torch_delegate::detail

@@ -1,0 +1,229 @@
+// What measured decisions stand on (issue 40): the sign test and adaptive rounds of
+// timing_statistics.hpp, and the timing cache file of timing_cache.hpp (entries, damaged lines,
+// a file that is not ours, two processes writing at once). No lowering here: test_partition_tuning
+// lowers with them.
+#include "helpers.hpp"
+
+#include <torch_delegate/detail/timing_cache.hpp>
+#include <torch_delegate/detail/timing_statistics.hpp>
+#include <torch_delegate/partition.hpp>
+
+#include <c10/util/Exception.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+using namespace test_helpers;
+using torch_delegate::detail::compare_rounds;
+using torch_delegate::detail::sampling_rule;
+using torch_delegate::detail::separation;
+using torch_delegate::detail::sign_test_p;
+using torch_delegate::detail::timing_cache_file;
+
+namespace {
+/// Collects LibTorch's warnings (TORCH_WARN) while it lives.
+struct warnings_seen : c10::WarningHandler {
+  std::vector<std::string> texts;
+  c10::Warning::WarningHandlerGuard guard{this};
+  void process(const c10::SourceLocation&, const std::string& message, const bool) override { texts.push_back(message); }
+};
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string fresh_directory(const std::string& name) {
+  const std::string directory = temp_path(name);
+  std::filesystem::remove_all(directory);
+  return directory;
+}
+}  // namespace
+
+TEST_CASE("timing statistics: the sign test and when two paths separate") {
+  CHECK(sign_test_p(8, 8) == doctest::Approx(2.0 / 256));
+  CHECK(sign_test_p(0, 0) == 1.0);
+  CHECK(sign_test_p(4, 8) == 1.0);  // capped
+  CHECK(sign_test_p(7, 8) == doctest::Approx(2.0 * 9 / 256));
+  CHECK(sign_test_p(29, 40) < 0.01);
+  CHECK(sign_test_p(28, 40) > 0.01);
+  const sampling_rule rule;  // margin 3 %, alpha 0.01, 8 to 40 rounds
+
+  SUBCASE("8 of 8 rounds 2x faster: separated, in either order") {
+    const auto compared = compare_rounds(std::vector<double>(8, 1.0), std::vector<double>(8, 2.0), rule);
+    CHECK(compared.verdict == separation::first_faster);
+    CHECK(compared.first_wins == 8);
+    CHECK(compared.second_wins == 0);
+    CHECK(compared.first_ms == 1.0);
+    CHECK(compared.second_ms == 2.0);
+    CHECK(compare_rounds(std::vector<double>(8, 2.0), std::vector<double>(8, 1.0), rule).verdict == separation::second_faster);
+  }
+  SUBCASE("fewer rounds than the minimum, or 7 of 8: not separable") {
+    CHECK(compare_rounds(std::vector<double>(7, 1.0), std::vector<double>(7, 2.0), rule).verdict == separation::not_separable);
+    std::vector<double> a(8, 1.0), b(8, 2.0);
+    b[3] = 0.5;
+    const auto compared = compare_rounds(a, b, rule);
+    CHECK(compared.verdict == separation::not_separable);
+    CHECK(compared.first_wins == 7);
+    CHECK(compared.second_wins == 1);
+  }
+  SUBCASE("within the margin (2 %): no round is won, never separable") {
+    const auto compared = compare_rounds(std::vector<double>(40, 1.0), std::vector<double>(40, 1.02), rule);
+    CHECK(compared.verdict == separation::not_separable);
+    CHECK(compared.first_wins == 0);
+    CHECK(compared.p_value == 1.0);
+    CHECK(!torch_delegate::detail::can_still_separate(compared, rule));  // at the maximum
+  }
+  SUBCASE("noise both ways (each wins half the rounds): not separable") {
+    std::vector<double> a, b;
+    for (int i = 0; i < 40; ++i) {
+      a.push_back(i % 2 ? 1.0 : 1.5);
+      b.push_back(i % 2 ? 1.5 : 1.0);
+    }
+    CHECK(compare_rounds(a, b, rule).verdict == separation::not_separable);
+  }
+  SUBCASE("rounds won but medians within the margin: not separable") {
+    // The first wins 9 rounds by a lot, loses the other 11 by a little: its median is no better.
+    std::vector<double> a(20, 1.01), b(20, 1.0);
+    for (int i = 0; i < 9; ++i) a[i] = 0.5;
+    const auto compared = compare_rounds(a, b, rule);
+    CHECK(compared.verdict == separation::not_separable);
+  }
+  SUBCASE("adaptive rounds: 8 when clear; equal paths stop once no further rounds could separate them") {
+    std::size_t rounds = 0;
+    auto clear = torch_delegate::detail::sample_until_separated([&] { return std::pair{++rounds, 1.0}, std::pair{1.0, 3.0}; }, rule);
+    CHECK(clear.verdict == separation::first_faster);
+    CHECK(clear.rounds == 8);
+    rounds = 0;
+    auto equal = torch_delegate::detail::sample_until_separated([&] { return ++rounds, std::pair{1.0, 1.0}; }, rule);
+    CHECK(equal.verdict == separation::not_separable);
+    CHECK(equal.rounds == 12);  // 28 rounds left could at best reach 28 of 40 wins: p > 0.01
+    CHECK(rounds == 12);
+    sampling_rule quick = rule;
+    quick.budget_s = 0.0;  // the budget spent: the minimum, then stop
+    rounds = 0;
+    auto spent = torch_delegate::detail::sample_until_separated([&] { return ++rounds, std::pair{1.0, 1.02}; }, quick);
+    CHECK(spent.rounds == 8);
+  }
+}
+
+TEST_CASE("timing cache file: entries, a second reader, the default directory") {
+  const std::string directory = fresh_directory("cache_entries");
+  {
+    timing_cache_file cache(directory);
+    CHECK(!cache.find("region", std::string(32, 'a')));
+    cache.store("region", std::string(32, 'a'), "1.5 2 0 8 8 0 0.0078125");
+    cache.store("region", std::string(32, 'b'), "3 2 1 8 0 8 0.0078125");
+    cache.store("region", std::string(32, 'a'), "1.25 2 0 8 8 0 0.0078125");  // the last of a key wins
+    CHECK(*cache.find("region", std::string(32, 'a')) == "1.25 2 0 8 8 0 0.0078125");
+  }
+  timing_cache_file again(directory);
+  CHECK(*again.find("region", std::string(32, 'a')) == "1.25 2 0 8 8 0 0.0078125");
+  CHECK(*again.find("region", std::string(32, 'b')) == "3 2 1 8 0 8 0.0078125");
+  CHECK(!again.find("lowering", std::string(32, 'a')));  // kinds do not mix
+  CHECK(again.damaged_lines() == 0);
+  const std::string text = file_text(directory + "/timings-1.txt");
+  CHECK(text.rfind("torch-delegate timing cache, format 1\nregion\taaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\t1.5 2 0 8 8 0 0.0078125\t", 0) == 0);
+  // Keys are digests of what they depend on.
+  CHECK(torch_delegate::detail::key_digest("a").size() == 32);
+  CHECK(torch_delegate::detail::key_digest("a") != torch_delegate::detail::key_digest("b"));
+  CHECK(torch_delegate::detail::key_digest("ab") != torch_delegate::detail::key_digest("ba"));
+  const std::string machine = torch_delegate::detail::machine_fingerprint();
+  CHECK(contains(machine, ";threads:" + std::to_string(at::get_num_threads()) + ";"));
+  CHECK(contains(machine, "cpu:"));
+
+  torch_delegate::partition_options options;
+  CHECK(torch_delegate::detail::timing_cache_directory(options).empty());  // the test command sets TORCH_DELEGATE_TIMING_CACHE=0
+  options.timing_cache_dir = directory;
+  CHECK(torch_delegate::detail::timing_cache_directory(options) == directory);  // given: used whatever the variable says
+  options.timing_cache = false;
+  CHECK(torch_delegate::detail::timing_cache_directory(options).empty());
+  std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("timing cache file: a damaged line is reported once and ignored; a file not ours is neither read nor written") {
+  const std::string directory = fresh_directory("cache_damaged");
+  {
+    timing_cache_file cache(directory);
+    cache.store("region", std::string(32, 'a'), "1 2 0 8 8 0 0.0078125");
+    cache.store("region", std::string(32, 'b'), "1 2 0 8 8 0 0.0078125");
+  }
+  const std::string path = directory + "/timings-1.txt";
+  std::string text = file_text(path);
+  text[text.find("\t1 2 0") + 1] = '7';  // the first entry's payload changed: its CRC no longer matches
+  text += "region\tcccccccccccccccccccccccccccccccc\t1 2";  // a line cut short (a crash while writing)
+  std::ofstream(path, std::ios::binary) << text;
+  {
+    warnings_seen seen;
+    timing_cache_file cache(directory);
+    CHECK(!cache.find("region", std::string(32, 'a')));
+    CHECK(*cache.find("region", std::string(32, 'b')) == "1 2 0 8 8 0 0.0078125");
+    CHECK(!cache.find("region", std::string(32, 'c')));
+    CHECK(cache.damaged_lines() == 2);
+    REQUIRE(seen.texts.size() == 1);
+    CHECK(seen.texts[0] == "torch-delegate: the timing cache " + path +
+                               ": 2 of its 3 entries are damaged (a CRC that does not match, or a line cut short) and are "
+                               "ignored; they are measured again");
+    timing_cache_file twice(directory);
+    twice.find("region", std::string(32, 'b'));
+    CHECK(seen.texts.size() == 1);  // once per process
+  }
+  std::filesystem::remove_all(directory);
+
+  const std::string foreign = fresh_directory("cache_foreign");
+  std::filesystem::create_directories(foreign);
+  std::ofstream(foreign + "/timings-1.txt") << "some other program's file\nregion\t" << std::string(32, 'a') << "\t1\t0\n";
+  warnings_seen seen;
+  timing_cache_file cache(foreign);
+  CHECK(!cache.find("region", std::string(32, 'a')));
+  CHECK(cache.foreign());
+  cache.store("region", std::string(32, 'd'), "1 2 0 8 8 0 0.0078125");
+  CHECK(file_text(foreign + "/timings-1.txt").rfind("some other program's file\n", 0) == 0);
+  CHECK(!contains(file_text(foreign + "/timings-1.txt"), std::string(32, 'd')));
+  REQUIRE(seen.texts.size() == 1);
+  CHECK(contains(seen.texts[0], "timings-1.txt: its first line is not \"torch-delegate timing cache, format 1\": it is not a "
+                                "torch-delegate timing cache of this format, and is neither read nor written"));
+  std::filesystem::remove_all(foreign);
+}
+
+TEST_CASE("timing cache file: two processes writing at once leave every entry whole") {
+  const std::string directory = fresh_directory("cache_concurrent");
+  constexpr int entries = 300;
+  const std::string payload(200, '7');  // long lines: a torn write would show
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  const char mine = child == 0 ? 'c' : 'p';
+  {
+    timing_cache_file cache(directory);
+    for (int i = 0; i < entries; ++i) {
+      char key[33];
+      std::snprintf(key, sizeof key, "%c%031d", mine, i);
+      cache.store("region", key, payload);
+    }
+  }
+  if (child == 0) std::_Exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  timing_cache_file cache(directory);
+  int found = 0;
+  for (const char who : {'c', 'p'})
+    for (int i = 0; i < entries; ++i) {
+      char key[33];
+      std::snprintf(key, sizeof key, "%c%031d", who, i);
+      found += cache.find("region", key) == payload;
+    }
+  CHECK(found == 2 * entries);
+  CHECK(cache.damaged_lines() == 0);
+  const std::string text = file_text(directory + "/timings-1.txt");
+  CHECK(text.find("torch-delegate timing cache, format 1\n") == 0);
+  CHECK(text.find("torch-delegate timing cache", 1) == std::string::npos);  // one header
+  std::filesystem::remove_all(directory);
+}
