@@ -131,12 +131,14 @@ def forward(self, x, h):
     }
     std::size_t slower = 0;
     for (const auto& node : plan.methods[0].kept)
-      if (node.reason == torch_delegate::kept_reason::slower_on_backend) {
+      if (node.reason == torch_delegate::kept_reason::slower_on_backend ||
+          node.reason == torch_delegate::kept_reason::gain_below_minimum) {
         ++slower;
         CHECK(!node.detail.empty());
       }
-    // Each of the 3 candidate nodes (mul, add; sub) is delegated or measured slower: the loops
-    // above looked at all of them (close speeds: which one depends on the run).
+    // Each of the 3 candidate nodes (mul, add; sub) is delegated, measured slower, or kept as
+    // not separable (no gain beyond the spread, min_gain): the loops above looked at all of them
+    // (close speeds: which one depends on the run).
     std::size_t delegated = 0;
     for (const auto& region : plan.methods[0].regions) delegated += region.node_count;
     CHECK(delegated + slower == 3);
@@ -420,7 +422,8 @@ def forward(self, x, h):
   std::vector<torch_delegate::progress_update> updates;
   options.progress = [&](const torch_delegate::progress_update& update) { updates.push_back(update); };
 
-  SUBCASE("equal times (8 against 8 ms): not separable, delegated by the list's order, and the report says so") {
+  SUBCASE("equal times (8 against 8 ms), min_gain 0: not separable, delegated by the list's order, and the report says so") {
+    options.min_gain = 0;
     auto lowered = torch_delegate::lower_partially<EqualAdds>(module, options);
     const auto report = *torch_delegate::delegation_report_data_of(lowered);
     REQUIRE(report.methods[0].regions.size() == 2);
@@ -432,6 +435,19 @@ def forward(self, x, h):
     }
     CHECK(contains(report.to_string(), " ms in TorchScript (not separable: of "));
     CHECK(lowered.forward({x, h}).toTensor().allclose(torch::relu(x + h) + h));
+  }
+  SUBCASE("equal times, min_gain 0.01 (the default): no gain beyond the spread, kept as gain below the minimum") {
+    const auto plan = torch_delegate::delegation_plan<EqualAdds>(module, options);
+    CHECK(plan.methods[0].regions.empty());
+    std::size_t kept = 0;
+    for (const auto& node : plan.methods[0].kept)
+      if (node.kind == "td_test_partition::slow_add") {
+        ++kept;
+        CHECK(node.reason == torch_delegate::kept_reason::gain_below_minimum);
+        CHECK(contains(node.detail, " ms in TorchScript; not separable: of "));
+        CHECK(contains(node.detail, ": no gain beyond the spread (min_gain)"));
+      }
+    CHECK(kept == 2);
   }
   SUBCASE("6 against 8 ms: faster beyond the spread; the second region, alike, reuses the first's verdict") {
     auto lowered = torch_delegate::lower_partially<SlowerAdds>(module, options);

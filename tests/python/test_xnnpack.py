@@ -503,9 +503,11 @@ class SeveralBackends(unittest.TestCase):
         self.assertTrue({"gain below the minimum", "slower on the backend"} & {node.reason for node in plan.methods[0].kept})
         for node in plan.methods[0].kept:
             if node.reason == "gain below the minimum":
-                self.assertRegex(node.detail, r" ms in TorchScript: saves [0-9.e-]+ ms(; the [0-9]+ regions that save least "
+                # Faster beyond the spread but saving too little, or not separable from TorchScript (issue 40).
+                self.assertRegex(node.detail, r" ms in TorchScript(: saves [0-9.e-]+ ms(; the [0-9]+ regions that save least "
                                               r"save [0-9.e-]+ ms together)?, less than 99 % of forward "
-                                              r"\([0-9.e-]+ ms, min_gain\)$")
+                                              r"\([0-9.e-]+ ms, min_gain\)|; not separable: of [0-9]+ rounds, .*: no gain beyond "
+                                              r"the spread \(min_gain\))$")
         low = torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], partial=True,
                                    example_inputs=(self.x,), replay=plan)
         self.assertEqual(torch_delegate.report(low).methods[0].regions, [])

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 namespace torch_delegate {
 struct partition_options;
@@ -54,7 +55,8 @@ class timing_cache_file {
   static constexpr std::string_view file_name = "timings-1.txt";
 
   /// The cache in `directory` (created when first written).
-  TORCH_DELEGATE_DECL explicit timing_cache_file(std::string directory);
+  explicit timing_cache_file(std::string directory)
+      : directory_(std::move(directory)), path_(directory_ + "/" + std::string(file_name)) {}
 
   /// The payload of the last entry of `kind` and `key`, if any.
   TORCH_DELEGATE_DECL std::optional<std::string> find(std::string_view kind, const std::string& key);
@@ -77,7 +79,7 @@ class timing_cache_file {
 };
 
 /// A problem with the cache at `path`, as a warning, once per path and process.
-TORCH_DELEGATE_DECL void warn_cache_once(const std::string& path, const std::string& what);
+TORCH_DELEGATE_INTERNAL void warn_cache_once(const std::string& path, const std::string& what);
 
 }  // namespace torch_delegate::detail
 

@@ -59,10 +59,6 @@ TORCH_DELEGATE_DECL paired_comparison compare_rounds(const std::vector<double>& 
 /// false once even winning every remaining round would leave p at or above alpha.
 TORCH_DELEGATE_DECL bool can_still_separate(const paired_comparison& so_far, const sampling_rule& rule);
 
-/// "12 of 12 rounds faster by more than 3 %, sign test p = 0.0005": the evidence, for a report
-/// (`first` won; `of_first` names it in the sentence's start, as "faster on onednn").
-TORCH_DELEGATE_DECL std::string evidence_text(const paired_comparison& compared, const sampling_rule& rule);
-
 /// Rounds of `round` (one time of each path, in ms, taken side by side) until compare_rounds
 /// separates them, can_still_separate says none would, rule.max_rounds, or rule.budget_s.
 TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function<std::pair<double, double>()>& round,

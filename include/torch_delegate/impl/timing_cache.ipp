@@ -92,7 +92,7 @@ TORCH_DELEGATE_DECL std::string timing_cache_directory(const partition_options& 
   return {};
 }
 
-TORCH_DELEGATE_DECL void warn_cache_once(const std::string& path, const std::string& what) {
+TORCH_DELEGATE_INTERNAL void warn_cache_once(const std::string& path, const std::string& what) {
   static std::mutex mutex;
   static std::set<std::string> warned;
   {
@@ -101,9 +101,6 @@ TORCH_DELEGATE_DECL void warn_cache_once(const std::string& path, const std::str
   }
   TORCH_WARN("torch-delegate: the timing cache ", path, ": ", what);
 }
-
-TORCH_DELEGATE_DECL timing_cache_file::timing_cache_file(std::string directory)
-    : directory_(std::move(directory)), path_(directory_ + "/" + std::string(file_name)) {}
 
 // "kind \t key \t payload": what a line's CRC covers.
 inline std::string entry_text(std::string_view kind, const std::string& key, const std::string& payload) {

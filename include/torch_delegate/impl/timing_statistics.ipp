@@ -54,17 +54,6 @@ TORCH_DELEGATE_DECL bool can_still_separate(const paired_comparison& so_far, con
   return sign_test_p(lead + left, rule.max_rounds) < rule.alpha;
 }
 
-TORCH_DELEGATE_DECL std::string evidence_text(const paired_comparison& compared, const sampling_rule& rule) {
-  std::ostringstream text;
-  text.precision(2);
-  const bool first = compared.verdict != separation::second_faster && compared.first_wins >= compared.second_wins;
-  const std::size_t won = first ? compared.first_wins : compared.second_wins, lost = first ? compared.second_wins : compared.first_wins;
-  text << won << " of " << compared.rounds << " rounds faster by more than " << 100 * rule.margin << " %";
-  if (lost > 0) text << ", " << lost << " slower";
-  text << ", sign test p = " << compared.p_value;
-  return text.str();
-}
-
 TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function<std::pair<double, double>()>& round,
                                                              const sampling_rule& rule) {
   const auto start = std::chrono::steady_clock::now();

@@ -120,8 +120,9 @@ class replaying_decider final : public region_decider {
 // partition_options::measure: each candidate region of a method with example inputs is timed on
 // its backend and as TorchScript (in rounds, until they separate: region_rule) and goes to its
 // backend where that is faster beyond the spread, stays in TorchScript where it is slower beyond
-// it, and goes by the rules (to its backend: the list's order) where the two do not separate;
-// the report says which. Then the winners that save least stay in TorchScript while, together,
+// it; where the two do not separate, its gain is not established: with a min_gain it stays
+// (gain below the minimum, offered to the next backend), with min_gain 0 the rules decide (to its
+// backend: the list's order). The report says which. Then the winners that save least stay in TorchScript while, together,
 // they save less than min_gain of the method (one region saving too little alone counts; many
 // small ones that add up, as ShuffleNetV2's branches, are delegated). A region that cannot be
 // timed (in an if or loop body) goes by the rules, as do the regions of a method without example
@@ -169,7 +170,12 @@ class measured_decider final : public region_decider {
           decisions[i] = {false, kept_reason::slower_on_backend, timing_text(candidate) + "; " + evidence};
           break;
         case separation::not_separable:
-          candidate.decision = evidence + "; delegated, as the list's order says";
+          // No gain beyond the spread: with a min_gain, none worth a boundary; without, the rules.
+          if (options_.min_gain > 0)
+            decisions[i] = {false, kept_reason::gain_below_minimum,
+                            timing_text(candidate) + "; " + evidence + ": no gain beyond the spread (min_gain)"};
+          else
+            candidate.decision = evidence + "; delegated, as the list's order says";
           break;
       }
     }

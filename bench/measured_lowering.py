@@ -1,0 +1,202 @@
+"""Measured partitioning users can live with (issue 40): how long the README's recipe takes to
+lower each torchvision CNN of the bench, whether it gives the same answer twice, and whether its
+answer is right.
+
+For each model (bench/models.py; batch 1, 2 threads unless TD_BENCH_THREADS; LibTorch with
+OpenBLAS when installed):
+- unmeasured: lower(scripted, RECIPE, partial=True, example_inputs=(x,)), the median of 2;
+- 200 calls: 200 calls of the scripted model (the issue's allowance: measured lowering
+  <= 3x unmeasured + 200 calls);
+- cold / warm: the recipe measured (measure=True, choose_order=True) with an empty timing cache,
+  then again with the cache it left (idle machine);
+- loaded: the recipe measured, cache off, with another process busy beside it (one core spinning:
+  as on a shared machine or CI runner), --runs times (10 by default; 3 with --quick): the
+  longest of them, and how many gave the most common partition (the stability count);
+- right answer: the recipe's result (the first loaded run's) timed interleaved against each
+  backend alone (lowered without measuring) and torch.jit.optimize_for_inference: its ratio to
+  the fastest single backend (>= 1 is faster) and to optimize_for_inference.
+
+Usage: PYTHONPATH=<build>/python bench/measured_lowering.py [<doc.md>] [--quick] [--models a,b] [--runs N]
+       [--json out.json]
+(the table goes between the doc's `<!-- measured table -->` and `<!-- end measured table -->` lines)
+"""
+import collections
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+if os.path.isdir(OPENBLAS) and os.environ.get("TD_BENCH_BLAS") is None:
+    env = dict(os.environ, TD_BENCH_BLAS="openblas",
+               LD_LIBRARY_PATH=OPENBLAS + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else ""))
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+options = sys.argv[1:]
+VALUED = ("--models", "--runs", "--json")
+args = [a for i, a in enumerate(options) if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED)]
+
+
+def option(name, default=None):
+    return options[options.index(name) + 1] if name in options else default
+
+
+doc_path = args[0] if args else None
+quick = "--quick" in options
+runs = int(option("--runs", 3 if quick else 10))
+names = option("--models", ",".join(["resnet18", "mobilenet_v2", "shufflenet_v2_x1_0"] if quick else models.CNNS)).split(",")
+threads = int(os.environ.get("TD_BENCH_THREADS", "2"))
+torch.set_num_threads(threads)
+import torch_delegate  # noqa: E402
+
+RECIPE = ["xnnpack", "onednn", "pointwise_fusion"]
+for backend in RECIPE:
+    torch_delegate.load_backend(backend)
+
+
+def isa():
+    flags = open("/proc/cpuinfo").read()
+    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
+    level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
+    return f"{name}, {os.cpu_count()} cores, {level}"
+
+
+def seconds(call):
+    start = time.perf_counter()
+    result = call()
+    return time.perf_counter() - start, result
+
+
+def partition(lowered):
+    """The partition, to compare two lowerings: the order, each region's backend and size."""
+    report = torch_delegate.report(lowered)
+    return (", ".join(report.backends),
+            tuple((r.backend, r.node_count, r.location) for m in report.methods for r in m.regions))
+
+
+def describe(signature):
+    order, regions = signature
+    counts = collections.Counter(backend for backend, _, _ in regions)
+    return ", ".join(f"{n} {b}" for b, n in counts.items()) or "none"
+
+
+class Busy:
+    """Another process keeping one core busy (a spinning Python loop) while it lives."""
+
+    def __enter__(self):
+        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc):
+        self.process.kill()
+        self.process.wait()
+
+
+def interleaved(variants, x, rounds=15):
+    """Medians in ms: rounds of a block of 3 calls per variant (the first dropped), order rotating."""
+    times = {k: [] for k in variants}
+    keys = list(variants)
+    with torch.no_grad():
+        for f in variants.values():
+            f(x), f(x)
+        for r in range(rounds):
+            for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+                variants[k](x)
+                start = time.perf_counter()
+                variants[k](x), variants[k](x)
+                times[k].append((time.perf_counter() - start) / 2 * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def measure_model(name):
+    model, x = models.model_and_input(name)
+    scripted = torch.jit.script(model)
+    row = {"model": name}
+    with torch.no_grad():
+        unmeasured = [seconds(lambda: torch_delegate.lower(scripted, RECIPE, partial=True, example_inputs=(x,)))[0]
+                      for _ in range(2)]
+        row["unmeasured_s"] = statistics.median(unmeasured)
+        scripted(x), scripted(x)
+        row["calls200_s"] = seconds(lambda: [scripted(x) for _ in range(200)])[0]
+        cache = tempfile.mkdtemp(prefix="td_bench_cache_")
+        try:
+            recipe = dict(partial=True, example_inputs=(x,), measure=True, choose_order=True, progress=False)
+            row["cold_s"], cold = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe))
+            row["warm_s"], warm = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe))
+            row["warm_same"] = partition(warm) == partition(cold)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        loaded_times, signatures, first = [], [], None
+        with Busy():
+            for _ in range(runs):
+                spent, lowered = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=False, **recipe))
+                loaded_times.append(spent)
+                signatures.append(partition(lowered))
+                first = first or lowered
+        common, count = collections.Counter(signatures).most_common(1)[0]
+        row.update(loaded_max_s=max(loaded_times), loaded_median_s=statistics.median(loaded_times), stable=count,
+                   runs=runs, partition=describe(common), order=common[0],
+                   partitions=[describe(s) + " (" + s[0] + ")" for s in signatures])
+        variants = {"recipe": first,
+                    "oif": torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))}
+        for backend in ("onednn", "xnnpack"):
+            variants[backend] = torch_delegate.lower(scripted, [backend], partial=True, example_inputs=(x,))
+        ms = interleaved(variants, x)
+        row["ms"] = ms
+        best_single = min(("onednn", "xnnpack"), key=lambda b: ms[b])
+        row["best_single"] = best_single
+        row["vs_best_single"] = ms[best_single] / ms["recipe"]
+        row["vs_oif"] = ms["oif"] / ms["recipe"]
+    row["budget_s"] = 3 * row["unmeasured_s"] + row["calls200_s"]
+    return row
+
+
+def table(rows):
+    lines = ["| model | unmeasured lowering | 200 calls | budget (3x + 200 calls) | measured, cold cache | warm cache "
+             "| warm / unmeasured | loaded (another process busy): longest of runs | same partition | partition "
+             "| recipe vs best single backend | recipe vs optimize_for_inference |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['unmeasured_s']:.2f} s | {r['calls200_s']:.1f} s | {r['budget_s']:.1f} s "
+            f"| {r['cold_s']:.1f} s{'' if r['cold_s'] <= r['budget_s'] else ' (over)'} | {r['warm_s']:.2f} s "
+            f"| {r['warm_s'] / r['unmeasured_s']:.2f}x | {r['loaded_max_s']:.1f} s{'' if r['loaded_max_s'] <= 30 else ' (over 30 s)'} "
+            f"| {r['stable']} of {r['runs']} | {r['partition']} ({r['order']}) "
+            f"| {r['vs_best_single']:.2f}x ({r['best_single']}: {r['ms'][r['best_single']]:.1f} ms, recipe {r['ms']['recipe']:.1f}) "
+            f"| {r['vs_oif']:.2f}x |")
+    return "\n".join(lines)
+
+
+def main():
+    print(f"machine: {isa()}; {threads} threads; BLAS: {os.environ.get('TD_BENCH_BLAS', 'default')}", flush=True)
+    rows = []
+    for name in names:
+        row = measure_model(name)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    text = table(rows)
+    print(text)
+    summary = (f"Measured by bench/measured_lowering.py on {isa()}, {threads} threads, torch-delegate "
+               f"{torch_delegate.__version__}; loaded: {runs} measured lowerings each, the timing cache off, one other "
+               f"process spinning on a core. Ratios >= 1: the recipe is faster.")
+    if option("--json"):
+        json.dump({"machine": isa(), "rows": rows}, open(option("--json"), "w"), indent=1)
+    if doc_path:
+        doc = open(doc_path).read()
+        begin, end = "<!-- measured table -->", "<!-- end measured table -->"
+        if begin in doc and end in doc:
+            doc = doc[:doc.index(begin) + len(begin)] + "\n" + summary + "\n\n" + text + "\n" + doc[doc.index(end):]
+            open(doc_path, "w").write(doc)
+
+
+main()
