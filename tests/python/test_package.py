@@ -688,6 +688,13 @@ class MeasuredLowering(unittest.TestCase):
         self.assertEqual([update.stage for update in updates], ["cached", "done"])
         self.assertIn(path, updates[0].detail)
         self.assertEqual(td.report(warm).methods, td.report(cold).methods)
+        # The same code with other weights' shapes (a narrower Linear) is another key: measured.
+        narrow = LinearGelu()
+        narrow.up = torch.nn.Linear(16, 32)
+        updates.clear()
+        td.lower(torch.jit.script(narrow), "pointwise_fusion", partial=True, example_inputs=(self.x,), measure=True,
+                 timing_cache=self.directory, progress=updates.append)
+        self.assertNotIn("cached", [update.stage for update in updates])
         # timing_cache=False: measured again, nothing written.
         size = os.path.getsize(path)
         updates.clear()

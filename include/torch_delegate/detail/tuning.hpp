@@ -87,9 +87,10 @@ struct timing_source {
 
 /// Times with the steady clock, in this process, without gradients. A region between
 /// TorchScript ops that compute is timed between two TorchScript calls and charged for what it
-/// costs the call after it; one with no such neighbour in blocks of calls of one kind. Each
-/// round times both paths, the order alternating. A method: two warm-up calls, then the median of
-/// 5; methods side by side: per round a block of 2 calls of each (the first dropped).
+/// costs the call after it; one with no such neighbour in blocks of 3 calls of one kind (the
+/// first dropped, the faster of the other two). Each round times both paths, the order
+/// alternating. A method: two warm-up calls, then the median of 5; methods side by side: per
+/// round a block of 3 calls of each, as a region's.
 struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,
@@ -171,7 +172,8 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 
 /// What a whole measured lowering depends on, as text for key_digest: the backends (names,
 /// payload versions, specs), the options that change decisions, each method's canonical graph
-/// with the example inputs' shapes, and the machine.
+/// and its example inputs' dtypes and sizes, every attribute of the module (tensors by dtype and
+/// sizes, other values by value), and the machine.
 TORCH_DELEGATE_INTERNAL std::string lowering_key(const backend_list& backends, const torch::jit::Module& module,
                                                  const partition_options& options,
                                                  const std::vector<c10::impl::GenericDict>& specs);

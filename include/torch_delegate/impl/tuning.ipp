@@ -481,7 +481,18 @@ TORCH_DELEGATE_INTERNAL std::string lowering_key(const backend_list& backends, c
       describe_for_key(key, input);
       key << ",";
     }
-    key << canonical_graph(module, method, &inputs)->toString(false);
+    key << canonical_graph(module, method)->toString(false);  // the graph; the shapes are above (no run)
+  }
+  // What the graph reads from the module: every attribute's value (tensors by dtype and sizes:
+  // two widths of one architecture share their code, not their weights' shapes).
+  key << ";attributes:";
+  for (const auto& attribute : module.named_attributes(/*recurse=*/true)) {
+    key << attribute.name << "=";
+    if (attribute.value.isObject())
+      key << attribute.value.type()->str();
+    else
+      describe_for_key(key, attribute.value);
+    key << ",";
   }
   key << ";machine:" << machine_fingerprint();
   return key.str();
