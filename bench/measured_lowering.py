@@ -12,12 +12,14 @@ OpenBLAS when installed):
 - loaded: the recipe measured, cache off, with another process busy beside it (one core spinning:
   as on a shared machine or CI runner), --runs times (10 by default; 3 with --quick): the
   longest of them, and how many gave the most common partition (the stability count);
-- right answer: the recipe's result (the first loaded run's) timed interleaved against each
+- right answer: the recipe's result (the idle, cold-cache lowering's) timed interleaved against each
   backend alone (lowered without measuring) and torch.jit.optimize_for_inference: its ratio to
   the fastest single backend (>= 1 is faster) and to optimize_for_inference.
 
 Usage: PYTHONPATH=<build>/python bench/measured_lowering.py [<doc.md>] [--quick] [--models a,b] [--runs N]
        [--json out.json]
+       PYTHONPATH=<build>/python bench/measured_lowering.py [<doc.md>] --report run.json [run.json ...]
+           (the table of saved runs, nothing measured; --report last)
 (the table goes between the doc's `<!-- measured table -->` and `<!-- end measured table -->` lines)
 """
 import collections
@@ -43,7 +45,9 @@ import models  # noqa: E402
 
 options = sys.argv[1:]
 VALUED = ("--models", "--runs", "--json")
-args = [a for i, a in enumerate(options) if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED)]
+reporting = options[options.index("--report") + 1:] if "--report" in options else []
+args = [a for i, a in enumerate(options)
+        if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED) and a not in reporting]
 
 
 def option(name, default=None):
@@ -77,7 +81,8 @@ def seconds(call):
 
 
 def partition(lowered):
-    """The partition, to compare two lowerings: the order, each region's backend and size."""
+    """The order a lowering was made with, and its partition (each region's backend, size and
+    place): two lowerings with the same partition run the same model, whatever the order."""
     report = torch_delegate.report(lowered)
     return (", ".join(report.backends),
             tuple((r.backend, r.node_count, r.location) for m in report.methods for r in m.regions))
@@ -133,7 +138,8 @@ def measure_model(name):
             recipe = dict(partial=True, example_inputs=(x,), measure=True, choose_order=True, progress=False)
             row["cold_s"], cold = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe))
             row["warm_s"], warm = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe))
-            row["warm_same"] = partition(warm) == partition(cold)
+            row["warm_same"] = partition(warm)[1] == partition(cold)[1]
+            row["cold_partition"] = describe(partition(cold)) + " (" + partition(cold)[0] + ")"
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         loaded_times, signatures, first = [], [], None
@@ -143,11 +149,13 @@ def measure_model(name):
                 loaded_times.append(spent)
                 signatures.append(partition(lowered))
                 first = first or lowered
-        common, count = collections.Counter(signatures).most_common(1)[0]
+        # The same partition: the same regions on the same backends (the order it was found by aside).
+        common_regions, count = collections.Counter(s[1] for s in signatures).most_common(1)[0]
+        common = next(s for s in signatures if s[1] == common_regions)
         row.update(loaded_max_s=max(loaded_times), loaded_median_s=statistics.median(loaded_times), stable=count,
                    runs=runs, partition=describe(common), order=common[0],
                    partitions=[describe(s) + " (" + s[0] + ")" for s in signatures])
-        variants = {"recipe": first,
+        variants = {"recipe": cold,  # lowered on the idle machine
                     "oif": torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))}
         for backend in ("onednn", "xnnpack"):
             variants[backend] = torch_delegate.lower(scripted, [backend], partial=True, example_inputs=(x,))
@@ -177,7 +185,29 @@ def table(rows):
     return "\n".join(lines)
 
 
+def stable_count(row):
+    """Runs with the most common partition, the order each was found by aside (saved runs of
+    --json: their "partitions" are "<regions> (<order>)")."""
+    regions = [p.rsplit(" (", 1)[0] for p in row["partitions"]]
+    return collections.Counter(regions).most_common(1)[0][1]
+
+
 def main():
+    if "--report" in options:  # the table of saved --json runs, nothing measured
+        rows, machine = [], None
+        for path in options[options.index("--report") + 1:]:
+            saved = json.load(open(path))
+            machine = saved["machine"]
+            for row in saved["rows"]:
+                row["stable"] = stable_count(row)
+                rows.append(row)
+        text = table(rows)
+        print(text)
+        if doc_path:
+            write_doc(f"Measured by bench/measured_lowering.py on {machine}, {threads} threads; loaded: each model's "
+                      f"measured lowerings (the runs column), the timing cache off, one other process spinning on a core. "
+                      f"Ratios >= 1: the recipe is faster.", text)
+        return
     print(f"machine: {isa()}; {threads} threads; BLAS: {os.environ.get('TD_BENCH_BLAS', 'default')}", flush=True)
     rows = []
     for name in names:
@@ -192,11 +222,15 @@ def main():
     if option("--json"):
         json.dump({"machine": isa(), "rows": rows}, open(option("--json"), "w"), indent=1)
     if doc_path:
-        doc = open(doc_path).read()
-        begin, end = "<!-- measured table -->", "<!-- end measured table -->"
-        if begin in doc and end in doc:
-            doc = doc[:doc.index(begin) + len(begin)] + "\n" + summary + "\n\n" + text + "\n" + doc[doc.index(end):]
-            open(doc_path, "w").write(doc)
+        write_doc(summary, text)
+
+
+def write_doc(summary, text):
+    doc = open(doc_path).read()
+    begin, end = "<!-- measured table -->", "<!-- end measured table -->"
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin) + len(begin)] + "\n" + summary + "\n\n" + text + "\n" + doc[doc.index(end):]
+        open(doc_path, "w").write(doc)
 
 
 main()

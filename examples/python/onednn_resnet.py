@@ -31,3 +31,17 @@ with tempfile.TemporaryDirectory() as directory:
     with torch.no_grad():
         assert torch.allclose(torch_delegate.load(path)(x), lowered(x), atol=1e-5)
 print("relative error against eager:", f"{error:.1e}")
+
+# [cache]
+# Measured again with a timing cache (here a directory of its own; by default ~/.cache/torch_delegate):
+# the first lowering measures and keeps its decisions, the second times nothing.
+with tempfile.TemporaryDirectory() as cache:
+    stages = []
+    for attempt in ("first", "second"):
+        stages.clear()
+        again = torch_delegate.lower(torch.jit.script(model), ["xnnpack", "onednn", "pointwise_fusion"], partial=True,
+                                     example_inputs=(x,), measure=True, timing_cache=cache,
+                                     progress=lambda update: stages.append(update.stage))
+        print(attempt, "lowering:", "from the timing cache" if "cached" in stages else "measured")
+    assert "cached" in stages and "timing" not in stages  # the second one timed nothing
+# [cache]

@@ -33,7 +33,8 @@ torch_delegate::delegation_report one_reason_each(torch_delegate::delegation_rep
   return report;
 }
 
-/// `current` written in an older version: without the kept nodes' per-backend reasons (5),
+/// `current` written in an older version: without the regions' decisions (6), without the kept
+/// nodes' per-backend reasons (5),
 /// without the regions' backends and times (4), without conversions (3), labels instead of tokens
 /// (2), without submodules (1).
 c10::IValue older(const c10::IValue& current, std::int64_t version) {
@@ -47,6 +48,7 @@ c10::IValue older(const c10::IValue& current, std::int64_t version) {
     c10::impl::GenericList regions(region_data_type(version)), kept(kept_data_type(version));
     for (const c10::IValue& region : fields[1].toListRef()) {
       std::vector<c10::IValue> r = region.toTupleRef().elements().vec();
+      if (version < 7) r.pop_back();  // decision
       if (version < 5) r.resize(r.size() - 3);  // backend, backend_ms, torchscript_ms
       if (version < 4) r.pop_back();  // conversions
       if (version == 1) r.pop_back();  // submodule

@@ -47,8 +47,8 @@ struct region_timing {
 
 /// The rules measured decisions follow (timing_statistics.hpp): regions, and whole methods (the
 /// method's check and choose_order, whose calls are longer and steadier).
-inline constexpr sampling_rule region_rule{0.03, 0.01, 8, 40, 1.5};
-inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 3.0};
+inline constexpr sampling_rule region_rule{0.03, 0.01, 8, 40, 3.0};
+inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 12.0};
 
 /// The value of each top-level value of a method's graph, from a run on its example inputs.
 using example_value_map = std::unordered_map<const torch::jit::Value*, c10::IValue>;

@@ -305,18 +305,22 @@ inline std::string order_text(const backend_list& backends) {
   return text;
 }
 
-// What a lowering's regions save by their own times (TorchScript's minus the backend's, summed
-// over its methods), or nullopt when one was not measured.
+// What share of their TorchScript time a lowering's regions save, by their own times (each
+// region's two times are paired, taken side by side; two regions' are not, and on a loaded machine
+// the TorchScript time of one can be twice the other's: shares compare, milliseconds do not), or
+// nullopt when one was not measured or none was delegated.
 inline std::optional<double> measured_saving(const torch::jit::Module& lowered) {
   const std::optional<delegation_report> report = delegation_report_data_of(lowered);
   if (!report) return std::nullopt;
-  double saved = 0;
+  double saved = 0, spent = 0;
   for (const method_delegation& method : report->methods)
     for (const region_report& region : method.regions) {
-      if (region.backend_ms < 0 || region.torchscript_ms < 0) return std::nullopt;
-      saved += region.torchscript_ms - region.backend_ms;
+      if (region.backend_ms < 0 || region.torchscript_ms <= 0) return std::nullopt;
+      saved += 1.0 - region.backend_ms / region.torchscript_ms;
+      spent += 1.0;
     }
-  return saved;
+  if (spent == 0) return std::nullopt;
+  return saved / spent;
 }
 
 // The partition of a lowering, to tell two that are the same: each region's backend, kinds, size
@@ -349,8 +353,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   // backend alone where that gave other backends regions too. Each is partitioned by measured
   // decisions (regions alike to ones already timed, the same backend, graph and shapes, are not
   // timed again), then: the same partition as an earlier lowering is dropped; one whose regions
-  // save, by their own times, less than half what the best of the others saves is dropped (it
-  // cannot win by the method's noise); the rest are checked whole and compared.
+  // save, by their own times, less than half the share of their TorchScript time that the best
+  // of the others saves is dropped (it cannot win by the method's noise); the rest are checked
+  // whole and compared.
   struct candidate {
     torch::jit::Module lowered;
     std::string order;
@@ -366,8 +371,16 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     torch::jit::Module made = lower_partitioned(order, module, options, order_specs, *decider_for(options, &order_specs, timing));
     const std::string signature = partition_signature(made);
     const std::optional<double> saving = measured_saving(made);
-    bool kept = std::find(signatures.begin(), signatures.end(), signature) == signatures.end() &&
-                !(saving && *saving < 0.5 * best_saving);
+    const auto same = std::find(signatures.begin(), signatures.end(), signature);
+    const bool repeated = same != signatures.end(), saves_little = saving && *saving < 0.5 * best_saving;
+    const bool kept = !repeated && !saves_little;
+    if (repeated)
+      timing.progress("choosing", "not compared: the same partition as (" +
+                                      candidates[static_cast<std::size_t>(same - signatures.begin())].order + ")");
+    else if (saves_little)
+      timing.progress("choosing", "not compared: its regions save " + std::to_string(static_cast<int>(100 * *saving)) +
+                                      " % of their TorchScript time, less than half of the best so far (" +
+                                      std::to_string(static_cast<int>(100 * best_saving)) + " %)");
     signatures.push_back(signature);
     if (kept) {
       made = checked_whole(order, module, options, order_specs, timing, std::move(made));
@@ -412,6 +425,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     for (const auto& [method, inputs] : options.example_inputs) {
       timing.progress("choosing", method + ": (" + candidates[k].order + ") against (" + candidates[best].order + ")");
       const paired_comparison compared = timing.compare_methods(candidates[best].lowered, candidates[k].lowered, method, inputs);
+      timing.progress("choosing", method + ": " +
+                                      verdict_text(compared, method_rule, "with (" + candidates[best].order + ")",
+                                                   "with (" + candidates[k].order + ")"));
       faster |= compared.verdict == separation::second_faster;
       slower |= compared.verdict == separation::first_faster;
     }

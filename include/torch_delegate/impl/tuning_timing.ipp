@@ -163,11 +163,11 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
         double script_ms = 0, backend_ms = 0;
         auto script_block = [&] {
           run_script();
-          script_ms = std::min(elapsed_ms(run_script), elapsed_ms(run_script));
+          script_ms = std::min({elapsed_ms(run_script), elapsed_ms(run_script), elapsed_ms(run_script)});
         };
         auto backend_block = [&] {
           run_backend();
-          backend_ms = std::min(elapsed_ms(run_backend), elapsed_ms(run_backend));
+          backend_ms = std::min({elapsed_ms(run_backend), elapsed_ms(run_backend), elapsed_ms(run_backend)});
         };
         if (backend_first) {
           backend_block();
@@ -207,7 +207,7 @@ TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const to
   // behind), then the faster of two (a call delayed by another process is never faster).
   auto block = [&](torch::jit::Method& call) {
     call(inputs);
-    return std::min(elapsed_ms([&] { call(inputs); }), elapsed_ms([&] { call(inputs); }));
+    return std::min({elapsed_ms([&] { call(inputs); }), elapsed_ms([&] { call(inputs); }), elapsed_ms([&] { call(inputs); })});
   };
   std::size_t round = 0;
   return sample_until_separated(
