@@ -500,7 +500,9 @@ def forward(self, x):
   options.progress = [&](const torch_delegate::progress_update& update) { stages.push_back(update.stage); };
   const std::string file = directory + "/timings-1.txt";
 
+  const auto cold_start = std::chrono::steady_clock::now();
   auto cold = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+  const double cold_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cold_start).count();
   CHECK(std::find(stages.begin(), stages.end(), "timing") != stages.end());
   CHECK(std::find(stages.begin(), stages.end(), "cached") == stages.end());
   REQUIRE(std::filesystem::exists(file));
@@ -514,7 +516,7 @@ def forward(self, x):
   auto warm = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
   const double warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(stages == std::vector<std::string>{"cached", "done"});
-  CHECK(warm_s < 0.1);  // nothing timed: a cold lowering times 8 ms calls for rounds
+  CHECK(warm_s < 0.25 * cold_s);  // nothing timed: a cold lowering times 8 ms calls for rounds
   const auto cold_report = *torch_delegate::delegation_report_data_of(cold);
   const auto warm_report = *torch_delegate::delegation_report_data_of(warm);
   CHECK(warm_report.backend == cold_report.backend);  // the order choose_order chose
