@@ -726,6 +726,30 @@ class MeasuredLowering(unittest.TestCase):
         ProgressPrinter(stream=quiet, use_tqdm=False)(update("done", "", 1, 1, 0.3))
         self.assertEqual(quiet.getvalue(), "")
 
+    def test_the_default_printer_with_tqdm_draws_a_bar_over_the_lowerings(self):
+        try:
+            import tqdm  # noqa: F401  (Debian's python3-tqdm: tools/bootstrap installs it)
+        except ImportError:
+            self.skipTest("tqdm is not installed")
+        from torch_delegate._progress import ProgressPrinter
+        stream = io.StringIO()
+        printer = ProgressPrinter("torch_delegate.lower", stream=stream, use_tqdm=True)
+        update = lambda stage, detail, step, steps, elapsed: types.SimpleNamespace(  # noqa: E731
+            stage=stage, detail=detail, step=step, steps=steps, elapsed_s=elapsed)
+        printer(update("timing", "region 1 of 2 on onednn", 0, 3, 0.2))  # quick so far: no bar
+        self.assertEqual(stream.getvalue(), "")
+        printer(update("timing", "lowering 2 of 3 (onednn, xnnpack): region 2 of 2 on onednn", 1, 3, 1.5))
+        self.assertIsNotNone(printer.bar)
+        self.assertEqual((printer.bar.n, printer.bar.total), (1, 3))
+        printer(update("checking", "forward whole", 1, 4, 2.5))  # a lowering added: the bar grows
+        self.assertEqual(printer.bar.total, 4)
+        printer(update("done", "regions timed: 3", 4, 4, 3.0))
+        self.assertIsNone(printer.bar)  # closed
+        text = stream.getvalue()
+        self.assertIn("torch_delegate.lower: measuring", text)
+        self.assertIn("4/4", text)
+        self.assertIn("done: regions timed: 3", text)
+
     def test_bad_values(self):
         with self.assertRaisesRegex(TypeError, r"timing_cache must be True, False or a directory \(a non-empty str\), got 3"):
             self.lower(timing_cache=3)
