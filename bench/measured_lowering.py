@@ -142,13 +142,12 @@ def measure_model(name):
             row["cold_partition"] = describe(partition(cold)) + " (" + partition(cold)[0] + ")"
         finally:
             shutil.rmtree(cache, ignore_errors=True)
-        loaded_times, signatures, first = [], [], None
+        loaded_times, signatures = [], []
         with Busy():
             for _ in range(runs):
                 spent, lowered = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=False, **recipe))
                 loaded_times.append(spent)
                 signatures.append(partition(lowered))
-                first = first or lowered
         # The same partition: the same regions on the same backends (the order it was found by aside).
         common_regions, count = collections.Counter(s[1] for s in signatures).most_common(1)[0]
         common = next(s for s in signatures if s[1] == common_regions)

@@ -34,6 +34,7 @@
 #include <torch_delegate/impl/runtime_objects.ipp>
 #include <torch_delegate/impl/signature.ipp>
 #include <torch_delegate/impl/tuning.ipp>
+#include <torch_delegate/impl/tuning_lowering.ipp>
 #include <torch_delegate/impl/tuning_timing.ipp>
 #include <torch_delegate/impl/timing_cache.ipp>
 #include <torch_delegate/impl/timing_statistics.ipp>

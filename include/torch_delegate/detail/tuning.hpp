@@ -189,6 +189,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& ba
 
 #if TORCH_DELEGATE_HEADER_ONLY
 #include <torch_delegate/impl/tuning.ipp>
+#include <torch_delegate/impl/tuning_lowering.ipp>
 #include <torch_delegate/impl/tuning_timing.ipp>
 #include <torch_delegate/impl/timing_cache.ipp>
 #include <torch_delegate/impl/timing_statistics.ipp>
