@@ -6,6 +6,7 @@
 #include <torch_delegate/partition.hpp>
 
 #include <torch_delegate/impl/archive_check.ipp>
+#include <torch_delegate/impl/attention_calls.ipp>
 #include <torch_delegate/impl/backend_lowering.ipp>
 #include <torch_delegate/impl/canonical_graph.ipp>
 #include <torch_delegate/impl/codegen.ipp>

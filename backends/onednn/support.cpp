@@ -88,8 +88,10 @@ bool supports_batch_norm(const torch::jit::Node* node) {  // folded into the con
          tk::is(node->input(0)->node(), "aten::conv2d") && node->input(0)->uses().size() == 1;
 }
 bool supports_relu(const torch::jit::Node* node) { return float_4d_or_unknown(node->input(0)); }
-bool supports_add(const torch::jit::Node* node) {  // two float tensors of one shape (no broadcasting), sizes known
+bool supports_add(const torch::jit::Node* node) {  // two float tensors of one shape (no broadcasting), sizes known, made at run time
   if (node->inputs().size() != 3 || !tk::constant_is(node->input(2), c10::IValue(std::int64_t{1}))) return false;
+  // Not a weight (ViT's `x + self.pos_embedding`): an add step reads two values of the region.
+  if (tk::known_at_lowering(node->input(0)) || tk::known_at_lowering(node->input(1))) return false;
   const auto a = tk::float_sizes(node->input(0)), b = tk::float_sizes(node->input(1));
   return a && b && *a == *b;
 }

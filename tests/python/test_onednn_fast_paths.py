@@ -241,6 +241,114 @@ class ViewsAndAttention(unittest.TestCase):
         self.assertIn("aten::conv2d", kept(low))
 
 
+class MultiheadAttentionCalls(unittest.TestCase):
+    """nn.MultiheadAttention's self-attention comes into the region as straight-line attention:
+    scripted (its forward's `if`s) and traced (aten::_native_multi_head_attention)."""
+
+    class Encoder(nn.Module):  # ViT's encoder block: LayerNorm, self-attention, residual, MLP
+        def __init__(self, d=32, heads=4, batch_first=True, mode="self"):
+            super().__init__()
+            self.mode = mode
+            self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.attention = nn.MultiheadAttention(d, heads, batch_first=batch_first)
+            self.ff1, self.ff2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+            self.position = nn.Parameter(torch.randn(1, 1, d))
+
+        def forward(self, x):
+            x = x + self.position  # a weight added: ViT's pos_embedding
+            y = self.norm1(x)
+            if self.mode == "cross":
+                y, _ = self.attention(y, x, x, need_weights=False)
+            elif self.mode == "weights":
+                y, _ = self.attention(y, y, y)
+            else:
+                y, _ = self.attention(y, y, y, need_weights=False)
+            x = x + y
+            return x + self.ff2(F.gelu(self.ff1(self.norm2(x))))
+
+    def model(self, **options):
+        torch.manual_seed(7)
+        return self.Encoder(**options).eval()
+
+    def check(self, model, low, x):
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+
+    def test_self_attention_is_in_the_region(self):
+        for batch_first in (True, False):
+            with self.subTest(batch_first=batch_first):
+                model = self.model(batch_first=batch_first)
+                x = torch.randn(2, 10, 32)
+                low = lowered(model, x)
+                self.check(model, low, x)
+                # The pos_embedding add stays (a weight is not an add step's operand); the rest is one region.
+                self.assertEqual(len(regions(low)), 1, kept(low))
+                self.assertNotIn("prim::If", kept(low))
+                self.assertNotIn("aten::_native_multi_head_attention", kept(low))
+                kinds = [k for _, k, _ in plan(low)]
+                self.assertEqual(kinds.count("matmul"), 2, plan(low))
+                self.assertEqual(kinds.count("softmax_v2") + kinds.count("softmax"), 1, plan(low))
+                path = os.path.join(os.environ["TD_WORKDIR"], "mha_lowered.pt")
+                torch.jit.save(low, path)
+                self.check(model, torch.jit.load(path), x)
+
+    def test_the_attention_nodes_are_the_calls(self):
+        class Only(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attention = nn.MultiheadAttention(32, 4, batch_first=True)
+
+            def forward(self, x):
+                y, _ = self.attention(x, x, x, need_weights=False)  # the line the region points at
+                return y
+
+        x = torch.randn(2, 5, 32)
+        low = lowered(Only(), x)
+        region = regions(low)[0]
+        self.assertEqual(region.submodule, "attention")
+        self.assertTrue(region.location.endswith(f"test_onednn_fast_paths.py:{self.line_of('the line the region points at')}"),
+                        region.location)
+
+    @staticmethod
+    def line_of(text):
+        with open(__file__) as source:
+            return next(number for number, line in enumerate(source, 1) if text in line and "line_of" not in line)
+
+    def test_a_trace_native_attention_is_in_the_region(self):
+        model = self.model()
+        x = torch.randn(2, 10, 32)
+        with torch.no_grad():
+            traced = torch.jit.trace(model, (x,))
+        self.assertIn("aten::_native_multi_head_attention", str(traced.inlined_graph))
+        low = torch_delegate.lower(traced, "onednn", partial=True, example_inputs=(x,))
+        self.check(model, low, x)
+        self.assertEqual(len(regions(low)), 1, kept(low))
+        self.assertNotIn("aten::_native_multi_head_attention", kept(low))
+
+    def test_what_is_not_self_attention_without_masks_stays_as_it_is(self):
+        for mode in ("cross", "weights"):
+            with self.subTest(mode=mode):
+                model = self.model(mode=mode)
+                x = torch.randn(2, 10, 32)
+                low = lowered(model, x)
+                self.check(model, low, x)
+                self.assertIn("prim::If", kept(low))  # the module's own forward, inlined
+        model = self.model()  # an unbatched input: the module's own path (the rank check folds to it)
+        x = torch.randn(10, 32)
+        self.check(model, lowered(model, x), x)
+
+    def test_autograd_goes_through_the_attention(self):
+        model = self.model()
+        x = torch.randn(2, 10, 32)
+        low = torch_delegate.lower(torch.jit.script(model), "onednn", partial=True, example_inputs=(x,),
+                                   on_other_shapes="torchscript")
+        given = x.clone().requires_grad_()
+        low(given).sum().backward()  # the region's TorchScript runs: plain, differentiable operators
+        want = x.clone().requires_grad_()
+        model(want).sum().backward()
+        self.assertLess(relative_error(given.grad, want.grad), 1e-5)
+
+
 class SavedByAnEarlierMain(unittest.TestCase):
     def test_payload_version_2_loads_and_runs(self):
         # Saved at 278b26d (tests/data/README.md): steps of every kind version 2 had, a 3x3

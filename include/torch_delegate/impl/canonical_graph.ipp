@@ -1,6 +1,7 @@
 // Definitions for detail/canonical_graph.hpp: the graph partial lowering and coverage look at.
 #pragma once
 
+#include <torch_delegate/detail/attention_calls.hpp>
 #include <torch_delegate/detail/canonical_graph.hpp>
 #include <torch_delegate/detail/lowering_plan.hpp>
 
@@ -8,6 +9,7 @@
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
@@ -320,9 +322,15 @@ inline void forget_traced_types(torch::jit::Block* block) {
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method,
                                                                        const std::vector<c10::IValue>* example_inputs,
                                                                        std::string_view backend, bool fold_attributes) {
-  std::shared_ptr<torch::jit::Graph> graph = inlined_graph(module, method);
+  // An inference lowering with example inputs: nn.MultiheadAttention's self-attention calls become
+  // straight-line attention behind a rank check that the example ranks fold (attention_calls.hpp).
+  const bool attention = fold_attributes && example_inputs && has_multihead_attention(module);
+  std::shared_ptr<torch::jit::Graph> graph = attention ? inlined_graph_with_attention(module, method) : inlined_graph(module, method);
   forget_traced_types(graph->block());
-  if (fold_attributes) fold_scalar_attributes(module, graph);
+  if (fold_attributes) {
+    fold_scalar_attributes(module, graph);
+    decompose_native_attention(graph);  // a trace's
+  }
   torch::jit::ConstantPropagationImmutableTypes(graph);
   fold_constant_lists(graph->block());
   rewrite_traced_convolutions(module, graph->block());
@@ -335,6 +343,7 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const
     record_example_types(backend, module, method, graph, *example_inputs);
     fold_known_ranks(graph);
     torch::jit::ConstantPropagationImmutableTypes(graph);
+    if (attention) torch::jit::LowerSimpleTuples(graph);  // the attention's (output, None), unpacked by its caller
     torch::jit::EliminateDeadCode(graph);
   }
   torch::jit::RemoveTensorMutation(graph, std::function<bool(torch::jit::Node*)>(out_of_place_is_equivalent));

@@ -1,0 +1,39 @@
+// nn.MultiheadAttention as the canonical graph spells it for an inference lowering: its scripted
+// forward (the fast path's checks, the slow path's masks and dropout, all behind `if`s that keep
+// the attention out of every region) and a trace's aten::_native_multi_head_attention (a fused
+// op that no backend takes and that has no derivative) both become straight-line self-attention:
+// one Q/K/V linear, the heads split by views, a scaled matmul, softmax, a matmul, the heads
+// merged, the output linear. docs/partial-lowering.md, "Attention".
+#pragma once
+
+#include <torch_delegate/detail/config.hpp>
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <memory>
+#include <string>
+
+namespace torch_delegate::detail {
+
+/// Whether `module` or one of its submodules is an nn.MultiheadAttention.
+TORCH_DELEGATE_INTERNAL bool has_multihead_attention(const torch::jit::Module& module);
+
+/// The method's graph with every call inlined, as detail::inlined_graph makes it, except that each
+/// call of an nn.MultiheadAttention's forward that is self-attention (query, key and value one
+/// value) without masks (`key_padding_mask` and `attn_mask` None) and without the weights
+/// (`need_weights=False`) on a module in eval mode (no bias_k/bias_v, no add_zero_attn, one
+/// embedding size) becomes `if query.dim() == 3: <straight-line attention> else: <the call>`; the
+/// ranks example inputs give fold the `if` away. Other calls are inlined as they are.
+TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_attention(const torch::jit::Module& module,
+                                                                                     const std::string& method);
+
+/// Each aten::_native_multi_head_attention of a trace (in any block) that is self-attention without
+/// a mask, whose weights result nothing reads and whose sizes are constants, becomes the same
+/// straight-line attention.
+TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<torch::jit::Graph>& graph);
+
+}  // namespace torch_delegate::detail
+
+#if TORCH_DELEGATE_HEADER_ONLY
+#include <torch_delegate/impl/attention_calls.ipp>
+#endif
