@@ -87,7 +87,9 @@ bool supports_batch_norm(const torch::jit::Node* node) {  // folded into the con
   return tk::batch_norm_eval(node) && tk::known_at_lowering(node->input(1)) && tk::known_at_lowering(node->input(2)) &&
          tk::is(node->input(0)->node(), "aten::conv2d") && node->input(0)->uses().size() == 1;
 }
-bool supports_relu(const torch::jit::Node* node) { return float_4d_or_unknown(node->input(0)); }
+bool supports_relu(const torch::jit::Node* node) {  // any rank with known sizes (a transformer's feed-forward [N, T, C])
+  return float_4d_or_unknown(node->input(0)) || tk::float_sizes(node->input(0)).has_value();
+}
 bool supports_add(const torch::jit::Node* node) {  // two float tensors of one shape (no broadcasting), sizes known, made at run time
   if (node->inputs().size() != 3 || !tk::constant_is(node->input(2), c10::IValue(std::int64_t{1}))) return false;
   // Not a weight (ViT's `x + self.pos_embedding`): an add step reads two values of the region.

@@ -1,5 +1,5 @@
 """What a measured lowering shows as it goes (lower(..., measure=True, progress=...)): a tqdm bar
-when tqdm is installed (Debian: python3-tqdm), else a plain line on stderr; either only once the
+when tqdm is installed (Debian: python3-tqdm) and stderr is a terminal, else a plain line on stderr; either only once the
 lowering has taken a second, so that a quick one prints nothing. progress=False is silent; a
 callable gets each torch_delegate.ProgressUpdate instead."""
 from __future__ import annotations
@@ -13,6 +13,13 @@ from . import _C
 DELAY_S = 1.0
 
 
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # not a file, or closed
+        return False
+
+
 class ProgressPrinter:
     """The default progress: call it with each _C.ProgressUpdate. A tqdm bar over the lowerings
     (choose_order makes several), its text what is being timed; without tqdm, a line on stderr
@@ -23,7 +30,9 @@ class ProgressPrinter:
         self.stream = stream if stream is not None else sys.stderr
         self.bar = None
         self.tqdm = None
-        if use_tqdm is not False:
+        # A bar redraws in place: on a terminal. Into a log (CI, a redirected stderr) every redraw
+        # would be kept, so there plain lines, at most one a second.
+        if use_tqdm or (use_tqdm is None and _is_terminal(self.stream)):
             try:
                 from tqdm import tqdm  # noqa: F401 (optional)
                 self.tqdm = tqdm

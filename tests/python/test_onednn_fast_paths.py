@@ -337,6 +337,41 @@ class MultiheadAttentionCalls(unittest.TestCase):
         x = torch.randn(10, 32)
         self.check(model, lowered(model, x), x)
 
+    def test_a_transformer_encoder_not_batch_first_is_in_the_regions(self):
+        # nn.TransformerEncoderLayer (batch_first=False) passes its masks on as values: None once its
+        # own checks fold, which the attention's `if` then folds on (a second round of ranks).
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0)  # relu feed-forward
+                self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+            def forward(self, x):
+                return self.encoder(x)
+
+        torch.manual_seed(8)
+        model = Encoder().eval()
+        x = torch.randn(10, 2, 32)
+        low = lowered(model, x)
+        self.check(model, low, x)
+        self.assertEqual(len(regions(low)), 1, kept(low))  # the two layers; the encoder's own checks stay
+        self.assertNotIn("aten::matmul", kept(low))
+        self.assertNotIn("aten::relu", kept(low))
+        kinds = [k for _, k, _ in plan(low)]
+        self.assertEqual(kinds.count("matmul"), 4, plan(low))
+
+    def test_a_lowering_whose_backends_do_not_take_the_matmuls_keeps_the_module_path(self):
+        xnnpack = os.environ.get("TD_XNNPACK_LIBRARY")
+        if not xnnpack:
+            self.skipTest("xnnpack is not built")
+        torch.ops.load_library(xnnpack)
+        model = self.model()
+        x = torch.randn(2, 10, 32)
+        low = torch_delegate.lower(torch.jit.script(model), "xnnpack", partial=True, example_inputs=(x,))
+        self.check(model, low, x)
+        self.assertIn("prim::If", kept(low))  # the module's own forward, its fast path's checks
+        self.assertNotIn("aten::matmul", kept(low))
+
     def test_autograd_goes_through_the_attention(self):
         model = self.model()
         x = torch.randn(2, 10, 32)

@@ -725,6 +725,22 @@ class MeasuredLowering(unittest.TestCase):
         quiet = io.StringIO()
         ProgressPrinter(stream=quiet, use_tqdm=False)(update("done", "", 1, 1, 0.3))
         self.assertEqual(quiet.getvalue(), "")
+        # The default into a stream that is not a terminal (a CI log): plain lines, never a bar
+        # whose every redraw would stay in the log.
+        logged = io.StringIO()
+        default = ProgressPrinter(stream=logged)
+        self.assertIsNone(default.tqdm)
+        default(update("timing", "region 2 of 2 on onednn", 0, 3, 1.5))
+        self.assertEqual(logged.getvalue(), "torch_delegate.lower: measuring [0/3] 1.5 s, timing: region 2 of 2 on onednn\n")
+
+        class Terminal(io.StringIO):
+            def isatty(self):
+                return True
+        try:
+            import tqdm  # noqa: F401
+            self.assertIsNotNone(ProgressPrinter(stream=Terminal()).tqdm)  # on a terminal: the bar
+        except ImportError:
+            pass
 
     def test_the_default_printer_with_tqdm_draws_a_bar_over_the_lowerings(self):
         try:

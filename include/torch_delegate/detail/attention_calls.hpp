@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace torch_delegate::detail {
 
@@ -20,17 +21,20 @@ TORCH_DELEGATE_INTERNAL bool has_multihead_attention(const torch::jit::Module& m
 
 /// The method's graph with every call inlined, as detail::inlined_graph makes it, except that each
 /// call of an nn.MultiheadAttention's forward that is self-attention (query, key and value one
-/// value) without masks (`key_padding_mask` and `attn_mask` None) and without the weights
-/// (`need_weights=False`) on a module in eval mode (no bias_k/bias_v, no add_zero_attn, one
-/// embedding size) becomes `if query.dim() == 3: <straight-line attention> else: <the call>`; the
-/// ranks example inputs give fold the `if` away. Other calls are inlined as they are.
+/// value) on a module in eval mode (no bias_k/bias_v, no add_zero_attn, one embedding size)
+/// becomes `if query.dim() == 3 and key_padding_mask is None and attn_mask is None and not
+/// need_weights: <straight-line attention> else: <the call>`; the ranks example inputs give and
+/// the constants fold the `if` away. Other calls are inlined as they are. The
+/// attention's matmul nodes are appended to `matmuls`.
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_attention(const torch::jit::Module& module,
-                                                                                     const std::string& method);
+                                                                                     const std::string& method,
+                                                                                     std::vector<torch::jit::Node*>& matmuls);
 
 /// Each aten::_native_multi_head_attention of a trace (in any block) that is self-attention without
 /// a mask, whose weights result nothing reads and whose sizes are constants, becomes the same
-/// straight-line attention.
-TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<torch::jit::Graph>& graph);
+/// straight-line attention (its matmul nodes appended to `matmuls`).
+TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<torch::jit::Graph>& graph,
+                                                        std::vector<torch::jit::Node*>& matmuls);
 
 }  // namespace torch_delegate::detail
 

@@ -6,6 +6,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,12 +21,13 @@ namespace torch_delegate::detail {
 /// level gets the complete type it had (dtype, sizes, strides), and the ranks that makes known are
 /// folded (`len(x.size())`, `x.dim()`: the checks F.adaptive_avg_pool2d makes of its argument).
 /// `fold_attributes` (a backend that owns its parameters): bool, int, float, str and None attributes
-/// read from `self` become constants first, as torch.jit.freeze makes them.
-TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module,
-                                                                       const std::string& method,
-                                                                       const std::vector<c10::IValue>* example_inputs = nullptr,
-                                                                       std::string_view backend = {},
-                                                                       bool fold_attributes = false);
+/// read from `self` become constants first, as torch.jit.freeze makes them. With it and `takes`
+/// (whether one of the lowering's backends takes a node), nn.MultiheadAttention's self-attention
+/// is spelled as straight-line attention (attention_calls.hpp) when a backend takes its matmuls,
+/// and left as the module computes it otherwise.
+TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(
+    const torch::jit::Module& module, const std::string& method, const std::vector<c10::IValue>* example_inputs = nullptr,
+    std::string_view backend = {}, bool fold_attributes = false, const std::function<bool(const torch::jit::Node*)>& takes = {});
 
 }  // namespace torch_delegate::detail
 

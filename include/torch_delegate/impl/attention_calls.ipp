@@ -31,7 +31,8 @@ struct attention_projections {
 /// linear(x) -> Q, K, V -> heads (reshape, transpose) -> softmax(Q K^T / sqrt(head size)) V ->
 /// heads merged -> linear. Returns the output, in the layout of `x`.
 inline torch::jit::Value* insert_self_attention(torch::jit::Graph& graph, torch::jit::Value* x, std::int64_t embed,
-                                                std::int64_t heads, bool batch_first, const attention_projections& with) {
+                                                std::int64_t heads, bool batch_first, const attention_projections& with,
+                                                std::vector<torch::jit::Node*>* matmuls = nullptr) {
   using c10::IValue;
   using torch::jit::Value;
   const auto op = [&](c10::Symbol kind, std::vector<torch::jit::NamedValue> arguments) { return graph.insert(kind, arguments); };
@@ -52,7 +53,9 @@ inline torch::jit::Value* insert_self_attention(torch::jit::Graph& graph, torch:
   Value* v = split(parts->output(2));
   Value* scores = op(c10::aten::mul, {op(c10::aten::matmul, {q, two(k, -2, -1)}), IValue(1.0 / std::sqrt(static_cast<double>(head_size)))});
   Value* weights = op(c10::aten::softmax, {scores, IValue(-1)});
-  Value* merged = two(op(c10::aten::matmul, {weights, v}), 1, 2);
+  Value* mixed = op(c10::aten::matmul, {weights, v});
+  if (matmuls) matmuls->insert(matmuls->end(), {scores->node()->input(0)->node(), mixed->node()});
+  Value* merged = two(mixed, 1, 2);
   Value* context = op(c10::aten::reshape, {merged, ints({batch, tokens, graph.insertConstant(embed)})});
   Value* out = op(c10::aten::linear, {context, with.out_weight, with.out_bias});
   return batch_first ? out : two(out, 0, 1);
@@ -68,6 +71,11 @@ inline bool is_multihead_attention(const c10::ClassTypePtr& type) {
 
 inline bool is_none(const torch::jit::Value* value) { return value->type()->kind() == c10::TypeKind::NoneType; }
 
+inline bool may_be_none(const torch::jit::Value* value) {
+  const c10::TypeKind kind = value->type()->kind();
+  return kind == c10::TypeKind::NoneType || kind == c10::TypeKind::OptionalType;
+}
+
 inline bool is_constant(const torch::jit::Value* value, bool expected) {
   const c10::optional<c10::IValue> known = torch::jit::toIValue(value);
   return known && known->isBool() && known->toBool() == expected;
@@ -75,8 +83,8 @@ inline bool is_constant(const torch::jit::Value* value, bool expected) {
 
 /// The sizes of an nn.MultiheadAttention call that can be straight-line self-attention:
 /// `forward(self, query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights)`
-/// with one value for query, key and value, no masks, need_weights False, on a module in eval
-/// mode without bias_k/bias_v, add_zero_attn or separate Q/K/V sizes.
+/// with one value for query, key and value, masks that may be None, need_weights that may be
+/// False, on a module in eval mode without bias_k/bias_v, add_zero_attn or separate Q/K/V sizes.
 struct attention_call {
   std::int64_t embed = 0, heads = 0;
   bool batch_first = false;
@@ -85,7 +93,10 @@ inline std::optional<attention_call> self_attention_call(const torch::jit::Modul
   if (call->kind() != c10::prim::CallMethod || call->s(c10::attr::name) != "forward" || call->inputs().size() != 8) return std::nullopt;
   if (!is_multihead_attention(call->input(0)->type()->cast<c10::ClassType>())) return std::nullopt;
   if (call->input(1) != call->input(2) || call->input(2) != call->input(3)) return std::nullopt;
-  if (!is_none(call->input(4)) || !is_constant(call->input(5), false) || !is_none(call->input(6))) return std::nullopt;
+  // Masks and need_weights are checked by the `if` (they fold where they are constants, as
+  // TransformerEncoderLayer's None masks are once its own checks fold); here only what cannot
+  // pass: a mask that is a tensor for certain, weights asked for for certain.
+  if (!may_be_none(call->input(4)) || !may_be_none(call->input(6)) || is_constant(call->input(5), true)) return std::nullopt;
   const std::optional<c10::IValue> object = attribute_value(root, call->input(0));
   if (!object || !object->isObject()) return std::nullopt;
   const torch::jit::Module module(object->toObject());
@@ -114,9 +125,11 @@ inline void place_as(torch::jit::Node* first, torch::jit::Node* end, const torch
   }
 }
 
-/// Replaces `call` (self_attention_call said yes) by `if query.dim() == 3: <attention> else: <call>`;
-/// returns the call of the else branch, still to be inlined.
-inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const attention_call& sizes) {
+/// Replaces `call` (self_attention_call said yes) by `if query.dim() == 3 and key_padding_mask is
+/// None and attn_mask is None and not need_weights: <attention> else: <call>`; returns the call of
+/// the else branch, still to be inlined.
+inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const attention_call& sizes,
+                                                std::vector<torch::jit::Node*>& matmuls) {
   torch::jit::Graph& graph = *call->owningGraph();
   // The attention as the body of a method of the module, inlined where the call was, so that its
   // nodes get the call stack of one (the report's "in encoder.layers.encoder_layer_0.self_attention").
@@ -136,7 +149,13 @@ inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const at
   {
     torch::jit::WithInsertPoint here(call);
     rank = graph.insert(c10::aten::dim, {call->input(1)});
-    branch = graph.create(c10::prim::If, {graph.insert(c10::aten::eq, {rank, c10::IValue(std::int64_t{3})})}, 1);
+    torch::jit::Value* none = graph.insertConstant(c10::IValue());
+    torch::jit::Value* taken = graph.insert(c10::aten::eq, {rank, c10::IValue(std::int64_t{3})});
+    for (torch::jit::Value* also : {graph.insert(c10::aten::__is__, {call->input(4), none}),
+                                    graph.insert(c10::aten::__is__, {call->input(6), none}),
+                                    graph.insert(c10::aten::__not__, {call->input(5)})})
+      taken = graph.insert(c10::aten::__and__, {taken, also});
+    branch = graph.create(c10::prim::If, {taken}, 1);
   }
   branch->insertBefore(call);
   branch->output()->setType(call->output()->type());
@@ -145,6 +164,8 @@ inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const at
   torch::jit::Node* inlined = three_d->appendNode(graph.createClone(call, same));
   auto& forward = *torch::jit::tryToGraphFunction(call->input(0)->type()->expect<c10::ClassType>()->getMethod("forward"));
   three_d->registerOutput(torch::jit::inlineCallTo(inlined, &forward, body.get()).at(0));
+  for (torch::jit::Node* node : three_d->nodes())
+    if (node->kind() == c10::aten::matmul) matmuls.push_back(node);
   torch::jit::Block* other = branch->addBlock();
   torch::jit::Node* kept = other->appendNode(graph.createClone(call, same));
   other->registerOutput(kept->output());
@@ -170,7 +191,8 @@ TORCH_DELEGATE_INTERNAL bool has_multihead_attention(const torch::jit::Module& m
 }
 
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_attention(const torch::jit::Module& module,
-                                                                                     const std::string& method) {
+                                                                                     const std::string& method,
+                                                                                     std::vector<torch::jit::Node*>& matmuls) {
   if (!has_multihead_attention(module)) return inlined_graph(module, method);
   std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(module.get_method(method).function()).graph()->copy();
   std::vector<torch::jit::Node*> pending;
@@ -188,7 +210,7 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_at
     } else if (const auto type = call->input(0)->type()->cast<c10::ClassType>()) {
       if (std::find(plain.begin(), plain.end(), call) == plain.end())
         if (const std::optional<attention_call> sizes = self_attention_call(module, call)) {
-          plain.push_back(rewrite_attention_call(call, *sizes));
+          plain.push_back(rewrite_attention_call(call, *sizes, matmuls));
           pending.push_back(plain.back());
           continue;
         }
@@ -207,7 +229,8 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_at
   return graph;
 }
 
-TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<torch::jit::Graph>& graph) {
+TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<torch::jit::Graph>& graph,
+                                                        std::vector<torch::jit::Node*>& matmuls) {
   std::vector<torch::jit::Node*> found;
   std::vector<torch::jit::Block*> blocks{graph->block()};
   while (!blocks.empty()) {
@@ -230,7 +253,7 @@ TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<to
     {
       torch::jit::WithInsertPoint here(node);
       out = insert_self_attention(*graph, node->input(0), embed->toInt(), heads->toInt(), true,
-                                  {node->input(5), node->input(6), node->input(7), node->input(8)});
+                                  {node->input(5), node->input(6), node->input(7), node->input(8)}, &matmuls);
     }
     place_as(before->next(), node, node);
     node->output(0)->replaceAllUsesWith(out);

@@ -20,6 +20,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 namespace torch_delegate::detail {
 
@@ -191,8 +193,9 @@ inline void fold_scalar_attributes(const torch::jit::Module& module, const std::
   }
 }
 
-/// `len(x.size())` and `x.dim()` of a tensor whose rank is known: constants.
-inline void fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& graph) {
+/// `len(x.size())` and `x.dim()` of a tensor whose rank is known: constants. Returns how many.
+inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::size_t folded = 0;
   std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
   for (torch::jit::Node* node : nodes) {
     const bool dim = node->kind() == c10::aten::dim;
@@ -204,7 +207,9 @@ inline void fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& graph) {
     if (!type || !type->dim()) continue;
     torch::jit::WithInsertPoint here(node);
     node->output()->replaceAllUsesWith(graph->insertConstant(static_cast<std::int64_t>(*type->dim())));
+    ++folded;
   }
+  return folded;
 }
 
 /// The number of elements of an int list known at lowering (a constant, or a prim::ListConstruct,
@@ -319,18 +324,20 @@ inline void forget_traced_types(torch::jit::Block* block) {
 // (LibTorch's RemoveTensorMutation, with alias analysis: `hardtanh_` on a conv's fresh output
 // becomes `hardtanh`; a write to an input or to a tensor with a view stays) and where the two
 // forms compute the same (out_of_place_is_equivalent).
-TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method,
-                                                                       const std::vector<c10::IValue>* example_inputs,
-                                                                       std::string_view backend, bool fold_attributes) {
-  // An inference lowering with example inputs: nn.MultiheadAttention's self-attention calls become
-  // straight-line attention behind a rank check that the example ranks fold (attention_calls.hpp).
-  const bool attention = fold_attributes && example_inputs && has_multihead_attention(module);
-  std::shared_ptr<torch::jit::Graph> graph = attention ? inlined_graph_with_attention(module, method) : inlined_graph(module, method);
+//
+// With `attention`, nn.MultiheadAttention's self-attention is spelled as straight-line attention
+// (attention_calls.hpp) and its matmul nodes are appended to `matmuls`.
+inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::Module& module, const std::string& method,
+                                                             const std::vector<c10::IValue>* example_inputs,
+                                                             std::string_view backend, bool fold_attributes, bool attention,
+                                                             std::vector<torch::jit::Node*>& matmuls) {
+  // nn.MultiheadAttention's self-attention calls become straight-line attention behind a rank
+  // check that the example ranks fold.
+  const bool calls = attention && example_inputs && has_multihead_attention(module);
+  std::shared_ptr<torch::jit::Graph> graph = calls ? inlined_graph_with_attention(module, method, matmuls) : inlined_graph(module, method);
   forget_traced_types(graph->block());
-  if (fold_attributes) {
-    fold_scalar_attributes(module, graph);
-    decompose_native_attention(graph);  // a trace's
-  }
+  if (fold_attributes) fold_scalar_attributes(module, graph);
+  if (attention) decompose_native_attention(graph, matmuls);  // a trace's
   torch::jit::ConstantPropagationImmutableTypes(graph);
   fold_constant_lists(graph->block());
   rewrite_traced_convolutions(module, graph->block());
@@ -340,17 +347,42 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const
   torch::jit::ConstantPropagationImmutableTypes(graph);
   remove_eval_dropout(graph->block());
   if (example_inputs) {
-    record_example_types(backend, module, method, graph, *example_inputs);
-    fold_known_ranks(graph);
-    torch::jit::ConstantPropagationImmutableTypes(graph);
-    if (attention) torch::jit::LowerSimpleTuples(graph);  // the attention's (output, None), unpacked by its caller
-    torch::jit::EliminateDeadCode(graph);
+    // With attention calls, again while ranks fold: a folded check (TransformerEncoderLayer's
+    // `src.dim() == 3`) brings the branch holding an attention's own rank check to the top level.
+    for (int round = 0; round < (calls ? 4 : 1); ++round) {
+      record_example_types(backend, module, method, graph, *example_inputs);
+      const std::size_t folded = fold_known_ranks(graph);
+      torch::jit::ConstantPropagationImmutableTypes(graph);
+      if (calls) torch::jit::LowerSimpleTuples(graph);  // the attention's (output, None), unpacked by its caller
+      torch::jit::EliminateDeadCode(graph);
+      if (folded == 0) break;
+    }
   }
   torch::jit::RemoveTensorMutation(graph, std::function<bool(torch::jit::Node*)>(out_of_place_is_equivalent));
   torch::jit::EliminateDeadCode(graph);
   // Again: the out-of-place nodes that replaced in-place ones have no recorded type yet.
   if (example_inputs) record_example_types(backend, module, method, graph, *example_inputs);
   return graph;
+}
+
+TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method,
+                                                                       const std::vector<c10::IValue>* example_inputs,
+                                                                       std::string_view backend, bool fold_attributes,
+                                                                       const std::function<bool(const torch::jit::Node*)>& takes) {
+  std::vector<torch::jit::Node*> matmuls;
+  const bool attention = fold_attributes && takes;
+  std::shared_ptr<torch::jit::Graph> graph = canonical_graph_of(module, method, example_inputs, backend, fold_attributes, attention, matmuls);
+  if (matmuls.empty()) return graph;
+  // Spelled out only where a backend takes it: where none does, TorchScript would run the plain
+  // operators instead of the module's fused path (slower: XNNPACK takes the Linears, not the matmuls).
+  std::unordered_set<const torch::jit::Node*> live;  // the passes since may have removed some (an unbatched call's)
+  std::shared_ptr<torch::jit::Graph> walked = graph;
+  torch::jit::DepthFirstGraphNodeIterator walk(walked);
+  for (torch::jit::Node* node = walk.next(); node; node = walk.next()) live.insert(node);
+  if (std::any_of(matmuls.begin(), matmuls.end(), [&](const torch::jit::Node* node) { return live.count(node) && takes(node); }))
+    return graph;
+  matmuls.clear();
+  return canonical_graph_of(module, method, example_inputs, backend, fold_attributes, false, matmuls);
 }
 
 }  // namespace torch_delegate::detail

@@ -47,8 +47,13 @@ TORCH_DELEGATE_INTERNAL std::vector<partitioned_method> partition_methods(const 
   std::vector<partitioned_method> partitioned;
   for (const std::string& method : options.methods) {
     const auto examples = options.example_inputs.find(method);
-    std::shared_ptr<torch::jit::Graph> graph = canonical_graph(
-        module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, first.name(), owns_parameters);
+    const auto takes = [&](const torch::jit::Node* node) {
+      return std::any_of(backends.begin(), backends.end(),
+                         [&](const backend_lowering* backend) { return backend->partition.supports && backend->partition.supports(node); });
+    };
+    std::shared_ptr<torch::jit::Graph> graph =
+        canonical_graph(module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, first.name(),
+                        owns_parameters, takes);
     partitioned_method p{method, graph, {}, {}, method_delegation{method, {}, {}}};
     decider.begin_method(module, method, graph);
     std::unordered_set<const torch::jit::Node*> taken;
