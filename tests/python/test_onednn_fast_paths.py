@@ -309,6 +309,31 @@ class MultiheadAttentionCalls(unittest.TestCase):
         self.assertTrue(region.location.endswith(f"test_onednn_fast_paths.py:{self.line_of('the line the region points at')}"),
                         region.location)
 
+    def test_nodes_inlined_through_several_calls_keep_the_model_line(self):
+        # Calls are inlined outer first where a model has an attention: the frames of the call
+        # being inlined stay in front (ViT's conv_proj, called from a method of the model).
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(32, 32)
+                self.attention = nn.MultiheadAttention(32, 4, batch_first=True)
+
+            def embed(self, x):
+                return self.fc(x)  # the embedding's line
+
+            def forward(self, x):
+                y = self.embed(x)
+                z = torch.flip(y, [1])  # stays in TorchScript: the embedding is a region of its own
+                z, _ = self.attention(z, z, z, need_weights=False)
+                return z
+
+        x = torch.randn(2, 5, 32)
+        low = lowered(Outer(), x)
+        first = regions(low)[0]
+        self.assertEqual(first.submodule, "fc")
+        self.assertTrue(first.location.endswith(f"test_onednn_fast_paths.py:{self.line_of('the embedding' + chr(39) + 's line')}"),
+                        first.location)
+
     @staticmethod
     def line_of(text):
         with open(__file__) as source:

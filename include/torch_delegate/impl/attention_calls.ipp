@@ -115,6 +115,25 @@ inline std::optional<attention_call> self_attention_call(const torch::jit::Modul
   return attention_call{embed.toInt(), heads.toInt(), flag("batch_first")};
 }
 
+/// `inner`'s frames under `outer`'s: [o1 -> ... -> ok -> i1 -> ...] (outermost first).
+inline torch::jit::InlinedCallStackPtr under(const torch::jit::InlinedCallStackPtr& outer, torch::jit::InlinedCallStackPtr inner) {
+  std::vector<const torch::jit::InlinedCallStack*> frames;
+  for (c10::optional<torch::jit::InlinedCallStackPtr> at = outer; at; at = (*at)->callee()) frames.push_back(at->get());
+  for (auto frame = frames.rbegin(); frame != frames.rend(); ++frame)
+    inner = c10::make_intrusive<torch::jit::InlinedCallStack>(inner, (*frame)->function(), (*frame)->source_range(),
+                                                              (*frame)->module_instance());
+  return inner;
+}
+
+/// After a call that had a call stack (it came from an earlier inlining: calls are inlined outer
+/// first here, where LibTorch's Inline inlines inner first) was inlined, its frames go in front of
+/// the new nodes' own, as they would have: the model's line stays the one that called.
+inline void put_under(torch::jit::Node* first, torch::jit::Node* end, const c10::optional<torch::jit::InlinedCallStackPtr>& outer) {
+  if (!outer) return;
+  for (torch::jit::Node* node = first; node != end; node = node->next())
+    if (node->callstack()) node->setCallStack(under(*outer, *node->callstack()));
+}
+
 /// Gives the nodes between `first` and `end` (not included) and those of their blocks `call`'s
 /// source range and call stack, as if inlined from it.
 inline void place_as(torch::jit::Node* first, torch::jit::Node* end, const torch::jit::Node* call) {
@@ -164,6 +183,7 @@ inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const at
   torch::jit::Node* inlined = three_d->appendNode(graph.createClone(call, same));
   auto& forward = *torch::jit::tryToGraphFunction(call->input(0)->type()->expect<c10::ClassType>()->getMethod("forward"));
   three_d->registerOutput(torch::jit::inlineCallTo(inlined, &forward, body.get()).at(0));
+  put_under(three_d->nodes().front(), three_d->return_node(), call->callstack());
   for (torch::jit::Node* node : three_d->nodes())
     if (node->kind() == c10::aten::matmul) matmuls.push_back(node);
   torch::jit::Block* other = branch->addBlock();
@@ -219,7 +239,9 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_at
     if (!callee) continue;
     torch::jit::Node* before = call->prev();
     torch::jit::Node* after = call->next();
+    const c10::optional<torch::jit::InlinedCallStackPtr> outer = call->callstack();
     torch::jit::inlineCallTo(call, callee, callee->graph().get());
+    put_under(before->next(), after, outer);
     for (torch::jit::Node* node = before->next(); node != after; node = node->next()) {
       if (node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) pending.push_back(node);
       for (torch::jit::Block* nested : node->blocks()) collect_calls(nested, pending);
