@@ -278,9 +278,15 @@ struct EqualAdds : test_backends::GenericBackend {
   }
 };
 inline thread_local bool after_faster_adds = false;
+/// How many times FasterAdds preprocessed a region (timed alone, or built into a lowering).
+inline std::atomic<int> faster_adds_preprocessed{0};
 struct FasterAdds : test_backends::GenericBackend {
   static constexpr std::string_view name = "td_partition_faster_adds";
   static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    ++faster_adds_preprocessed;
+    return GenericBackend::preprocess(method);
+  }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
     on_switching_backend = true;
     auto outputs = GenericBackend::execute(handle, inputs);

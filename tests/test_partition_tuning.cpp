@@ -356,6 +356,28 @@ def forward(self, x):
     CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
     CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_slower_adds");
   }
+  SUBCASE("choose_order: a partition the same as an earlier one is neither built nor compared") {
+    // With td_partition_sleepy_taker first, slow_add still goes to td_partition_faster_adds.
+    options.choose_order = true;
+    options.timing_cache = false;
+    std::vector<torch_delegate::progress_update> updates;
+    options.progress = [&](const torch_delegate::progress_update& update) { updates.push_back(update); };
+    faster_adds_preprocessed = 0;
+    auto lowered = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(module, options);
+    CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == "td_partition_faster_adds, td_partition_sleepy_taker");
+    // Preprocessed twice: timed alone, and built; the second order's region is alike (not timed)
+    // and its partition the first's (not built).
+    CHECK(faster_adds_preprocessed == 2);
+    std::size_t same = 0, compared = 0;
+    for (const auto& update : updates) {
+      same += update.detail == "lowering 2 of 2 (td_partition_sleepy_taker, td_partition_faster_adds): not compared: the same "
+                               "partition as (td_partition_faster_adds, td_partition_sleepy_taker)";
+      compared += update.stage == "choosing" && contains(update.detail, " against ");
+    }
+    CHECK(same == 1);
+    CHECK(compared == 0);
+  }
   SUBCASE("choose_order: one backend alone, when its regions beside the other's are slower together") {
     torch::jit::Module both = script_with_custom_ops(R"(
 def forward(self, x):
@@ -374,10 +396,32 @@ def forward(self, x):
     auto listed = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(both, options);
     CHECK(backends_of(listed) == "td_partition_faster_adds: td_test_partition::slow_add; td_partition_sleepy_taker: td_test_partition::sleepy");
     options.choose_order = true;
+    options.timing_cache = false;  // every lowering measured (a cached one replays, comparing nothing)
+    std::vector<std::string> choosing;
+    std::size_t checking = 0;
+    options.progress = [&](const torch_delegate::progress_update& update) {
+      if (update.stage == "choosing") choosing.push_back(update.detail);
+      checking += update.stage == "checking";
+    };
     auto chosen = torch_delegate::lower_partially<FasterAdds, SleepyTaker>(both, options);
     CHECK(backends_of(chosen) == "td_partition_sleepy_taker: td_test_partition::sleepy");
     CHECK(torch_delegate::delegation_report_data_of(chosen)->backend == "td_partition_sleepy_taker");
     CHECK(chosen.forward({x}).toTensor().allclose((x + x) * 2));
+    // The other order (it mixes too), then each backend of the fastest alone, each against the
+    // fastest so far; only the fastest is checked whole, and a method that is one region measured
+    // faster is not.
+    std::vector<std::string> against;
+    for (const std::string& detail : choosing)
+      if (contains(detail, " against ")) against.push_back(detail);
+    CHECK(against == std::vector<std::string>{
+                         "lowering 2 of 2 (td_partition_sleepy_taker, td_partition_faster_adds): forward: "
+                         "(td_partition_sleepy_taker, td_partition_faster_adds) against (td_partition_faster_adds, "
+                         "td_partition_sleepy_taker)",
+                         "lowering 3 of 4 (td_partition_faster_adds): forward: (td_partition_faster_adds) against "
+                         "(td_partition_faster_adds, td_partition_sleepy_taker)",
+                         "lowering 4 of 4 (td_partition_sleepy_taker): forward: (td_partition_sleepy_taker) against "
+                         "(td_partition_faster_adds)"});
+    CHECK(checking == 0);
   }
   SUBCASE("without measure, an error") {
     options.measure = false;

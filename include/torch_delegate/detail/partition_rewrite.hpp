@@ -31,6 +31,27 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_regions(const backend_lowering&
                                                          bool fallback_when_unavailable, const input_specs& recorded,
                                                          std::int64_t max_replans);
 
+/// A module partitioned, not yet built: a copy of it with new class types that shares every
+/// parameter, buffer and attribute value (the one build_partitioned rewrites), the original's
+/// class name (the report's), and each partitioned method's regions and decisions
+/// (partitioned_method::entry: what the report will say).
+struct partitioned_module {
+  torch::jit::Module copy;
+  std::string module_name;
+  std::vector<partitioned_method> methods;
+};
+
+/// lower_partitioned's first half: `module` (not modified) partitioned by `decider`. Nothing is
+/// preprocessed or compiled (choose_order compares partitions before it builds them).
+TORCH_DELEGATE_INTERNAL partitioned_module partition_module(const backend_list& backends, const torch::jit::Module& module,
+                                                           const partition_options& options, region_decider& decider);
+
+/// lower_partitioned's second half: each backend's regions of `planned` lowered in one child
+/// (lower_regions, with that backend's `specs` entry) and each method rewritten to call them.
+TORCH_DELEGATE_INTERNAL torch::jit::Module build_partitioned(const backend_list& backends, partitioned_module planned,
+                                                            const partition_options& options,
+                                                            const std::vector<c10::impl::GenericDict>& specs);
+
 /// Partially lowers `module` (not modified; the request checked already) to a priority list of
 /// backends, each candidate region given to its backend or not by `decider`: a copy sharing its
 /// parameters, whose partitioned methods call their regions in one child per backend (the

@@ -111,12 +111,16 @@ TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IVal
 TORCH_DELEGATE_INTERNAL std::string region_key(const region_to_time& what);
 
 /// The timing cache and the regions already timed in this lowering, in front of `clock`: a
-/// region alike to one timed before (region_key) gets its verdict without being timed. Reports
+/// region alike to one timed before (region_key) gets its verdict without being timed, and a
+/// method's original is timed once (method_ms; one cached_timing serves one lowering). Reports
 /// progress to `progress` (when set). `file`: nullptr when the cache is off.
 class cached_timing final : public timing_source {
  public:
+  /// `original`: the module every lowering partitions a copy of, whose methods method_ms times
+  /// (nullptr: the module it is given).
   TORCH_DELEGATE_INTERNAL cached_timing(timing_source& clock, timing_cache_file* file,
-                                        std::function<void(const progress_update&)> progress);
+                                        std::function<void(const progress_update&)> progress,
+                                        const torch::jit::Module* original = nullptr);
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,
                                            const std::vector<c10::IValue>& inputs) override;
@@ -139,6 +143,8 @@ class cached_timing final : public timing_source {
   std::string what_;
   std::string fingerprint_;  // machine_fingerprint, once per lowering
   std::unordered_map<std::string, region_timing> known_;  // region_key digest -> timing
+  const torch::jit::Module* original_;
+  std::unordered_map<std::string, double> method_times_;  // method -> its original's time (method_ms)
 };
 
 /// Every value the top level of `graph` (a method's canonical graph) makes, as the method makes

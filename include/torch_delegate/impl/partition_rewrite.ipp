@@ -249,17 +249,23 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
   result.type()->addMethod(function);
 }
 
-TORCH_DELEGATE_INTERNAL torch::jit::Module lower_partitioned(const backend_list& backends, const torch::jit::Module& module,
-                                                             const partition_options& options,
-                                                             const std::vector<c10::impl::GenericDict>& specs,
-                                                             region_decider& decider) {
+TORCH_DELEGATE_INTERNAL partitioned_module partition_module(const backend_list& backends, const torch::jit::Module& module,
+                                                           const partition_options& options, region_decider& decider) {
   // A copy with new class types that shares every parameter, buffer and attribute value.
-  torch::jit::Module result = module.clone(/*inplace=*/true);
-  delegation_report report{names_of(backends), module.type()->name()->qualifiedName(), {}};
-  // First every method's regions, then per backend one child module holding its regions of all
-  // methods, lowered once (one backend object, one payload: named data shared by its regions),
-  // then each method rewritten to call its regions on them.
-  std::vector<partitioned_method> partitioned = partition_methods(backends, result, options, decider);
+  partitioned_module planned{module.clone(/*inplace=*/true), module.type()->name()->qualifiedName(), {}};
+  planned.methods = partition_methods(backends, planned.copy, options, decider);
+  return planned;
+}
+
+TORCH_DELEGATE_INTERNAL torch::jit::Module build_partitioned(const backend_list& backends, partitioned_module planned,
+                                                            const partition_options& options,
+                                                            const std::vector<c10::impl::GenericDict>& specs) {
+  torch::jit::Module result = std::move(planned.copy);
+  std::vector<partitioned_method>& partitioned = planned.methods;
+  delegation_report report{names_of(backends), planned.module_name, {}};
+  // Per backend one child module holding its regions of all methods, lowered once (one backend
+  // object, one payload: named data shared by its regions), then each method rewritten to call
+  // its regions on them.
   std::vector<std::string> attributes;
   for (std::size_t k = 0; k < backends.size(); ++k) attributes.push_back(names::delegate_attribute_of(k, backends[k]->name()));
   const std::int64_t max_replans =
@@ -296,6 +302,13 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_partitioned(const backend_list&
   result.register_attribute(delegation_report_attribute, c10::StringType::get(), report.to_string());
   result.register_attribute(delegation_report_data_attribute, detail::report_data_type(), detail::encode_report(report));
   return result;
+}
+
+TORCH_DELEGATE_INTERNAL torch::jit::Module lower_partitioned(const backend_list& backends, const torch::jit::Module& module,
+                                                             const partition_options& options,
+                                                             const std::vector<c10::impl::GenericDict>& specs,
+                                                             region_decider& decider) {
+  return build_partitioned(backends, partition_module(backends, module, options, decider), options, specs);
 }
 
 }  // namespace torch_delegate::detail

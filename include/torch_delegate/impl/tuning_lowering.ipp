@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <sstream>
 
 namespace torch_delegate::detail {
@@ -26,15 +27,13 @@ inline std::string order_text(const backend_list& backends) {
   return text;
 }
 
-// What share of their TorchScript time a lowering's regions save, by their own times (each
+// What share of their TorchScript time a partition's regions save, by their own times (each
 // region's two times are paired, taken side by side; two regions' are not, and on a loaded machine
 // the TorchScript time of one can be twice the other's: shares compare, milliseconds do not), or
 // nullopt when one was not measured or none was delegated.
-inline std::optional<double> measured_saving(const torch::jit::Module& lowered) {
-  const std::optional<delegation_report> report = delegation_report_data_of(lowered);
-  if (!report) return std::nullopt;
+inline std::optional<double> measured_saving(const std::vector<method_delegation>& methods) {
   double saved = 0, spent = 0;
-  for (const method_delegation& method : report->methods)
+  for (const method_delegation& method : methods)
     for (const region_report& region : method.regions) {
       if (region.backend_ms < 0 || region.torchscript_ms <= 0) return std::nullopt;
       saved += 1.0 - region.backend_ms / region.torchscript_ms;
@@ -44,20 +43,32 @@ inline std::optional<double> measured_saving(const torch::jit::Module& lowered) 
   return saved / spent;
 }
 
-// The partition of a lowering, to tell two that are the same: each region's backend, kinds, size
-// and place.
-inline std::string partition_signature(const torch::jit::Module& lowered) {
+// A partition, to tell two that are the same: each region's backend, kinds, size and place.
+inline std::string partition_signature(const std::vector<method_delegation>& methods) {
   std::ostringstream text;
-  if (const std::optional<delegation_report> report = delegation_report_data_of(lowered))
-    for (const method_delegation& method : report->methods) {
-      text << method.method << ":";
-      for (const region_report& region : method.regions) {
-        text << region.backend << "/" << region.node_count << "/" << region.location << "/" << region.depth << "/";
-        for (const std::string& kind : region.kinds) text << kind << ",";
-        text << ";";
-      }
+  for (const method_delegation& method : methods) {
+    text << method.method << ":";
+    for (const region_report& region : method.regions) {
+      text << region.backend << "/" << region.node_count << "/" << region.location << "/" << region.depth << "/";
+      for (const std::string& kind : region.kinds) text << kind << ",";
+      text << ";";
     }
+  }
   return text.str();
+}
+
+inline std::vector<method_delegation> entries_of(const std::vector<partitioned_method>& methods) {
+  std::vector<method_delegation> entries;
+  for (const partitioned_method& method : methods) entries.push_back(method.entry);
+  return entries;
+}
+
+// Whether a partition gives regions to more than one backend.
+inline bool mixes_backends(const std::vector<method_delegation>& methods) {
+  std::set<std::string> used;
+  for (const method_delegation& method : methods)
+    for (const region_report& region : method.regions) used.insert(region.backend);
+  return used.size() > 1;
 }
 
 TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& backends, const torch::jit::Module& module,
@@ -65,50 +76,83 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
                                                         const std::vector<c10::impl::GenericDict>& specs,
                                                         timing_source& timing, torch::jit::Module lowered) {
   if (!options.measure || options.replay || options.example_inputs.empty()) return lowered;
-  const bool choosing = options.choose_order && backends.size() > 1;
-  std::size_t steps = choosing ? backends.size() : 1;
-  timing.lowering_step(0, steps, choosing ? "lowering 1 of " + std::to_string(steps) + " (" + order_text(backends) + ")" : "");
-  lowered = checked_whole(backends, module, options, specs, timing, std::move(lowered));
-  if (!choosing) return lowered;
-  // The list's order against each other backend first (the rest in the list's order), and each
-  // backend alone where that gave other backends regions too. Each is partitioned by measured
-  // decisions (regions alike to ones already timed, the same backend, graph and shapes, are not
-  // timed again), then: the same partition as an earlier lowering is dropped; one whose regions
-  // save, by their own times, less than half the share of their TorchScript time that the best
-  // of the others saves is dropped (it cannot win by the method's noise); the rest are checked
-  // whole and compared.
+  if (!options.choose_order || backends.size() < 2) return checked_whole(backends, module, options, specs, timing, std::move(lowered));
+  // The list's order (`lowered`), then each other backend first (the rest in the list's order),
+  // each partitioned by measured decisions (regions alike to ones already timed, the same backend,
+  // graph and shapes, are not timed again). A partition the same as an earlier one is not built,
+  // nor one whose regions save, by their own times, less than half the share of their TorchScript
+  // time that the best so far saves (it cannot win by the method's noise). Each one built is
+  // compared side by side with the best so far. Where the fastest gives regions to several
+  // backends, each of them alone is tried too: regions measured faster one by one can be slower
+  // together (ShuffleNetV2 on AVX2: onednn's branches beside xnnpack's, one backend's threads
+  // waiting while the other's OpenMP threads spin down). Only the fastest is then checked whole
+  // against the original (checked_whole): the others' checks could not change which is fastest.
   struct candidate {
+    backend_list order;
+    std::vector<c10::impl::GenericDict> specs;
+    std::string text;
     torch::jit::Module lowered;
-    std::string order;
-    bool kept;
   };
-  std::vector<candidate> candidates{{std::move(lowered), order_text(backends), true}};
-  std::vector<std::string> signatures{partition_signature(candidates[0].lowered)};
-  double best_saving = measured_saving(candidates[0].lowered).value_or(0.0);
-  auto lower_and_check = [&](const backend_list& order, const std::vector<c10::impl::GenericDict>& order_specs) {
-    timing.lowering_step(candidates.size(), steps,
-                         "lowering " + std::to_string(candidates.size() + 1) + " of " + std::to_string(steps) + " (" +
-                             order_text(order) + ")");
-    torch::jit::Module made = lower_partitioned(order, module, options, order_specs, *decider_for(options, &order_specs, timing));
-    const std::string signature = partition_signature(made);
-    const std::optional<double> saving = measured_saving(made);
-    const auto same = std::find(signatures.begin(), signatures.end(), signature);
-    const bool repeated = same != signatures.end(), saves_little = saving && *saving < 0.5 * best_saving;
-    const bool kept = !repeated && !saves_little;
-    if (repeated)
-      timing.progress("choosing", "not compared: the same partition as (" +
-                                      candidates[static_cast<std::size_t>(same - signatures.begin())].order + ")");
-    else if (saves_little)
+  std::vector<candidate> candidates;
+  std::vector<std::pair<std::string, std::string>> partitions;  // every partition made: signature, order
+  std::vector<std::vector<method_delegation>> made;             // the candidates' partitions
+  double best_saving = 0;
+  std::size_t step = 1, steps = backends.size(), best = 0;
+  // A partition worth building: not one made before, and not one that saves too little.
+  auto worth_building = [&](const std::vector<method_delegation>& methods, const std::string& text) {
+    const std::string signature = partition_signature(methods);
+    const auto same = std::find_if(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; });
+    if (same != partitions.end()) {
+      timing.progress("choosing", "not compared: the same partition as (" + same->second + ")");
+      return false;
+    }
+    partitions.emplace_back(signature, text);
+    const std::optional<double> saving = measured_saving(methods);
+    if (saving && *saving < 0.5 * best_saving) {
       timing.progress("choosing", "not compared: its regions save " + std::to_string(static_cast<int>(100 * *saving)) +
                                       " % of their TorchScript time, less than half of the best so far (" +
                                       std::to_string(static_cast<int>(100 * best_saving)) + " %)");
-    signatures.push_back(signature);
-    if (kept) {
-      made = checked_whole(order, module, options, order_specs, timing, std::move(made));
-      if (saving) best_saving = std::max(best_saving, *saving);
+      return false;
     }
-    candidates.push_back({std::move(made), order_text(order), kept});
+    if (saving) best_saving = std::max(best_saving, *saving);
+    return true;
   };
+  // A lowering replaces the best so far only where it is faster beyond the spread in a method and
+  // slower beyond it in none (method_rule), so that where they do not separate the list's order
+  // stays, whatever the noise.
+  auto compare_with_best = [&](std::size_t k) {
+    bool faster = false, slower = false;
+    for (const auto& [method, inputs] : options.example_inputs) {
+      timing.progress("choosing", method + ": (" + candidates[k].text + ") against (" + candidates[best].text + ")");
+      const paired_comparison compared = timing.compare_methods(candidates[best].lowered, candidates[k].lowered, method, inputs);
+      timing.progress("choosing", method + ": " +
+                                      verdict_text(compared, method_rule, "with (" + candidates[best].text + ")",
+                                                   "with (" + candidates[k].text + ")"));
+      faster |= compared.verdict == separation::second_faster;
+      slower |= compared.verdict == separation::first_faster;
+    }
+    if (faster && !slower) best = k;
+  };
+  auto try_order = [&](backend_list order, std::vector<c10::impl::GenericDict> order_specs) {
+    const std::string text = order_text(order);
+    timing.lowering_step(step, steps, "lowering " + std::to_string(step + 1) + " of " + std::to_string(steps) + " (" + text + ")");
+    ++step;
+    partitioned_module planned = partition_module(order, module, options, *decider_for(options, &order_specs, timing));
+    std::vector<method_delegation> methods = entries_of(planned.methods);
+    if (!worth_building(methods, text)) return;
+    torch::jit::Module built = build_partitioned(order, std::move(planned), options, order_specs);
+    candidates.push_back({std::move(order), std::move(order_specs), text, std::move(built)});
+    made.push_back(std::move(methods));
+    compare_with_best(candidates.size() - 1);
+  };
+
+  {
+    const std::optional<delegation_report> report = delegation_report_data_of(lowered);
+    std::vector<method_delegation> methods = report ? report->methods : std::vector<method_delegation>{};
+    worth_building(methods, order_text(backends));
+    candidates.push_back({backends, specs, order_text(backends), std::move(lowered)});
+    made.push_back(std::move(methods));
+  }
   for (std::size_t first = 1; first < backends.size(); ++first) {
     backend_list order{backends[first]};
     std::vector<c10::impl::GenericDict> order_specs{specs[first]};
@@ -117,44 +161,24 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
         order.push_back(backends[k]);
         order_specs.push_back(specs[k]);
       }
-    lower_and_check(order, order_specs);
+    try_order(std::move(order), std::move(order_specs));
   }
-  // Each backend alone, where its lowering first in the list gave regions to others too: regions
-  // measured faster one by one can be slower together (ShuffleNetV2 on AVX2: onednn's branches
-  // beside xnnpack's, one backend's threads waiting while the other's OpenMP threads spin down).
-  const std::size_t orders = candidates.size();  // candidate k has backends[k] first
-  std::vector<std::size_t> mixed;
-  for (std::size_t k = 0; k < orders; ++k) {
-    const std::optional<delegation_report> report = delegation_report_data_of(candidates[k].lowered);
-    if (!report || !candidates[k].kept) continue;
-    if (std::any_of(report->methods.begin(), report->methods.end(), [&](const method_delegation& method) {
-          return std::any_of(method.regions.begin(), method.regions.end(),
-                             [&](const region_report& region) { return region.backend != backends[k]->name(); });
-        }))
-      mixed.push_back(k);
+  if (mixes_backends(made[best])) {
+    const std::vector<method_delegation> fastest = made[best];
+    std::vector<std::size_t> used;
+    for (std::size_t k = 0; k < backends.size(); ++k)
+      for (const method_delegation& method : fastest)
+        if (std::any_of(method.regions.begin(), method.regions.end(),
+                        [&](const region_report& region) { return region.backend == backends[k]->name(); })) {
+          used.push_back(k);
+          break;
+        }
+    steps += used.size();
+    for (const std::size_t k : used) try_order({backends[k]}, {specs[k]});
   }
-  steps += mixed.size();
-  for (const std::size_t k : mixed) lower_and_check({backends[k]}, {specs[k]});
-  // Side by side, two at a time: a lowering replaces the best so far only where it is faster
-  // beyond the spread in a method and slower beyond it in none (method_rule), so that where they
-  // do not separate the list's order stays, whatever the noise.
   timing.lowering_step(steps, steps, "");
-  std::size_t best = 0;
-  for (std::size_t k = 1; k < candidates.size(); ++k) {
-    if (!candidates[k].kept) continue;
-    bool faster = false, slower = false;
-    for (const auto& [method, inputs] : options.example_inputs) {
-      timing.progress("choosing", method + ": (" + candidates[k].order + ") against (" + candidates[best].order + ")");
-      const paired_comparison compared = timing.compare_methods(candidates[best].lowered, candidates[k].lowered, method, inputs);
-      timing.progress("choosing", method + ": " +
-                                      verdict_text(compared, method_rule, "with (" + candidates[best].order + ")",
-                                                   "with (" + candidates[k].order + ")"));
-      faster |= compared.verdict == separation::second_faster;
-      slower |= compared.verdict == separation::first_faster;
-    }
-    if (faster && !slower) best = k;
-  }
-  return std::move(candidates[best].lowered);
+  candidate& chosen = candidates[best];
+  return checked_whole(chosen.order, module, options, chosen.specs, timing, std::move(chosen.lowered));
 }
 
 // The version of the decision logic, in every lowering key: a change to how decisions are made
@@ -242,7 +266,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& ba
   const std::string directory = timing_cache_directory(options);
   std::optional<timing_cache_file> file;
   if (!directory.empty()) file.emplace(directory);
-  cached_timing timing(clock, file ? &*file : nullptr, options.progress);
+  cached_timing timing(clock, file ? &*file : nullptr, options.progress, &module);
   std::string digest;
   if (file) {
     digest = key_digest(lowering_key(backends, module, options, specs));
@@ -275,6 +299,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& ba
         }
       }
   }
+  if (options.choose_order && backends.size() > 1)
+    timing.lowering_step(0, backends.size(),
+                         "lowering 1 of " + std::to_string(backends.size()) + " (" + order_text(backends) + ")");
   torch::jit::Module lowered = lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
   lowered = tune_lowered(backends, module, options, specs, timing, std::move(lowered));
   if (file)

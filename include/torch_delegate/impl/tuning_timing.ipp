@@ -315,8 +315,9 @@ TORCH_DELEGATE_INTERNAL std::string region_key(const region_to_time& what) {
 }
 
 TORCH_DELEGATE_INTERNAL cached_timing::cached_timing(timing_source& clock, timing_cache_file* file,
-                                                    std::function<void(const progress_update&)> progress)
-    : clock_(clock), file_(file), callback_(std::move(progress)), fingerprint_(machine_fingerprint()) {}
+                                                    std::function<void(const progress_update&)> progress,
+                                                    const torch::jit::Module* original)
+    : clock_(clock), file_(file), callback_(std::move(progress)), fingerprint_(machine_fingerprint()), original_(original) {}
 
 // "backend_ms torchscript_ms verdict rounds backend_wins torchscript_wins p" (timing_cache.hpp).
 inline std::string region_payload(const region_timing& timing) {
@@ -368,7 +369,14 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::region_ms(co
 
 TORCH_DELEGATE_INTERNAL double cached_timing::method_ms(const torch::jit::Module& module, const std::string& method,
                                                        const std::vector<c10::IValue>& inputs) {
-  return clock_.method_ms(module, method, inputs);
+  // Every lowering (choose_order makes several) partitions a copy of the one module, with new
+  // class types: the copy's first calls would optimise its graph again, a second on a CNN. The
+  // original is timed instead, once (its graph optimised once, as the method's check needs it).
+  const auto known = method_times_.find(method);
+  if (known != method_times_.end()) return known->second;
+  const double ms = clock_.method_ms(original_ ? *original_ : module, method, inputs);
+  method_times_.emplace(method, ms);
+  return ms;
 }
 
 TORCH_DELEGATE_INTERNAL paired_comparison cached_timing::compare_methods(const torch::jit::Module& first,
