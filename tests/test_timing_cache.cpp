@@ -111,6 +111,20 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
     rounds = 0;
     auto spent = torch_delegate::detail::sample_until_separated([&] { return ++rounds, std::pair{1.0, 1.02}; }, quick);
     CHECK(spent.rounds == 8);
+    // The budget spent, but one path has won 7 of 8 (one round lost, as to another process):
+    // up to twice the minimum, where 13 of 15 separate.
+    rounds = 0;
+    auto leaning = torch_delegate::detail::sample_until_separated(
+        [&] { return ++rounds % 8 == 3 ? std::pair{3.0, 1.0} : std::pair{1.0, 3.0}; }, quick);
+    CHECK(leaning.verdict == separation::first_faster);
+    CHECK(leaning.rounds == 15);
+    CHECK(leaning.first_wins == 13);
+    // Leaning, not separating: at most twice the minimum.
+    rounds = 0;
+    auto stopped = torch_delegate::detail::sample_until_separated(
+        [&] { return ++rounds % 4 == 0 ? std::pair{3.0, 1.0} : std::pair{1.0, 3.0}; }, quick);
+    CHECK(stopped.verdict == separation::not_separable);
+    CHECK(stopped.rounds == 16);
   }
 }
 

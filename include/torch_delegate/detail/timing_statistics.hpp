@@ -31,7 +31,8 @@ struct sampling_rule {
   double alpha = 0.01;           // the sign test's two-sided level
   std::size_t min_rounds = 8;    // 8 of 8 is the fewest that reach p < 0.01
   std::size_t max_rounds = 40;
-  double budget_s = 1.5;         // rounds stop once this is spent (at least min_rounds are taken)
+  double budget_s = 1.5;         // rounds stop once this is spent (at least min_rounds are taken;
+                                 // up to 2 * min_rounds while one path has won 3 rounds in 4)
 };
 
 /// What the rounds of two paths say.

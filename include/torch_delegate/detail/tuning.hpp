@@ -166,11 +166,12 @@ TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partit
 /// while the lowered one is slower beyond the spread (method_rule), the delegated regions of least
 /// measured gain (half of them, at least one) are taken out (kept_reason::slower_on_backend, with
 /// both methods' times) and the module lowered again, replaying the rest. With choose_order and
-/// several backends, the list's order is compared with each other backend first and, where a
-/// lowering mixes backends, with its first backend alone, each lowered and checked so; a lowering
-/// replaces the best so far only when it is faster beyond the spread (so the list's order stays
-/// where they do not separate). `lowered` as it is when nothing was measured (no measure, a
-/// replay, no example inputs).
+/// several backends, first the list's order is compared with each other backend first and, where
+/// the fastest of them mixes backends, with each of its backends alone: each partitioned, built
+/// only when its partition is new and saves enough, and compared with the best so far, which it
+/// replaces only when faster beyond the spread (so the list's order stays where they do not
+/// separate); then only the fastest is checked as above. `lowered` as it is when nothing was
+/// measured (no measure, a replay, no example inputs).
 TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& backends, const torch::jit::Module& module,
                                                         const partition_options& options,
                                                         const std::vector<c10::impl::GenericDict>& specs,
