@@ -512,6 +512,13 @@ def forward(self, x, h):
     CHECK(updates.back().stage == "done");
     CHECK(updates.back().detail == "regions timed: 1; verdicts reused (alike regions, the cache): 1");
     CHECK(updates.back().step == updates.back().steps);
+    // A measured plan ends the same way (a progress bar closes on "done").
+    updates.clear();
+    const auto plan = torch_delegate::delegation_plan<SlowerAdds>(module, options);
+    CHECK(plan.methods[0].regions.size() == 2);
+    REQUIRE(!updates.empty());
+    CHECK(updates.back().stage == "done");
+    CHECK(updates.back().detail == "regions timed: 1; verdicts reused (alike regions, the cache): 1");
     CHECK(updates.back().elapsed_s > 0);
   }
   SUBCASE("a region slower beyond the spread stays in TorchScript; its reason gives the rounds") {
