@@ -10,9 +10,11 @@ Run by `meson test` with /usr/bin/python3; the environment gives
 Nothing is loaded in this process before a test asks for it: the tests of "installed but not
 loaded" run in child processes, so their order does not matter.
 """
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +26,10 @@ import torch
 import torch_delegate as td
 
 SOURCE = os.environ["TD_SOURCE"]
-WORKDIR = os.environ.get("TD_WORKDIR", ".")
+# This run's files, in a directory of its own under TD_WORKDIR, removed when the run ends (they
+# piled up in the build tree, six files a run).
+WORKDIR = tempfile.mkdtemp(prefix="distribution_", dir=os.environ.get("TD_WORKDIR", "."))
+atexit.register(shutil.rmtree, WORKDIR, ignore_errors=True)
 TEST_BACKENDS = os.environ["TD_TEST_BACKENDS_LIBRARY"]
 SVG = "{http://www.w3.org/2000/svg}"
 
