@@ -129,6 +129,8 @@ class cached_timing final : public timing_source {
                                                             const std::vector<c10::IValue>& inputs) override;
   TORCH_DELEGATE_INTERNAL void progress(std::string_view stage, const std::string& detail) override;
   TORCH_DELEGATE_INTERNAL void lowering_step(std::size_t step, std::size_t steps, const std::string& what) override;
+  /// The last update of a measured plan or lowering: "done", with the counts of timed() and reused().
+  TORCH_DELEGATE_INTERNAL void done();
   timing_cache_file* file() const { return file_; }
   /// Regions timed, and regions whose verdict was reused (the cache, or an alike region).
   std::size_t timed() const { return timed_; }

@@ -28,8 +28,7 @@ TORCH_DELEGATE_DECL delegation_report partition_report_all(const backend_list& b
   delegation_report report{names_of(backends), module.type()->name()->qualifiedName(), {}};
   for (partitioned_method& p : partition_methods(backends, module, options, *decider)) report.methods.push_back(std::move(p.entry));
   if (options.measure && !options.replay)  // as a lowering ends (a progress bar closes on it)
-    timing.progress("done", "regions timed: " + std::to_string(timing.timed()) +
-                                "; verdicts reused (alike regions, the cache): " + std::to_string(timing.reused()));
+    timing.done();
   return report;
 }
 

@@ -86,16 +86,17 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   // backends, each of them alone is tried too: regions measured faster one by one can be slower
   // together (ShuffleNetV2 on AVX2: onednn's branches beside xnnpack's, one backend's threads
   // waiting while the other's OpenMP threads spin down). Only the fastest is then checked whole
-  // against the original (checked_whole): the others' checks could not change which is fastest.
+  // against the original (checked_whole), to save a whole-method timing per order; a check that
+  // takes regions out of it is not followed by a comparison with the others again.
   struct candidate {
     backend_list order;
     std::vector<c10::impl::GenericDict> specs;
     std::string text;
     torch::jit::Module lowered;
+    std::vector<method_delegation> methods;  // its partition, as its report says
   };
   std::vector<candidate> candidates;
   std::vector<std::pair<std::string, std::string>> partitions;  // every partition made: signature, order
-  std::vector<std::vector<method_delegation>> made;             // the candidates' partitions
   double best_saving = 0;
   std::size_t step = 1, steps = backends.size(), best = 0;
   // A partition worth building: not one made before, and not one that saves too little.
@@ -141,8 +142,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     std::vector<method_delegation> methods = entries_of(planned.methods);
     if (!worth_building(methods, text)) return;
     torch::jit::Module built = build_partitioned(order, std::move(planned), options, order_specs);
-    candidates.push_back({std::move(order), std::move(order_specs), text, std::move(built)});
-    made.push_back(std::move(methods));
+    candidates.push_back({std::move(order), std::move(order_specs), text, std::move(built), std::move(methods)});
     compare_with_best(candidates.size() - 1);
   };
 
@@ -150,8 +150,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     const std::optional<delegation_report> report = delegation_report_data_of(lowered);
     std::vector<method_delegation> methods = report ? report->methods : std::vector<method_delegation>{};
     worth_building(methods, order_text(backends));
-    candidates.push_back({backends, specs, order_text(backends), std::move(lowered)});
-    made.push_back(std::move(methods));
+    candidates.push_back({backends, specs, order_text(backends), std::move(lowered), std::move(methods)});
   }
   for (std::size_t first = 1; first < backends.size(); ++first) {
     backend_list order{backends[first]};
@@ -163,8 +162,8 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
       }
     try_order(std::move(order), std::move(order_specs));
   }
-  if (mixes_backends(made[best])) {
-    const std::vector<method_delegation> fastest = made[best];
+  if (mixes_backends(candidates[best].methods)) {
+    const std::vector<method_delegation> fastest = candidates[best].methods;
     std::vector<std::size_t> used;
     for (std::size_t k = 0; k < backends.size(); ++k)
       for (const method_delegation& method : fastest)
@@ -307,8 +306,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& ba
   if (file)
     if (const std::optional<delegation_report> report = delegation_report_data_of(lowered))
       file->store("lowering", digest, report_payload(*report));
-  timing.progress("done", "regions timed: " + std::to_string(timing.timed()) +
-                              "; verdicts reused (alike regions, the cache): " + std::to_string(timing.reused()));
+  timing.done();
   return lowered;
 }
 

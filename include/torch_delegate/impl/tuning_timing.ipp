@@ -397,6 +397,11 @@ TORCH_DELEGATE_INTERNAL void cached_timing::progress(std::string_view stage, con
   callback_(update);
 }
 
+TORCH_DELEGATE_INTERNAL void cached_timing::done() {
+  progress("done", "regions timed: " + std::to_string(timed_) +
+                       "; verdicts reused (alike regions, the cache): " + std::to_string(reused_));
+}
+
 TORCH_DELEGATE_INTERNAL void cached_timing::lowering_step(std::size_t step, std::size_t steps, const std::string& what) {
   step_ = step;
   steps_ = std::max<std::size_t>(steps, 1);
