@@ -136,9 +136,9 @@ def forward(self, x, h):
         ++slower;
         CHECK(!node.detail.empty());
       }
-    // Each of the 3 candidate nodes (mul, add; sub) is delegated, measured slower, or kept as
-    // not separable (no gain beyond the spread, min_gain): the loops above looked at all of them
-    // (close speeds: which one depends on the run).
+    // Each of the 3 candidate nodes (mul, add; sub) is delegated (faster, or not separable and
+    // given by the list's order), measured slower, or kept for a gain below min_gain: the loops
+    // above looked at all of them (close speeds: which one depends on the run).
     std::size_t delegated = 0;
     for (const auto& region : plan.methods[0].regions) delegated += region.node_count;
     CHECK(delegated + slower == 3);
@@ -480,18 +480,16 @@ def forward(self, x, h):
     CHECK(contains(report.to_string(), " ms in TorchScript (not separable: of "));
     CHECK(lowered.forward({x, h}).toTensor().allclose(torch::relu(x + h) + h));
   }
-  SUBCASE("equal times, min_gain 0.01 (the default): no gain beyond the spread, kept as gain below the minimum") {
+  SUBCASE("equal times, min_gain 0.01 (the default): not separable, so no measured gain for min_gain to weigh: delegated") {
+    // Before issue 40's last change min_gain kept such regions in TorchScript: on a loaded
+    // machine that kept a region 14 % faster (ConvNeXt-T), whose rounds had not separated.
     const auto plan = torch_delegate::delegation_plan<EqualAdds>(module, options);
-    CHECK(plan.methods[0].regions.empty());
-    std::size_t kept = 0;
-    for (const auto& node : plan.methods[0].kept)
-      if (node.kind == "td_test_partition::slow_add") {
-        ++kept;
-        CHECK(node.reason == torch_delegate::kept_reason::gain_below_minimum);
-        CHECK(contains(node.detail, " ms in TorchScript; not separable: of "));
-        CHECK(contains(node.detail, ": no gain beyond the spread (min_gain)"));
-      }
-    CHECK(kept == 2);
+    REQUIRE(plan.methods[0].regions.size() == 2);
+    for (const auto& region : plan.methods[0].regions) {
+      CHECK(region.decision.rfind("not separable: of ", 0) == 0);
+      CHECK(contains(region.decision, "; delegated, as the list's order says"));
+    }
+    for (const auto& node : plan.methods[0].kept) CHECK(node.kind != "td_test_partition::slow_add");
   }
   SUBCASE("6 against 8 ms: faster beyond the spread; the second region, alike, reuses the first's verdict") {
     auto lowered = torch_delegate::lower_partially<SlowerAdds>(module, options);
@@ -501,7 +499,9 @@ def forward(self, x, h):
     INFO(first.decision);
     CHECK(first.decision.rfind("faster on td_partition_slower_adds: ", 0) == 0);
     CHECK(contains(first.decision, " rounds by more than 3 % ("));
-    CHECK(contains(first.decision, " the other way), sign test p = "));
+    // 8 rounds or more: the sign test; fewer: the gap was wide and steady enough for the t test.
+    CHECK((contains(first.decision, " the other way), sign test p = ") ||
+           contains(first.decision, " the other way), t test on the log ratios p = ")));
     CHECK(report.methods[0].regions[1].decision == first.decision + " (cached)");
     CHECK(report.methods[0].regions[1].backend_ms == first.backend_ms);
     // Progress: each region announced, the lowering's end with its counts.
@@ -526,14 +526,17 @@ def forward(self, x, h):
 def forward(self, x, h):
     return x * h + x
 )"), options);
-    REQUIRE(!plan.methods[0].kept.empty());
-    // Slower beyond the spread (the usual outcome), or, on a noisy run, not separable and kept by
-    // min_gain: either way kept, and the detail gives the rounds.
-    const auto& node = plan.methods[0].kept[0];
-    if (node.reason == torch_delegate::kept_reason::slower_on_backend)
-      CHECK(contains(node.detail, "; faster in TorchScript: "));
-    else
-      CHECK((node.reason == torch_delegate::kept_reason::gain_below_minimum && contains(node.detail, "; not separable: of ")));
+    // Slower beyond the spread (6 ms of sleep against microseconds): kept, and the detail gives
+    // the rounds. On a machine so loaded that the rounds do not separate, the list's order
+    // delegates it, and its decision says so.
+    const auto& method = plan.methods[0];
+    if (method.kept.empty()) {
+      REQUIRE(method.regions.size() == 1);
+      CHECK(method.regions[0].decision.rfind("not separable: of ", 0) == 0);
+    } else {
+      CHECK(method.kept[0].reason == torch_delegate::kept_reason::slower_on_backend);
+      CHECK(contains(method.kept[0].detail, "; faster in TorchScript: "));
+    }
   }
 }
 

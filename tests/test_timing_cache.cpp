@@ -65,8 +65,8 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
     CHECK(compared.second_ms == 2.0);
     CHECK(compare_rounds(std::vector<double>(8, 2.0), std::vector<double>(8, 1.0), rule).verdict == separation::second_faster);
   }
-  SUBCASE("fewer rounds than the minimum, or 7 of 8: not separable") {
-    CHECK(compare_rounds(std::vector<double>(7, 1.0), std::vector<double>(7, 2.0), rule).verdict == separation::not_separable);
+  SUBCASE("fewer rounds than early_rounds, or 7 of 8: not separable") {
+    CHECK(compare_rounds(std::vector<double>(3, 1.0), std::vector<double>(3, 2.0), rule).verdict == separation::not_separable);
     std::vector<double> a(8, 1.0), b(8, 2.0);
     b[3] = 0.5;
     const auto compared = compare_rounds(a, b, rule);
@@ -96,11 +96,61 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
     const auto compared = compare_rounds(a, b, rule);
     CHECK(compared.verdict == separation::not_separable);
   }
-  SUBCASE("adaptive rounds: 8 when clear; equal paths stop once no further rounds could separate them") {
+  SUBCASE("a wide gap separates early: every round won and the t test on the log ratios below alpha") {
+    // Twice as fast, within 1 % from round to round: 4 rounds.
+    const std::vector<double> fast{1.0, 1.01, 0.99, 1.0}, slow{2.0, 1.98, 2.01, 2.02};
+    const auto early = compare_rounds(fast, slow, rule);
+    CHECK(early.verdict == separation::first_faster);
+    CHECK(early.rounds == 4);
+    CHECK(early.p_value < rule.alpha);
+    CHECK(early.p_value == doctest::Approx(torch_delegate::detail::paired_t_test_p(
+                               {std::log(2.0), std::log(1.98 / 1.01), std::log(2.01 / 0.99), std::log(2.02)})));
+    CHECK(torch_delegate::detail::separated_early(early, rule));
+    CHECK(compare_rounds(slow, fast, rule).verdict == separation::second_faster);
+    // Every round won, but the gap from 5 % to 3x: the t test does not separate them yet.
+    const std::vector<double> ones(4, 1.0), spread{1.05, 3.0, 1.05, 3.0};
+    const auto wide = compare_rounds(ones, spread, rule);
+    CHECK(wide.verdict == separation::not_separable);
+    CHECK(wide.p_value == doctest::Approx(sign_test_p(4, 4)));  // the sign test's p stays in the report
+    // A wide gap with one round lost: not early (the sign test decides, from 8 rounds).
+    CHECK(compare_rounds(std::vector<double>{1.0, 1.0, 1.0, 3.0}, std::vector<double>{2.0, 2.0, 2.0, 2.0}, rule).verdict ==
+          separation::not_separable);
+    // At 8 rounds and more, the sign test decides: 7 of 8 with a wide gap does not separate.
+    std::vector<double> eight(8, 1.0), twice(8, 2.0);
+    twice[5] = 0.9;
+    CHECK(compare_rounds(eight, twice, rule).verdict == separation::not_separable);
+  }
+  SUBCASE("the t test's p against closed forms (1, 2 and 3 degrees of freedom)") {
+    using torch_delegate::detail::paired_t_test_p;
+    const double pi = std::acos(-1.0);
+    CHECK(paired_t_test_p({}) == 1.0);
+    CHECK(paired_t_test_p({0.5}) == 1.0);
+    CHECK(paired_t_test_p({0.5, 0.5, 0.5}) == 0.0);
+    CHECK(paired_t_test_p({0.0, 0.0}) == 1.0);
+    // {1, 3}: t = 2 with 1 degree of freedom (Cauchy): p = 1 - 2 atan(t) / pi.
+    CHECK(paired_t_test_p({1.0, 3.0}) == doctest::Approx(1.0 - 2.0 * std::atan(2.0) / pi).epsilon(1e-9));
+    // {1, 2, 6}: t = 3 / sqrt(7 / 3), 2 degrees of freedom: p = 1 - t / sqrt(2 + t^2).
+    const double t2 = 3.0 / std::sqrt(7.0 / 3.0);
+    CHECK(paired_t_test_p({1.0, 2.0, 6.0}) == doctest::Approx(1.0 - t2 / std::sqrt(2.0 + t2 * t2)).epsilon(1e-9));
+    // {1, 2, 3, 4}: t = 2.5 / sqrt(5 / 12), 3 degrees of freedom:
+    // p = 1 - 2 / pi (atan(t / sqrt 3) + (t / sqrt 3) / (1 + t^2 / 3)).
+    const double u = 2.5 / std::sqrt(5.0 / 12.0) / std::sqrt(3.0);
+    CHECK(paired_t_test_p({1.0, 2.0, 3.0, 4.0}) == doctest::Approx(1.0 - 2.0 / pi * (std::atan(u) + u / (1.0 + u * u))).epsilon(1e-9));
+    CHECK(paired_t_test_p({-1.0, -2.0, -3.0, -4.0}) == doctest::Approx(paired_t_test_p({1.0, 2.0, 3.0, 4.0})));  // two-sided
+  }
+  SUBCASE("adaptive rounds: 4 when the gap is wide and steady; equal paths stop once no further rounds could separate them") {
     std::size_t rounds = 0;
     auto clear = torch_delegate::detail::sample_until_separated([&] { return std::pair{++rounds, 1.0}, std::pair{1.0, 3.0}; }, rule);
     CHECK(clear.verdict == separation::first_faster);
-    CHECK(clear.rounds == 8);
+    CHECK(clear.rounds == 4);
+    CHECK(rounds == 4);
+    // Steady but for one round that goes the other way: the sign test, from 8 rounds.
+    rounds = 0;
+    auto noisy = torch_delegate::detail::sample_until_separated(
+        [&] { return ++rounds == 2 ? std::pair{3.0, 1.0} : std::pair{1.0, 3.0}; }, rule);
+    CHECK(noisy.verdict == separation::first_faster);
+    CHECK(noisy.rounds == 12);  // 11 of 12: p = 0.0063, the first below 0.01 (10 of 11: 0.012)
+    CHECK(!torch_delegate::detail::separated_early(noisy, rule));
     rounds = 0;
     auto equal = torch_delegate::detail::sample_until_separated([&] { return ++rounds, std::pair{1.0, 1.0}; }, rule);
     CHECK(equal.verdict == separation::not_separable);

@@ -86,10 +86,11 @@ struct partition_options {
   /// With example inputs: time each candidate region on its backend and as TorchScript, in this
   /// process, on the values the example inputs give it (between TorchScript calls where it has
   /// computing neighbours, in blocks otherwise; medians), and delegate it only where the backend
-  /// is faster; the report gives both times. A region a backend loses is offered to the next
-  /// backend of a priority list. Lowering then times each method whole, original against
-  /// lowered, and takes out the regions of least gain while the lowered one is slower than
-  /// 1.02x. Off by default: lowering then compiles each region twice, and its decisions depend
+  /// is faster beyond the spread (where the two do not separate, the list's order decides); the
+  /// report gives both times. A region a backend loses is offered to the next backend of a
+  /// priority list. Lowering then times each method whole, original against lowered, and takes
+  /// out the regions of least gain while the lowered one is slower beyond the spread
+  /// (docs/partial-lowering.md, "When a timing decides"). Off by default: lowering then compiles each region twice, and its decisions depend
   /// on the machine (`replay` repeats them).
   bool measure = false;
   /// With measure: a share of the method's time (the original method, timed whole on the example
@@ -97,7 +98,8 @@ struct partition_options {
   /// (kept_reason::gain_below_minimum) while, together, they save less than this: a gain below
   /// the run-to-run noise of the method is not measurable, and each boundary costs something the
   /// region's timing does not see. Many small regions that add up are delegated. 0 delegates
-  /// every region that is faster.
+  /// every region that is faster. A region whose times do not separate from TorchScript's has
+  /// no measured gain: the list's order decides it, whatever this is.
   double min_gain = 0.01;
   /// With measure and several backends (lowering only, not a plan): the list's order is also
   /// tried against each other backend first (the rest in the list's order), and, where such a

@@ -55,7 +55,7 @@ struct region_report {
   double backend_ms = -1;
   double torchscript_ms = -1;
   /// Measured: how the times decided, e.g. "faster on onednn: 12 of 12 rounds by more than 3 %
-  /// (sign test p = 0.0005)", or "not separable (...): delegated by the list's order"; "(cached)"
+  /// (sign test p = 0.0005)", or "not separable: of 12 rounds, ...; delegated, as the list's order says"; "(cached)"
   /// at its end when it came from the timing cache. "" when not measured.
   std::string decision;
 

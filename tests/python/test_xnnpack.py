@@ -474,7 +474,11 @@ class SeveralBackends(unittest.TestCase):
                                    measure=True)
         for region in plan.methods[0].regions:
             self.assertGreaterEqual(region.backend_ms, 0)
-            self.assertLessEqual(region.backend_ms, region.torchscript_ms)
+            # Faster beyond the spread, or not separable and given by the list's order (issue 40).
+            if region.decision.startswith("faster on "):
+                self.assertLessEqual(region.backend_ms, region.torchscript_ms)
+            else:
+                self.assertTrue(region.decision.startswith("not separable: of "), region.decision)
         measured_kept = [node for node in plan.methods[0].kept
                          if node.reason in ("slower on the backend", "gain below the minimum")]
         for node in measured_kept:
@@ -493,24 +497,26 @@ class SeveralBackends(unittest.TestCase):
             torch_delegate.lower(torch.jit.script(self.model), "xnnpack", min_gain=0.5)
 
     def test_min_gain(self):
-        """min_gain: no region saves 99 % of its method, so each measured region stays in TorchScript,
-        as slower or as gaining too little, with the saving and the method's time."""
+        """min_gain: no region saves 99 % of its method, so each region measured faster stays in
+        TorchScript as gaining too little, with the saving and the method's time; one slower stays
+        as slower; one whose times do not separate goes by the list's order (issue 40)."""
         plan = torch_delegate.plan(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], example_inputs=(self.x,),
                                    measure=True, min_gain=0.99)
-        self.assertEqual(plan.methods[0].regions, [])
-        # Each candidate region is measured; which of the two reasons keeps it depends on the
-        # machine (tests/test_partition_tuning.cpp checks the rule by sleeps).
-        self.assertTrue({"gain below the minimum", "slower on the backend"} & {node.reason for node in plan.methods[0].kept})
+        for region in plan.methods[0].regions:
+            self.assertTrue(region.decision.startswith("not separable: of "), region.decision)
+            self.assertTrue(region.decision.endswith("; delegated, as the list's order says"), region.decision)
+        # Each candidate region is measured; which way each goes depends on the machine
+        # (tests/test_partition_tuning.cpp checks the rule by sleeps).
+        kept = {node.reason for node in plan.methods[0].kept} & {"gain below the minimum", "slower on the backend"}
+        self.assertTrue(kept or plan.methods[0].regions)
         for node in plan.methods[0].kept:
             if node.reason == "gain below the minimum":
-                # Faster beyond the spread but saving too little, or not separable from TorchScript (issue 40).
-                self.assertRegex(node.detail, r" ms in TorchScript(: saves [0-9.e-]+ ms(; the [0-9]+ regions that save least "
+                self.assertRegex(node.detail, r" ms in TorchScript: saves [0-9.e-]+ ms(; the [0-9]+ regions that save least "
                                               r"save [0-9.e-]+ ms together)?, less than 99 % of forward "
-                                              r"\([0-9.e-]+ ms, min_gain\)|; not separable: of [0-9]+ rounds, .*: no gain beyond "
-                                              r"the spread \(min_gain\))$")
+                                              r"\([0-9.e-]+ ms, min_gain\)$")
         low = torch_delegate.lower(torch.jit.script(self.model), ["xnnpack", "pointwise_fusion"], partial=True,
                                    example_inputs=(self.x,), replay=plan)
-        self.assertEqual(torch_delegate.report(low).methods[0].regions, [])
+        self.assertEqual(torch_delegate.report(low).methods[0].regions, plan.methods[0].regions)
         with torch.no_grad():
             self.assertLess(relative_error(low(self.x), self.want), 1e-4)
         # choose_order: the list's order, another backend first, or (where a lowering mixes

@@ -6,8 +6,11 @@
 // faster by more than the margin; the paths separate when the rounds one of them won are too many
 // to be chance (two-sided p below alpha, a round neither won counting against the one that leads:
 // paths within the margin of each other do not separate, however many rounds) and the medians
-// differ by more than the margin. Rounds are added until they separate, until no number of further rounds could separate
-// them, or until the budget is spent. No LibTorch here.
+// differ by more than the margin. A wide gap separates sooner: from early_rounds on, when the
+// leader won every round and a paired t test on the rounds' log time ratios is below alpha too
+// (the sign test alone needs 8 rounds for p < 0.01, whatever the gap). Rounds are added until
+// they separate, until no number of further rounds could separate them, or until the budget is
+// spent. No LibTorch here.
 #pragma once
 
 #include <torch_delegate/detail/config.hpp>
@@ -33,6 +36,8 @@ struct sampling_rule {
   std::size_t max_rounds = 40;
   double budget_s = 1.5;         // rounds stop once this is spent (at least min_rounds are taken;
                                  // up to 2 * min_rounds while one path has won 3 rounds in 4)
+  std::size_t early_rounds = 4;  // fewer than min_rounds separate only when the leader won every
+                                 // one and the t test on log ratios says so too (a wide gap)
 };
 
 /// What the rounds of two paths say.
@@ -41,7 +46,8 @@ struct paired_comparison {
   std::size_t rounds = 0;
   std::size_t first_wins = 0;   // rounds where the first was faster by more than the margin
   std::size_t second_wins = 0;  // and the second
-  double p_value = 1.0;         // two-sided sign test of the leader's wins over all rounds
+  double p_value = 1.0;         // two-sided sign test of the leader's wins over all rounds; for a
+                                // verdict in fewer than min_rounds rounds, the t test's p (early)
   double first_ms = 0.0;        // medians of each path's rounds
   double second_ms = 0.0;
 
@@ -51,6 +57,16 @@ struct paired_comparison {
 /// The two-sided sign test: the chance that one of two paths wins at least `wins` of `rounds`
 /// rounds when each round is a fair coin between them (rounds neither won count as lost).
 TORCH_DELEGATE_DECL double sign_test_p(std::size_t wins, std::size_t rounds);
+
+/// The two-sided p of a paired t test: that the mean of `differences` is 0 (Student's t with
+/// n - 1 degrees of freedom); 1 for fewer than 2, 0 for equal nonzero ones.
+TORCH_DELEGATE_DECL double paired_t_test_p(const std::vector<double>& differences);
+
+/// Whether a verdict was reached early (fewer than min_rounds rounds: by the t test, not the
+/// sign test), for reports.
+inline bool separated_early(const paired_comparison& compared, const sampling_rule& rule) {
+  return compared.verdict != separation::not_separable && compared.rounds < rule.min_rounds;
+}
 
 /// The verdict of the rounds (first[i], second[i]) under `rule`.
 TORCH_DELEGATE_DECL paired_comparison compare_rounds(const std::vector<double>& first, const std::vector<double>& second,

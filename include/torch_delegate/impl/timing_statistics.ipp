@@ -20,6 +20,46 @@ TORCH_DELEGATE_DECL double sign_test_p(std::size_t wins, std::size_t rounds) {
   return std::min(1.0, 2.0 * tail);
 }
 
+// The regularised incomplete beta function I_x(a, b), by its continued fraction (modified
+// Lentz), on the side of x where that converges fast.
+inline double incomplete_beta(double a, double b, double x) {
+  if (x <= 0.0) return 0.0;
+  if (x >= 1.0) return 1.0;
+  if (x > (a + 1.0) / (a + b + 2.0)) return 1.0 - incomplete_beta(b, a, 1.0 - x);
+  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
+  constexpr double tiny = 1e-300;
+  auto guard = [](double v) { return std::fabs(v) < tiny ? tiny : v; };
+  double c = 1.0, d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0)), fraction = d;
+  for (int m = 1; m <= 300; ++m) {
+    const double even = m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m));
+    d = 1.0 / guard(1.0 + even * d);
+    c = guard(1.0 + even / c);
+    fraction *= d * c;
+    const double odd = -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0));
+    d = 1.0 / guard(1.0 + odd * d);
+    c = guard(1.0 + odd / c);
+    const double step = d * c;
+    fraction *= step;
+    if (std::fabs(step - 1.0) < 1e-12) break;
+  }
+  return front * fraction / a;
+}
+
+TORCH_DELEGATE_DECL double paired_t_test_p(const std::vector<double>& differences) {
+  const std::size_t n = differences.size();
+  if (n < 2) return 1.0;
+  double mean = 0.0;
+  for (const double d : differences) mean += d;
+  mean /= double(n);
+  double squares = 0.0;
+  for (const double d : differences) squares += (d - mean) * (d - mean);
+  const double variance = squares / double(n - 1);
+  if (variance <= 0.0) return mean == 0.0 ? 1.0 : 0.0;
+  const double t = mean / std::sqrt(variance / double(n)), freedom = double(n - 1);
+  // Two-sided: P(|T| >= |t|) = I_{v / (v + t^2)}(v / 2, 1 / 2).
+  return incomplete_beta(freedom / 2.0, 0.5, freedom / (freedom + t * t));
+}
+
 inline double median_of(std::vector<double> times) {
   if (times.empty()) return 0.0;
   const auto middle = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
@@ -38,11 +78,25 @@ TORCH_DELEGATE_DECL paired_comparison compare_rounds(const std::vector<double>& 
   result.first_ms = median_of(std::vector<double>(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(result.rounds)));
   result.second_ms = median_of(std::vector<double>(second.begin(), second.begin() + static_cast<std::ptrdiff_t>(result.rounds)));
   result.p_value = sign_test_p(std::max(result.first_wins, result.second_wins), result.rounds);
-  if (result.rounds >= rule.min_rounds && result.p_value < rule.alpha) {
+  auto decide = [&] {
     if (result.first_wins > result.second_wins && result.first_ms * (1.0 + rule.margin) < result.second_ms)
       result.verdict = separation::first_faster;
     else if (result.second_wins > result.first_wins && result.second_ms * (1.0 + rule.margin) < result.first_ms)
       result.verdict = separation::second_faster;
+  };
+  if (result.rounds >= rule.min_rounds) {
+    if (result.p_value < rule.alpha) decide();
+  } else if (result.rounds >= std::max<std::size_t>(2, rule.early_rounds) &&
+             std::max(result.first_wins, result.second_wins) == result.rounds) {
+    // Early: every round won by the leader, and the log ratios' mean far from 0 for their spread.
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < result.rounds; ++i)
+      ratios.push_back(first[i] > 0 && second[i] > 0 ? std::log(second[i] / first[i]) : 0.0);
+    const double p = paired_t_test_p(ratios);
+    if (p < rule.alpha) {
+      result.p_value = p;
+      decide();
+    }
   }
   return result;
 }
@@ -63,8 +117,10 @@ TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function
     const auto [a, b] = round();
     first.push_back(a);
     second.push_back(b);
-    if (first.size() < rule.min_rounds) continue;
+    if (first.size() < std::min(rule.early_rounds, rule.min_rounds)) continue;
     so_far = compare_rounds(first, second, rule);
+    if (so_far.verdict != separation::not_separable) return so_far;
+    if (first.size() < rule.min_rounds) continue;  // early, only a wide gap stops the rounds
     const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!can_still_separate(so_far, rule)) return so_far;
     // Past the budget, rounds stop, unless the leader has won at least 3 in 4 of them: then up

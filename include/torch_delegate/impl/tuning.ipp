@@ -38,7 +38,8 @@ inline std::string verdict_text(const paired_comparison& compared, const samplin
   const bool first_won = compared.verdict == separation::first_faster;
   text << "faster " << (first_won ? first : second) << ": " << (first_won ? compared.first_wins : compared.second_wins) << " of "
        << compared.rounds << " rounds by more than " << margin << " % (" << (first_won ? compared.second_wins : compared.first_wins)
-       << " the other way), sign test p = " << compared.p_value;
+       << " the other way), " << (separated_early(compared, rule) ? "t test on the log ratios" : "sign test") << " p = "
+       << compared.p_value;
   return text.str();
 }
 
@@ -116,11 +117,11 @@ class replaying_decider final : public region_decider {
 // partition_options::measure: each candidate region of a method with example inputs is timed on
 // its backend and as TorchScript (in rounds, until they separate: region_rule) and goes to its
 // backend where that is faster beyond the spread, stays in TorchScript where it is slower beyond
-// it; where the two do not separate, its gain is not established: with a min_gain it stays
-// (gain below the minimum, offered to the next backend), with min_gain 0 the rules decide (to its
-// backend: the list's order). The report says which. Then the winners that save least stay in TorchScript while, together,
-// they save less than min_gain of the method (one region saving too little alone counts; many
-// small ones that add up, as ShuffleNetV2's branches, are delegated). A region that cannot be
+// it; where the two do not separate, the timing decides nothing and the rules do: the region goes
+// to its backend, as the list's order says (and as an unmeasured lowering gives it). The report
+// says which. Then the winners (faster beyond the spread) that save least stay in TorchScript
+// while, together, they save less than min_gain of the method (one region saving too little alone
+// counts; many small ones that add up, as ShuffleNetV2's branches, are delegated). A region that cannot be
 // timed (in an if or loop body) goes by the rules, as do the regions of a method without example
 // inputs.
 class measured_decider final : public region_decider {
@@ -166,12 +167,9 @@ class measured_decider final : public region_decider {
           decisions[i] = {false, kept_reason::slower_on_backend, timing_text(candidate) + "; " + evidence};
           break;
         case separation::not_separable:
-          // No gain beyond the spread: with a min_gain, none worth a boundary; without, the rules.
-          if (options_.min_gain > 0)
-            decisions[i] = {false, kept_reason::gain_below_minimum,
-                            timing_text(candidate) + "; " + evidence + ": no gain beyond the spread (min_gain)"};
-          else
-            candidate.decision = evidence + "; delegated, as the list's order says";
+          // The timing decides nothing: the rules do (the list's order gives the region to this
+          // backend, as an unmeasured lowering would). min_gain weighs measured gains only.
+          candidate.decision = evidence + "; delegated, as the list's order says";
           break;
       }
     }
