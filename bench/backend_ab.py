@@ -9,9 +9,13 @@ partial, with example inputs), calls it `warmup` times, then times `calls` calls
 median. The table gives per model each build's median over its processes and B / A (< 1: B is
 faster), with the machine's ISA and the thread count.
 
+A and B may also be one build run two ways: --env-a and --env-b set environment variables in
+the processes of each side (a backend's switch, as TD_ONEDNN_SILU=0).
+
 Usage: bench/backend_ab.py <build A> <build B> <backend> [--models a,b] [--pairs N] [--calls N]
-       [--threads N] [--batch N]
+       [--threads N] [--batch N] [--env-a KEY=VALUE ...] [--env-b KEY=VALUE ...]
   e.g. /usr/bin/python3 bench/backend_ab.py ../baseline/build build onednn --pairs 5
+       /usr/bin/python3 bench/backend_ab.py build build onednn --env-a TD_ONEDNN_SILU=0
 """
 import argparse
 import json
@@ -48,8 +52,11 @@ def isa():
     return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE4.1 or older"
 
 
-def measure(build, args, name):
+def measure(build, args, name, settings=()):
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(build), "python"))
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        env[key] = value
     done = subprocess.run([sys.executable, "-c", CHILD, args.backend, name, str(args.threads), str(args.batch),
                            str(args.warmup), str(args.calls)], env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -68,16 +75,22 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--env-a", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--env-b", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    print(f"{args.backend}: A = {args.a}, B = {args.b}; {isa()}, {args.threads} thread(s), batch {args.batch}, "
+    for setting in args.env_a + args.env_b:
+        if "=" not in setting:
+            parser.error(f"--env-a/--env-b take KEY=VALUE, got {setting!r}")
+    side = lambda build, settings: build + (" with " + " ".join(settings) if settings else "")  # noqa: E731
+    print(f"{args.backend}: A = {side(args.a, args.env_a)}, B = {side(args.b, args.env_b)}; {isa()}, {args.threads} thread(s), batch {args.batch}, "
           f"{args.pairs} process pairs x {args.calls} calls (median)")
     print(f"| model | A ms | B ms | B / A |\n|---|---|---|---|")
     ratios = []
     for name in args.models.split(","):
         a, b = [], []
         for _ in range(args.pairs):
-            a.append(measure(args.a, args, name))
-            b.append(measure(args.b, args, name))
+            a.append(measure(args.a, args, name, args.env_a))
+            b.append(measure(args.b, args, name, args.env_b))
         ratio = statistics.median(b) / statistics.median(a)
         ratios.append(ratio)
         print(f"| {name} | {statistics.median(a):.2f} | {statistics.median(b):.2f} | {ratio:.3f} |", flush=True)

@@ -1,10 +1,14 @@
 """The models the benches time: torchvision's architectures with random weights (offline,
 weights=None) and a BERT-base-shaped encoder written out, each with its input (batch 1)."""
 import math
+import warnings
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# Scripted GoogLeNet warns on every call that it returns a tuple: thousands of lines in a bench log.
+warnings.filterwarnings("ignore", message="Scripted GoogleNet always returns GoogleNetOutputs Tuple")
 
 # torchvision's CNNs the ORT bench judges its goals over (bench/ort_models.py), and its transformers.
 CNNS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",

@@ -1,10 +1,14 @@
 // Unit tests of the onednn backend's decisions, through its internal header: which steps fuse
 // (fusion.cpp), where a plan's values live in a call's buffer (placement.cpp, planner.cpp), the
-// bound of the plan-per-shape cache (backends/toolkit/plan_cache.hpp), and version 1 payloads
-// read as version 2. Each fails when a decision changes.
+// bound of the plan-per-shape cache (backends/toolkit/plan_cache.hpp), version 1 payloads read as
+// version 2, and the kernels of ours (Winograd's transforms, SiLU) against references. Each fails
+// when a decision changes.
 #include "helpers.hpp"
 
 #include <onednn/internal.hpp>
+#include <onednn/silu.hpp>
+
+#include <ATen/Parallel.h>
 
 #include <torch_delegate/partition.hpp>
 
@@ -372,6 +376,73 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
     const at::Tensor want = at::relu(at::conv2d(first, weights["w2"], weights["b2"], 1, 1) + first);
     CHECK(y.allclose(want, 1e-4, 1e-4));
   }
+}
+
+TEST_CASE("silu kernel: x / (1 + exp(-x)) within 3e-7, every tail length, in place, the limits") {
+  if (!winograd::cpu_supported()) return;  // AVX2's; plans do not use it elsewhere
+  std::vector<float> in;
+  for (int i = 0; i < 4001; ++i) in.push_back(-40.f + 80.f * static_cast<float>(i) / 4000.f);
+  for (const float x : {0.f, -0.f, 1e-30f, -1e-30f, 86.9f, -86.9f, 87.5f, -87.5f, 100.f, -100.f, 1e30f, -1e30f}) in.push_back(x);
+  const auto want = [](float x) { return static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x))); };
+  for (std::size_t count = 0; count <= 40; ++count) {  // every remainder of 16 and of 8
+    std::vector<float> out(count + 1, 42.f);
+    silu::apply(in.data() + 1000, out.data(), count);
+    for (std::size_t i = 0; i < count; ++i) CHECK(std::fabs(out[i] - want(in[1000 + i])) <= 3e-7 * std::fabs(want(in[1000 + i])) + 1e-30);
+    CHECK(out[count] == 42.f);  // nothing written past the end
+  }
+  std::vector<float> out = in;
+  silu::apply(out.data(), out.data(), out.size());  // in place
+  double worst = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const double w = want(in[i]);
+    if (std::fabs(w) > 1e-30) worst = std::max(worst, std::fabs(out[i] - w) / std::fabs(w));
+  }
+  INFO("worst relative error " << worst);
+  CHECK(worst < 3e-7);
+  const auto at = [&](float x) { return out[static_cast<std::size_t>(std::find(in.begin(), in.end(), x) - in.begin())]; };
+  CHECK(at(100.f) == doctest::Approx(100.f).epsilon(3e-7));
+  CHECK(at(1e30f) == doctest::Approx(1e30f).epsilon(3e-7));
+  CHECK(at(-100.f) == 0.f);  // exp(100) overflows the float reciprocal: 0, as the limit
+  CHECK(at(-1e30f) == 0.f);
+  CHECK(at(0.f) == 0.f);
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  silu::apply(&nan, &nan, 1);
+  CHECK(std::isnan(nan));
+}
+
+TEST_CASE("silu in a plan: a convolution's SiLU runs on our kernel in place; a SiLU of its own, out of place; the result ATen's") {
+  // conv 1x1 16 -> 24 (0 -> 1), silu (-> 2): the SiLU ends the convolution's post-ops; add of 2 and
+  // 2 (-> 3), silu (-> 4): a SiLU after an add, a step of its own.
+  torch::manual_seed(11);
+  std::map<std::string, at::Tensor> weights{{"w", torch::randn({24, 16, 1, 1}) * 0.5}, {"b", torch::randn({24}) * 0.1}};
+  region_payload payload{1, 5, {}, {4}};
+  step_record conv = record("convolution", {0}, 1);
+  conv.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
+  conv.weight = "w", conv.bias = "b";
+  step_record first = record("activation", {1}, 2), second = record("activation", {3}, 4);
+  first.activation = second.activation = activation_parameters{"silu"};
+  payload.steps = {conv, first, record("add", {2, 2}, 3), second};
+  compiled_region region = compile_region(payload, weights);
+  const auto plan = planner(*region.region, region.plans->weights, {{1, 16, 40, 40}}).build();
+  std::size_t ours = 0;
+  for (const plan_implementation& each : plan->implementations) ours += each.implementation == "silu:avx2";
+  CHECK(ours == (own_silu_enabled() ? 2 : 0));
+  if (own_silu_enabled()) {
+    // In place: the first SiLU's result views its input's bytes; the second's has its own.
+    std::size_t views = 0;
+    for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) views += plan->aliases[slot] != no_slot;
+    CHECK(views >= 1);
+  }
+  const int threads_before = at::get_num_threads();
+  for (const int threads : {1, 2}) {  // 25600 values a SiLU: split between threads at 2
+    at::set_num_threads(threads);
+    const at::Tensor x = torch::randn({1, 16, 40, 40});
+    const std::vector<c10::IValue> inputs{x};
+    const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+    const at::Tensor made = at::silu(at::conv2d(x, weights["w"], weights["b"]));
+    CHECK(y.allclose(at::silu(made + made), 1e-5, 1e-5));
+  }
+  at::set_num_threads(threads_before);
 }
 
 TEST_CASE("cat in place: at batch 1 each part is made in its range of the result, no concat runs") {

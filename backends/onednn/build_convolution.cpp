@@ -102,8 +102,12 @@ void planner::convolution(std::size_t index) {
   if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
   const auto fast = [](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()); };
   const std::vector<std::size_t> alone;
-  for (const std::vector<std::size_t>* with : {&fused, &alone}) {
-    if (with == &alone && fused.empty()) break;  // (1) was already alone
+  // A SiLU that ends the post-ops runs after the convolution on our kernel (silu.hpp), faster
+  // than oneDNN's swish post-op.
+  const bool silu_after = !fused.empty() && runs_own_silu(step(fused.back()));
+  const std::vector<std::size_t> with_onednn(fused.begin(), silu_after ? fused.end() - 1 : fused.end());
+  for (const std::vector<std::size_t>* with : {&with_onednn, &alone}) {
+    if (with == &alone && with_onednn.empty()) break;  // (1) was already alone
     std::optional<conv_candidate> chosen = conv_desc(index, *with, md(d, f32, tag::any), std::nullopt);
     if (!chosen || chosen->pd.src_desc() != plan_.slots[in]) {
       // The input's own layout saves a reorder, but not at the price of a GEMM-based kernel
@@ -115,7 +119,11 @@ void planner::convolution(std::size_t index) {
       };
       if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen))) chosen = std::move(own);
     }
-    if (fast(chosen)) return emit_conv(index, *chosen, *with);
+    if (fast(chosen)) {
+      emit_conv(index, *chosen, *with);
+      if (silu_after && !with->empty()) post_op_alone(fused.back());  // emit_conv ran the post-ops itself when alone
+      return;
+    }
   }
   for (const tag layout : {tag::nChw16c, tag::nChw8c, tag::nhwc, tag::nchw}) {
     std::optional<conv_candidate> candidate = conv_desc(index, alone, md(d, f32, layout), layout);
@@ -141,7 +149,7 @@ void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const s
   arguments.insert(arguments.end(), addends.begin(), addends.end());
   call(dnnl::convolution_forward(pd), std::move(arguments), pd.scratchpad_desc());
   if (with.empty())
-    for (std::size_t next : conv.fusion.post_ops) run(next);
+    for (std::size_t next : conv.fusion.post_ops) post_op_alone(next);
 }
 
 /// A convolution for which oneDNN offered only reference kernels, in every layout: ATen's conv2d
@@ -171,7 +179,7 @@ void planner::conv_in_aten(std::size_t index) {
     at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), out, at::kFloat).copy_(y);
   };
   call(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, value(finished(index))}}, md(), run_conv2d, "convolution", "aten::conv2d");
-  for (std::size_t next : conv.fusion.post_ops) run(next);
+  for (std::size_t next : conv.fusion.post_ops) post_op_alone(next);
 }
 
 }  // namespace onednn_delegate

@@ -2,13 +2,25 @@
 // the binary primitives of add, mul (a squeeze-excitation's broadcast scale) and scale (times a
 // constant), each in a layout where oneDNN has a JIT kernel when one has.
 #include "internal.hpp"
+#include "silu.hpp"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <limits>
 
 namespace onednn_delegate {
+
+bool own_silu_enabled() {
+  static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_SILU");
+  return enabled;
+}
+
+bool runs_own_silu(const compiled_step& step) {
+  return step.kind == step_kind::activation && step.record.activation && step.record.activation->kind == "silu" &&
+         own_silu_enabled();
+}
 
 std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compiled_step& step) {
   using dnnl::algorithm;
@@ -30,6 +42,7 @@ std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compi
 void planner::eltwise(std::size_t index) {
   const compiled_step& act = step(index);
   std::size_t in = value(act.record.inputs[0]);
+  if (runs_own_silu(act)) return own_silu(index, false);
   const auto chain = eltwise_chain(act);
   for (std::size_t k = 0; k < chain.size(); ++k) {
     const auto& [algorithm, alpha, beta] = chain[k];
@@ -45,6 +58,35 @@ void planner::eltwise(std::size_t index) {
     call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
     in = out;
   }
+}
+
+/// A SiLU on our kernel (silu.hpp): elementwise, so in whatever layout its input has (SiLU(0) = 0
+/// keeps a blocked layout's padding 0). In place (`in_place`) where the step alone reads its
+/// input (a post-op of a convolution: fusion.cpp guarantees it): a conv's output is still in the
+/// cache, and a second buffer's writes would cost more than the SiLU saves.
+void planner::own_silu(std::size_t index, bool in_place) {
+  const compiled_step& act = step(index);
+  const std::size_t in = value(act.record.inputs[0]);
+  if (in_place)
+    slot_of_.at(static_cast<std::size_t>(act.record.output)) = view(plan_.slots[in], in);
+  else
+    define(act.record.output, plan_.slots[in]);
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(act.record.output)}}, md(),
+       [](const std::unordered_map<int, dnnl::memory>& arguments) {
+         const dnnl::memory& source = arguments.at(DNNL_ARG_SRC);
+         const auto* from = static_cast<const float*>(source.get_data_handle());
+         auto* to = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
+         const auto count = static_cast<std::int64_t>(source.get_desc().get_size() / sizeof(float));
+         at::parallel_for(0, count, 1 << 14, [&](std::int64_t first, std::int64_t last) {
+           silu::apply(from + first, to + first, static_cast<std::size_t>(last - first));
+         });
+       },
+       "eltwise", "silu:avx2");
+}
+
+void planner::post_op_alone(std::size_t index) {
+  if (runs_own_silu(step(index))) return own_silu(index, true);
+  run(index);
 }
 
 void planner::mul(std::size_t index) {

@@ -44,6 +44,15 @@ bool is_reference(std::string_view implementation);
 /// Throws the planner's error, "onednn: region <method>: <why>" (runtime.cpp: a c10::Error).
 [[noreturn]] void fail_planning(std::string_view method, const std::string& why);
 
+/// Whether plans may run AVX2 kernels of ours (build_winograd.cpp): the CPU has AVX2 and FMA,
+/// oneDNN is not capped below AVX2 (ONEDNN_MAX_CPU_ISA), and `switch_variable` is not "0".
+bool own_avx2_kernels_allowed(const char* switch_variable);
+/// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
+/// on AVX2 with FMA, oneDNN not capped below AVX2, and TD_ONEDNN_SILU not 0.
+bool own_silu_enabled();
+/// Whether `step` is a SiLU that runs on our kernel (own_silu_enabled()).
+bool runs_own_silu(const compiled_step& step);
+
 /// Whether plans run eligible convolutions as Winograd (build_winograd.cpp): on AVX2 with FMA,
 /// oneDNN not capped below AVX2, and TD_ONEDNN_WINOGRAD not 0.
 bool winograd_enabled();
@@ -138,6 +147,10 @@ class planner {
   void linear(std::size_t index);
   // build_eltwise.cpp: activations, add, mul, scale
   void eltwise(std::size_t index);
+  void own_silu(std::size_t index, bool in_place);
+  /// A convolution's or linear's post-op run as a step of its own after it (run(), but a SiLU
+  /// on our kernel in place: the post-op alone reads its input).
+  void post_op_alone(std::size_t index);
   void binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made);
   void mul(std::size_t index);
   void scale(std::size_t index);
