@@ -445,6 +445,32 @@ TEST_CASE("silu in a plan: a convolution's SiLU runs on our kernel in place; a S
   at::set_num_threads(threads_before);
 }
 
+TEST_CASE("silu in a plan after a slice: a view that starts inside its value is copied first; the result ATen's") {
+  // slice (0 -> 1) of an input [1, 16, 8, 8], silu (-> 2). An eltwise's result takes its input's
+  // memory descriptor: with the slice's offset it was written past its own bytes (a crash).
+  for (const auto& [dim, start, copied] : {std::tuple{std::int64_t{1}, std::int64_t{8}, true},     // channels 8..15: an offset
+                                           std::tuple{std::int64_t{2}, std::int64_t{0}, false}}) {  // rows 0..3: strided, from the start
+    region_payload payload{1, 3, {}, {2}};
+    step_record sliced = record("slice", {0}, 1), act = record("activation", {1}, 2);
+    sliced.slice = slice_parameters{dim, start, dim == 1 ? 8 : 4};
+    act.activation = activation_parameters{"silu"};
+    payload.steps = {sliced, act};
+    compiled_region region = compile_region(payload, {});
+    const auto plan = planner(*region.region, region.plans->weights, {{1, 16, 8, 8}}).build();
+    std::size_t own = 0, reorders = 0;
+    for (const plan_implementation& each : plan->implementations) {
+      own += each.implementation == "silu:avx2";
+      reorders += each.kind == "reorder" && each.step.rfind("output", 0) != 0;
+    }
+    CHECK(own == (own_silu_enabled() ? 1 : 0));
+    CHECK(reorders == (copied ? 1 : 0));
+    const at::Tensor x = torch::randn({1, 16, 8, 8});
+    const std::vector<c10::IValue> inputs{x};
+    const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+    CHECK(y.allclose(at::silu(x.narrow(dim, start, dim == 1 ? 8 : 4)), 1e-5, 1e-5));
+  }
+}
+
 TEST_CASE("cat in place: at batch 1 each part is made in its range of the result, no concat runs") {
   // conv 1x1 8 -> 16 (0 -> 1), conv 1x1 8 -> 8 (0 -> 2), cat of 1 and 2 (-> 4; value 3 unused)
   torch::manual_seed(9);

@@ -42,7 +42,11 @@ std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compi
 void planner::eltwise(std::size_t index) {
   const compiled_step& act = step(index);
   std::size_t in = value(act.record.inputs[0]);
-  if (runs_own_silu(act)) return own_silu(index, false);
+  // A view that starts inside its value's bytes (a slice): a dense copy first. An eltwise's result
+  // takes its input's memory descriptor, offset included, and would be written past its own
+  // bytes (tests/onednn_unit.cpp, "silu in a plan after a slice").
+  if (plan_.slots[in].data.offset0 != 0) in = as(in, dense(plan_.slots[in].dims()));
+  if (runs_own_silu(act)) return own_silu(index, in, false);
   const auto chain = eltwise_chain(act);
   for (std::size_t k = 0; k < chain.size(); ++k) {
     const auto& [algorithm, alpha, beta] = chain[k];
@@ -60,13 +64,12 @@ void planner::eltwise(std::size_t index) {
   }
 }
 
-/// A SiLU on our kernel (silu.hpp): elementwise, so in whatever layout its input has (SiLU(0) = 0
-/// keeps a blocked layout's padding 0). In place (`in_place`) where the step alone reads its
+/// A SiLU on our kernel (silu.hpp) of the value in slot `in`: elementwise over its bytes from their
+/// start, so in whatever layout it has (SiLU(0) = 0 keeps a blocked layout's padding 0). In place (`in_place`) where the step alone reads its
 /// input (a post-op of a convolution: fusion.cpp guarantees it): a conv's output is still in the
 /// cache, and a second buffer's writes would cost more than the SiLU saves.
-void planner::own_silu(std::size_t index, bool in_place) {
+void planner::own_silu(std::size_t index, std::size_t in, bool in_place) {
   const compiled_step& act = step(index);
-  const std::size_t in = value(act.record.inputs[0]);
   if (in_place)
     slot_of_.at(static_cast<std::size_t>(act.record.output)) = view(plan_.slots[in], in);
   else
@@ -85,7 +88,7 @@ void planner::own_silu(std::size_t index, bool in_place) {
 }
 
 void planner::post_op_alone(std::size_t index) {
-  if (runs_own_silu(step(index))) return own_silu(index, true);
+  if (runs_own_silu(step(index))) return own_silu(index, value(step(index).record.inputs[0]), true);
   run(index);
 }
 

@@ -147,7 +147,7 @@ class planner {
   void linear(std::size_t index);
   // build_eltwise.cpp: activations, add, mul, scale
   void eltwise(std::size_t index);
-  void own_silu(std::size_t index, bool in_place);
+  void own_silu(std::size_t index, std::size_t in, bool in_place);
   /// A convolution's or linear's post-op run as a step of its own after it (run(), but a SiLU
   /// on our kernel in place: the post-op alone reads its input).
   void post_op_alone(std::size_t index);
