@@ -65,9 +65,9 @@ void planner::eltwise(std::size_t index) {
 }
 
 /// A SiLU on our kernel (silu.hpp) of the value in slot `in`: elementwise over its bytes from their
-/// start, so in whatever layout it has (SiLU(0) = 0 keeps a blocked layout's padding 0). In place (`in_place`) where the step alone reads its
-/// input (a post-op of a convolution: fusion.cpp guarantees it): a conv's output is still in the
-/// cache, and a second buffer's writes would cost more than the SiLU saves.
+/// start, so in whatever layout it has (SiLU(0) = 0 keeps a blocked layout's padding 0). In place
+/// (`in_place`) where the step alone reads its input (a post-op of a convolution: fusion.cpp
+/// guarantees it): the convolution's output is still in the cache, and no second buffer is written.
 void planner::own_silu(std::size_t index, std::size_t in, bool in_place) {
   const compiled_step& act = step(index);
   if (in_place)
