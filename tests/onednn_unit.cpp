@@ -1,11 +1,13 @@
 // Unit tests of the onednn backend's decisions, through its internal header: which steps fuse
 // (fusion.cpp), where a plan's values live in a call's buffer (placement.cpp, planner.cpp), the
 // bound of the plan-per-shape cache (backends/toolkit/plan_cache.hpp), version 1 payloads read as
-// version 2, and the kernels of ours (Winograd's transforms, SiLU) against references. Each fails
+// version 2, and the kernels of ours (Winograd's transforms, SiLU, the channel shuffle) against
+// references. Each fails
 // when a decision changes.
 #include "helpers.hpp"
 
 #include <onednn/internal.hpp>
+#include <onednn/shuffle.hpp>
 #include <onednn/silu.hpp>
 
 #include <ATen/Parallel.h>
@@ -504,4 +506,137 @@ TEST_CASE("cat in place: at batch 1 each part is made in its range of the result
       CHECK(plan->alias_offsets[parts[1]] == plan->slots[parts[0]].get_size());
     }
   }
+}
+
+namespace {
+
+/// Value `v` of channel `c`, pixel `p`, image `n` in a [batch, channels, pixels] tensor laid out
+/// channel-blocked by `block` (its last block padded).
+float& blocked_at(std::vector<float>& t, const shuffle::geometry& g, std::int64_t channels, std::int64_t n, std::int64_t c,
+                  std::int64_t p) {
+  const std::int64_t blocks = (channels + g.block - 1) / g.block;
+  return t[static_cast<std::size_t>(((n * blocks + c / g.block) * g.pixels + p) * g.block + c % g.block)];
+}
+
+}  // namespace
+
+TEST_CASE("shuffle kernel: channel j of the result is a's j / 2 (j even) or b's (j odd); whole or halves; padding 0") {
+  for (const std::int64_t block : {8, 16})
+    for (const std::int64_t channels : {3, 8, 29, 58, 64})
+      for (const std::int64_t pixels : {1, 5, 49}) {
+        const shuffle::geometry g{2, channels, pixels, block};
+        const std::int64_t in_size = g.batch * ((channels + block - 1) / block) * block * pixels;
+        std::vector<float> a(static_cast<std::size_t>(in_size)), b(a.size());
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) + 0.25f, b[i] = -static_cast<float>(i) - 0.5f;
+        // The whole result, its halves (ShuffleNetV2's chunk), and an odd start.
+        for (const auto& [first, count] : {std::pair{std::int64_t{0}, 2 * channels}, std::pair{std::int64_t{0}, channels},
+                                           std::pair{channels, channels}, std::pair{std::int64_t{1}, 2 * channels - 1}}) {
+          CAPTURE(block);
+          CAPTURE(channels);
+          CAPTURE(pixels);
+          CAPTURE(first);
+          CAPTURE(count);
+          const std::int64_t blocks = shuffle::output_blocks(g, count);
+          std::vector<float> out(static_cast<std::size_t>(blocks * block * pixels), std::numeric_limits<float>::quiet_NaN());
+          shuffle::interleave(a.data(), b.data(), g, first, count, out.data(), 0, blocks / 2);  // two ranges, as two threads
+          shuffle::interleave(a.data(), b.data(), g, first, count, out.data(), blocks / 2, blocks);
+          std::size_t wrong = 0, padding = 0;
+          for (std::int64_t n = 0; n < g.batch; ++n)
+            for (std::int64_t c = 0; c < (count + block - 1) / block * block; ++c)
+              for (std::int64_t p = 0; p < pixels; ++p) {
+                const float got = blocked_at(out, g, count, n, c, p);
+                if (c >= count) {
+                  padding += got != 0.f;
+                  continue;
+                }
+                const std::int64_t j = first + c;
+                const float want = blocked_at(j % 2 ? b : a, g, channels, n, j / 2, p);
+                wrong += got != want;
+              }
+          CHECK(wrong == 0);
+          CHECK(padding == 0);
+        }
+      }
+}
+
+TEST_CASE("shuffle in a plan: cat, view, transpose, contiguous, view is one call of our kernel; a chunk's halves are its results") {
+  // conv 1x1 16 -> C (0 -> 1), conv 1x1 16 -> C (0 -> 2), cat (-> 3), reshape [N, 2, C, H, W] (-> 4),
+  // permute [0, 2, 1, 3, 4] (-> 5), contiguous (-> 6), reshape [N, 2C, H, W] (-> 7); then either
+  // the result itself, or its halves (-> 8, 9) and a conv 1x1 C -> C of the second (-> 10).
+  for (const std::int64_t channels : {16, 58})
+    for (const std::int64_t batch : {1, 2})
+      for (const bool halves : {false, true}) {
+        CAPTURE(channels);
+        CAPTURE(batch);
+        CAPTURE(halves);
+        torch::manual_seed(13);
+        std::map<std::string, at::Tensor> weights{
+            {"w1", torch::randn({channels, 16, 1, 1}) * 0.3}, {"b1", torch::randn({channels}) * 0.1},
+            {"w2", torch::randn({channels, 16, 1, 1}) * 0.3}, {"b2", torch::randn({channels}) * 0.1},
+            {"w3", torch::randn({channels, channels, 1, 1}) * 0.2}, {"b3", torch::randn({channels}) * 0.1}};
+        const std::int64_t h = 7, w = 5;
+        region_payload payload{1, halves ? 11 : 8, {}, {}};
+        step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {0}, 2), conv3 = record("convolution", {9}, 10);
+        conv1.convolution = conv2.convolution = conv3.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
+        conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2", conv3.weight = "w3", conv3.bias = "b3";
+        step_record split = record("reshape", {3}, 4), swapped = record("permute", {4}, 5), merged = record("reshape", {6}, 7);
+        split.reshape_sizes = std::vector<std::int64_t>{batch, 2, channels, h, w};
+        swapped.permute_dims = std::vector<std::int64_t>{0, 2, 1, 3, 4};
+        merged.reshape_sizes = std::vector<std::int64_t>{batch, 2 * channels, h, w};
+        payload.steps = {conv1, conv2, record("cat", {1, 2}, 3), split, swapped, record("contiguous", {5}, 6), merged};
+        if (halves) {
+          step_record low = record("slice", {7}, 8), high = record("slice", {7}, 9);
+          low.slice = slice_parameters{1, 0, channels};
+          high.slice = slice_parameters{1, channels, channels};
+          payload.steps.insert(payload.steps.end(), {low, high, conv3});
+          payload.outputs = {8, 10};
+        } else {
+          payload.outputs = {7};
+        }
+        compiled_region region = compile_region(payload, weights);
+        const auto plan = planner(*region.region, region.plans->weights, {{batch, 16, h, w}}).build();
+        std::size_t ours = 0, concats = 0, copies = 0;
+        for (const plan_implementation& each : plan->implementations) {
+          ours += each.implementation == "shuffle:sse";
+          concats += each.kind == "concat";
+          // the input's reorder into the convolutions' layout aside
+          copies += each.kind == "reorder" && each.step.rfind("output", 0) != 0 && each.step.rfind("0 ", 0) != 0;
+        }
+        CHECK(ours == 1);
+        CHECK(concats == 0);
+        CHECK(copies == 0);  // the convolutions write and read the blocked layout the kernel uses
+        const at::Tensor x = torch::randn({batch, 16, h, w});
+        const std::vector<c10::IValue> inputs{x};
+        const auto y = OnednnBackend().execute(region, torch_delegate::inputs(inputs));
+        const at::Tensor joined = at::cat({at::conv2d(x, weights["w1"], weights["b1"]), at::conv2d(x, weights["w2"], weights["b2"])}, 1);
+        const at::Tensor shuffled = joined.view({batch, 2, channels, h, w}).transpose(1, 2).contiguous().view({batch, 2 * channels, h, w});
+        if (halves) {
+          const auto parts = shuffled.chunk(2, 1);
+          CHECK(y[0].toTensor().allclose(parts[0], 1e-5, 1e-5));
+          CHECK(y[1].toTensor().allclose(at::conv2d(parts[1], weights["w3"], weights["b3"]), 1e-4, 1e-5));
+        } else {
+          CHECK(y[0].toTensor().allclose(shuffled, 1e-5, 1e-5));
+        }
+      }
+}
+
+TEST_CASE("shuffle: what is not a channel shuffle of a cat runs as oneDNN's concat") {
+  // cat (0, 0 -> 1), reshape [1, 2, 8, 3, 3] (-> 2), permute [0, 1, 2, 4, 3] (-> 3: not the
+  // groups' transpose), contiguous (-> 4), reshape [1, 16, 3, 3] (-> 5).
+  region_payload payload{1, 6, {}, {5}};
+  step_record split = record("reshape", {1}, 2), swapped = record("permute", {2}, 3), merged = record("reshape", {4}, 5);
+  split.reshape_sizes = std::vector<std::int64_t>{1, 2, 8, 3, 3};
+  swapped.permute_dims = std::vector<std::int64_t>{0, 1, 2, 4, 3};
+  merged.reshape_sizes = std::vector<std::int64_t>{1, 16, 3, 3};
+  payload.steps = {record("cat", {0, 0}, 1), split, swapped, record("contiguous", {3}, 4), merged};
+  compiled_region region = compile_region(payload, {});
+  const auto plan = planner(*region.region, region.plans->weights, {{1, 8, 3, 3}}).build();
+  std::size_t ours = 0, concats = 0;
+  for (const plan_implementation& each : plan->implementations) ours += each.implementation == "shuffle:sse", concats += each.kind == "concat";
+  CHECK(ours == 0);
+  CHECK(concats == 1);
+  const at::Tensor x = torch::randn({1, 8, 3, 3});
+  const std::vector<c10::IValue> inputs{x};
+  const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+  CHECK(y.allclose(at::cat({x, x}, 1).view({1, 2, 8, 3, 3}).transpose(3, 4).contiguous().view({1, 16, 3, 3})));
 }

@@ -1,11 +1,15 @@
 // The builders of layer_norm, cat and the views: layer_norm over the last dimension, cat along
-// the channels in a layout with a JIT kernel, and permute and flatten as memory descriptors over
-// their input's bytes (no copy).
+// the channels in a layout with a JIT kernel (or, where a channel shuffle follows it, our
+// shuffle kernel), and permute and flatten as memory descriptors over their input's bytes (no
+// copy).
 #include "internal.hpp"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace onednn_delegate {
 
@@ -68,8 +72,106 @@ bool planner::cat_in_place(std::size_t index) {
   return false;
 }
 
+namespace {
+/// Whether cats followed by a channel shuffle run on our kernel (TD_ONEDNN_SHUFFLE=0: as oneDNN's
+/// concat and reorders).
+bool shuffle_enabled() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("TD_ONEDNN_SHUFFLE");
+    return !(setting && std::strcmp(setting, "0") == 0);
+  }();
+  return enabled;
+}
+}  // namespace
+
+/// ShuffleNetV2's channel shuffle after a cat, as one copy by our kernel (shuffle.hpp): the steps
+/// cat(a, b) -> reshape [N, 2, C, H, W] -> permute [0, 2, 1, 3, 4] -> contiguous -> reshape
+/// [N, 2C, H, W], each value read by the next step alone, a and b both [N, C, H, W]. Where the
+/// result's only readers are the two slices of a chunk into halves ([0, C) and [C, 2C) of dim 1),
+/// the kernel makes the halves as tensors of their own (a blocked layout cannot slice 58 channels
+/// off without a copy), else the whole result. In the channel-blocked layout of a (nChw8c, or
+/// nChw16c when a has it), which is what the convolutions around it pick. The steps it covers are
+/// planned here (planned_); false (nothing changed) when the steps are not that pattern.
+bool planner::channel_shuffle(std::size_t index) {
+  if (!shuffle_enabled()) return false;
+  const auto& sources = step(index).record.inputs;
+  if (sources.size() != 2) return false;
+  const dims d = plan_.slots[value(sources[0])].dims();
+  if (d.size() != 4 || plan_.slots[value(sources[1])].dims() != d) return false;
+  const std::int64_t n = d[0], c = d[1], h = d[2], w = d[3];
+  const auto is_output = [&](std::int64_t id) {
+    return std::find(region_.outputs.begin(), region_.outputs.end(), id) != region_.outputs.end();
+  };
+  // The one step that reads `id`, when it is of `kind` and not absorbed, and `id` is no result.
+  const auto sole = [&](std::int64_t id, step_kind kind) -> std::optional<std::size_t> {
+    const auto& readers = readers_.at(static_cast<std::size_t>(id));
+    if (readers.size() != 1 || is_output(id) || step(readers[0]).kind != kind || step(readers[0]).fusion.absorbed) return std::nullopt;
+    return readers[0];
+  };
+  const auto split = sole(step(index).record.output, step_kind::reshape);
+  if (!split || *step(*split).record.reshape_sizes != std::vector<std::int64_t>{n, 2, c, h, w}) return false;
+  const auto swapped = sole(step(*split).record.output, step_kind::permute);
+  if (!swapped || *step(*swapped).record.permute_dims != std::vector<std::int64_t>{0, 2, 1, 3, 4}) return false;
+  const auto copied = sole(step(*swapped).record.output, step_kind::contiguous);
+  if (!copied) return false;
+  const auto merged = sole(step(*copied).record.output, step_kind::reshape);
+  if (!merged || *step(*merged).record.reshape_sizes != std::vector<std::int64_t>{n, 2 * c, h, w}) return false;
+  const std::int64_t shuffled = step(*merged).record.output;
+
+  // The halves, when a chunk's two slices are all that reads the result.
+  std::vector<std::size_t> halves;
+  if (const auto& readers = readers_.at(static_cast<std::size_t>(shuffled)); !is_output(shuffled) && readers.size() == 2) {
+    std::optional<std::size_t> low, high;
+    for (const std::size_t reader : readers) {
+      const compiled_step& part = step(reader);
+      if (part.kind != step_kind::slice || part.fusion.absorbed || part.record.slice->dim != 1 || part.record.slice->length != c) continue;
+      (part.record.slice->start == 0 ? low : part.record.slice->start == c ? high : low) = reader;
+    }
+    if (low && high && *low != *high && step(*low).record.slice->start == 0) halves = {*low, *high};
+  }
+
+  const md& given = plan_.slots[value(sources[0])];
+  const bool sixteen = given == md(d, f32, tag::nChw16c);
+  const tag layout = sixteen ? tag::nChw16c : tag::nChw8c;
+  const std::size_t a = as(value(sources[0]), md(d, f32, layout)), b = as(value(sources[1]), md(d, f32, layout));
+  const shuffle::geometry g{n, c, h * w, sixteen ? 16 : 8};
+  std::vector<std::pair<std::int64_t, std::int64_t>> parts;  // per result: (first channel, channels)
+  std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_MULTIPLE_SRC, a}, {DNNL_ARG_MULTIPLE_SRC + 1, b}};
+  if (halves.empty()) {
+    define(shuffled, md({n, 2 * c, h, w}, f32, layout));
+    parts.emplace_back(0, 2 * c);
+    arguments.emplace_back(DNNL_ARG_MULTIPLE_DST, value(shuffled));
+  } else {
+    for (std::size_t k = 0; k < 2; ++k) {
+      const std::int64_t made = step(halves[k]).record.output;
+      define(made, md(d, f32, layout));
+      parts.emplace_back(static_cast<std::int64_t>(k) * c, c);
+      arguments.emplace_back(DNNL_ARG_MULTIPLE_DST + static_cast<int>(k), value(made));
+      planned_[halves[k]] = true;
+    }
+  }
+  for (const std::size_t covered : {*split, *swapped, *copied, *merged}) planned_[covered] = true;
+  call(dnnl::primitive(), std::move(arguments), md(),
+       [g, parts](const std::unordered_map<int, dnnl::memory>& bound) {
+         const auto* x = static_cast<const float*>(bound.at(DNNL_ARG_MULTIPLE_SRC).get_data_handle());
+         const auto* y = static_cast<const float*>(bound.at(DNNL_ARG_MULTIPLE_SRC + 1).get_data_handle());
+         std::vector<std::int64_t> ends;  // the parts' output blocks, run as one range
+         for (const auto& [first, count] : parts) ends.push_back((ends.empty() ? 0 : ends.back()) + shuffle::output_blocks(g, count));
+         at::parallel_for(0, ends.back(), 1, [&](std::int64_t begin, std::int64_t end) {
+           for (std::size_t k = 0; k < parts.size(); ++k) {
+             const std::int64_t start = k ? ends[k - 1] : 0, lo = std::max(begin, start), hi = std::min(end, ends[k]);
+             if (lo >= hi) continue;
+             auto* out = static_cast<float*>(bound.at(DNNL_ARG_MULTIPLE_DST + static_cast<int>(k)).get_data_handle());
+             shuffle::interleave(x, y, g, parts[k].first, parts[k].second, out, lo - start, hi - start);
+           }
+         });
+       },
+       "shuffle", "shuffle:sse");
+  return true;
+}
+
 void planner::cat(std::size_t index) {
-  if (cat_in_place(index)) return;
+  if (channel_shuffle(index) || cat_in_place(index)) return;
   const compiled_step& joined = step(index);
   const auto& sources = joined.record.inputs;
   // In the layouts the inputs have; where that is a reference kernel (channels that do not

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "plan_implementation.hpp"
+#include "shuffle.hpp"
 #include "steps.hpp"
 #include "winograd.hpp"
 
@@ -161,6 +162,7 @@ class planner {
   void layer_norm(std::size_t index);
   void cat(std::size_t index);
   bool cat_in_place(std::size_t index);
+  bool channel_shuffle(std::size_t index);
   void permute(std::size_t index);
   void flatten(std::size_t index);
   void reshape(std::size_t index);
@@ -178,6 +180,8 @@ class planner {
   std::vector<std::size_t> slot_of_;  // value id -> slot
   std::vector<std::size_t> first_use_, last_use_;  // slot -> first and last call index touching it
   std::vector<std::pair<std::size_t, std::size_t>> reordered_;
+  std::vector<std::vector<std::size_t>> readers_;  // value id -> the steps that read it (absorbed ones too)
+  std::vector<bool> planned_;  // per step: planned ahead by the builder of a step before it (a channel shuffle's)
   std::size_t scratchpad_bytes_ = 0;
   std::size_t step_ = 0;  // the step being planned (the debug query names it)
   std::string shapes_;    // the input shapes, as the debug query prints them

@@ -30,7 +30,13 @@ dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops) {
 }
 
 planner::planner(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes)
-    : region_(region), store_(store), slot_of_(static_cast<std::size_t>(region.values), no_slot) {
+    : region_(region),
+      store_(store),
+      slot_of_(static_cast<std::size_t>(region.values), no_slot),
+      readers_(static_cast<std::size_t>(region.values)),
+      planned_(region.steps.size(), false) {
+  for (std::size_t i = 0; i < region.steps.size(); ++i)
+    for (const std::int64_t input : region.steps[i].record.inputs) readers_.at(static_cast<std::size_t>(input)).push_back(i);
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     slot_of_[i] = add_slot(dense(dims(shapes[i])));
     shapes_ += i ? ", [" : "[";  // as c10 prints an IntArrayRef: "[1, 3, 96, 96]"
@@ -42,7 +48,7 @@ planner::planner(const region_steps& region, weight_store& store, const std::vec
 std::shared_ptr<const execution_plan> planner::build() {
   const auto& steps = region_.steps;
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (steps[i].fusion.absorbed) continue;
+    if (steps[i].fusion.absorbed || planned_[i]) continue;
     try {
       run(i);  // a convolution or a linear that refuses its post-ops runs them after it
     } catch (const dnnl::error& error) {
@@ -148,7 +154,9 @@ void planner::call(dnnl::primitive primitive, std::vector<std::pair<int, std::si
                    const char* host_op) {
   for (const auto& argument : arguments) {
     const std::size_t slot = root(argument.second);
-    if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO) first_use_[slot] = std::min(first_use_[slot], plan_.calls.size());
+    if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO ||
+        (argument.first >= DNNL_ARG_MULTIPLE_DST && argument.first < DNNL_ARG_MULTIPLE_DST + 1024))  // a kernel of ours' second result
+      first_use_[slot] = std::min(first_use_[slot], plan_.calls.size());
     last_use_[slot] = plan_.calls.size();
   }
   scratchpad_bytes_ = std::max(scratchpad_bytes_, scratchpad.get_size());

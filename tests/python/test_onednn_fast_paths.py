@@ -1,6 +1,7 @@
-"""The onednn backend's fast paths (issue 39): Winograd convolutions, cat in place, and the views
-and attention steps (payload version 3) that bring ShuffleNetV2's channel shuffle and a
-transformer's attention into the region; payload version 2 still loads.
+"""The onednn backend's fast paths (issue 39): Winograd convolutions, cat in place, ShuffleNetV2's
+channel shuffle as one copy, and the views and attention steps (payload version 3) that bring
+ShuffleNetV2's channel shuffle and a transformer's attention into the region; payload version 2
+still loads.
 
 Each test checks the plan the backend made (its debug query, plan_implementations) and the
 result against eager. Environment: TD_ONEDNN_LIBRARY, TD_WORKDIR.
@@ -44,6 +45,19 @@ def regions(module):
     return torch_delegate.report(module).methods[0].regions
 
 
+def implementations_by_switch(variable, make_module, size):
+    """{"1": ..., "0": ...}: the implementations a lowering of the module `make_module` makes
+    (Python binding `m`) planned, printed by a process run with the environment variable set to
+    that value. The lowered module must agree with eager in both."""
+    script = ("import sys, torch, torch_delegate; torch.ops.load_library(sys.argv[1]);"
+              f"{make_module}; m = m.eval(); x = torch.rand{size};"
+              "low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,));"
+              "assert (low(x) - m(x)).abs().max() < 1e-4;"
+              "print(sorted({i for *_, i in torch.ops.torch_delegate_onednn.plan_implementations(low._c)}))")
+    return {setting: subprocess.run([sys.executable, "-c", script, LIBRARY], env=dict(os.environ, **{variable: setting}),
+                                    capture_output=True, text=True, check=True).stdout for setting in ("1", "0")}
+
+
 def relative_error(got, want):
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
 
@@ -78,15 +92,7 @@ class Winograd(unittest.TestCase):
 
     @unittest.skipUnless(AVX2, "Winograd runs on AVX2 with FMA")
     def test_td_onednn_winograd_0_turns_it_off(self):
-        script = ("import sys, torch, torch_delegate; torch.ops.load_library(sys.argv[1]);"
-                  "m = torch.nn.Conv2d(16, 16, 3, padding=1).eval(); x = torch.rand(1, 16, 12, 12);"
-                  "low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,)); low(x);"
-                  "print(sorted({i for *_, i in torch.ops.torch_delegate_onednn.plan_implementations(low._c)}))")
-        out = {}
-        for setting in ("1", "0"):
-            env = dict(os.environ, TD_ONEDNN_WINOGRAD=setting)
-            out[setting] = subprocess.run([sys.executable, "-c", script, LIBRARY], env=env, capture_output=True, text=True,
-                                          check=True).stdout
+        out = implementations_by_switch("TD_ONEDNN_WINOGRAD", "m = torch.nn.Conv2d(16, 16, 3, padding=1)", (1, 16, 12, 12))
         self.assertIn("winograd_f4x4_input", out["1"])
         self.assertNotIn("winograd", out["0"])
 
@@ -141,6 +147,39 @@ class ViewsAndAttention(unittest.TestCase):
         # Another input size is another input spec: the sizes were taken at lowering.
         with self.assertRaisesRegex(Exception, "input spec"):
             low(torch.rand(1, 24, 10, 10))
+
+    def test_shufflenet_blocks_shuffle_in_one_copy_each(self):
+        from torchvision.models.shufflenetv2 import InvertedResidual  # torchvision's own blocks
+
+        class Stage(nn.Module):  # a downsampling block, two blocks that chunk, a 1x1 convolution
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.Sequential(InvertedResidual(24, 116, 2), InvertedResidual(116, 116, 1),
+                                            InvertedResidual(116, 116, 1))
+                self.head = nn.Conv2d(116, 32, 1)
+
+            def forward(self, x):
+                return self.head(self.blocks(x))
+
+        torch.manual_seed(4)
+        model = randomized(Stage())
+        for batch in (1, 2):
+            x = torch.rand(batch, 24, 20, 20)
+            low = lowered(model, x)
+            with torch.no_grad():
+                self.assertLess(relative_error(low(x), model(x)), 1e-5)
+            steps = plan(low)
+            # Each block's cat, view, transpose, contiguous and view (and a chunk's halves) are one
+            # call of our kernel: no concat, and no reorder but the input's and the output's.
+            self.assertEqual(sum(impl == "shuffle:sse" for *_, impl in steps), 3, steps)
+            self.assertEqual([s for s in steps if s[1] == "concat"], [])
+            self.assertEqual([s for s in steps if s[1] == "reorder" and not s[0].startswith(("0 ", "output"))], [])
+
+    def test_td_onednn_shuffle_0_turns_it_off(self):
+        out = implementations_by_switch("TD_ONEDNN_SHUFFLE", "from torchvision.models.shufflenetv2 import InvertedResidual;"
+                                        "m = InvertedResidual(16, 16, 1)", (1, 16, 8, 8))
+        self.assertIn("shuffle:sse", out["1"])
+        self.assertNotIn("shuffle", out["0"])
 
     def test_a_mean_over_height_and_width_is_a_pooling(self):
         class Head(nn.Module):  # ShuffleNetV2's and MNASNet's last pooling
