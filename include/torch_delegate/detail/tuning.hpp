@@ -50,6 +50,14 @@ struct region_timing {
 inline constexpr sampling_rule region_rule{0.03, 0.01, 8, 40, 3.0};
 inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 12.0};
 
+/// How many calls a block times (after the one it drops) for paths whose call takes `call_ms`:
+/// the fastest of 3 where a call is short, so that a call another process delayed does not count;
+/// 1 from long_call_ms on, where a call spans many of the other process's time slices and
+/// the rounds, not the calls, carry the statistics (a whole ResNet-50 or ConvNeXt-T: half the
+/// calls a comparison makes, on a loaded machine 8 to 16 rounds of 300 ms calls).
+inline constexpr double long_call_ms = 50.0;
+inline std::size_t calls_per_block(double call_ms) { return call_ms >= long_call_ms ? 1 : 3; }
+
 /// The value of each top-level value of a method's graph, from a run on its example inputs.
 using example_value_map = std::unordered_map<const torch::jit::Value*, c10::IValue>;
 
@@ -87,10 +95,10 @@ struct timing_source {
 
 /// Times with the steady clock, in this process, without gradients. A region between
 /// TorchScript ops that compute is timed between two TorchScript calls and charged for what it
-/// costs the call after it; one with no such neighbour in blocks of 3 calls of one kind (the
-/// first dropped, the faster of the other two). Each round times both paths, the order
-/// alternating. A method: two warm-up calls, then the median of 5; methods side by side: per
-/// round a block of 3 calls of each, as a region's.
+/// costs the call after it; one with no such neighbour in blocks of calls of one kind (the first
+/// dropped, then the fastest of calls_per_block: 3 calls, 1 for a call of long_call_ms or
+/// more). Each round times both paths, the order alternating. A method: two warm-up calls, then
+/// the median of 5; methods side by side: per round a block of each, as a region's.
 struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,

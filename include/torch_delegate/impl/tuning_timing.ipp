@@ -74,6 +74,16 @@ double elapsed_ms(F&& call) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// One block of calls of one path: a call dropped (it pays for what the other path left behind),
+// then the fastest of `timed` calls.
+template <class F>
+double fastest_after_one(F&& call, std::size_t timed) {
+  call();
+  double fastest = elapsed_ms(call);
+  for (std::size_t k = 1; k < timed; ++k) fastest = std::min(fastest, elapsed_ms(call));
+  return fastest;
+}
+
 // Whether a TorchScript node that computes makes one of `formed`'s inputs or reads one of its
 // outputs: then, in the method, the region runs right after or before ATen's parallel work.
 inline bool has_computing_neighbour(const region& formed) {
@@ -120,7 +130,7 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   };
   run_backend();  // warm-up: first calls allocate, set up, optimise
   run_script();
-  run_script();
+  const std::size_t timed_calls = calls_per_block(std::max(elapsed_ms(run_backend), elapsed_ms(run_script)));
   // A region between TorchScript ops that compute (a layer norm before a Linear) pays for what
   // they leave behind (ATen's OpenMP workers spin for a while after a parallel region, on the
   // cores a backend's own threads need), and they pay for what it leaves (a backend's pool spins
@@ -158,17 +168,11 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
           return {backend_ms + following_backend, script_ms + following_script};
         }
         // A block: one call dropped (it pays for what the other path left behind), then the
-        // faster of two (another process taking a core for a while delays a call, never speeds
-        // one up: the faster of two is the steadier figure on a shared machine).
+        // fastest of calls_per_block (another process taking a core for a while delays a call,
+        // never speeds one up: the fastest is the steadier figure on a shared machine).
         double script_ms = 0, backend_ms = 0;
-        auto script_block = [&] {
-          run_script();
-          script_ms = std::min({elapsed_ms(run_script), elapsed_ms(run_script), elapsed_ms(run_script)});
-        };
-        auto backend_block = [&] {
-          run_backend();
-          backend_ms = std::min({elapsed_ms(run_backend), elapsed_ms(run_backend), elapsed_ms(run_backend)});
-        };
+        auto script_block = [&] { script_ms = fastest_after_one(run_script, timed_calls); };
+        auto backend_block = [&] { backend_ms = fastest_after_one(run_backend, timed_calls); };
         if (backend_first) {
           backend_block();
           script_block();
@@ -201,14 +205,13 @@ TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const to
                                                                        const std::vector<c10::IValue>& inputs) {
   c10::NoGradGuard no_grad;
   torch::jit::Method calls[2] = {first.get_method(method), second.get_method(method)};
-  for (int warm = 0; warm < 2; ++warm)  // the profiling executor optimises after its first calls
-    for (torch::jit::Method& call : calls) call(inputs);
-  // A block of 3 calls of one module: the first dropped (it pays for what the other left
-  // behind), then the faster of two (a call delayed by another process is never faster).
-  auto block = [&](torch::jit::Method& call) {
-    call(inputs);
-    return std::min({elapsed_ms([&] { call(inputs); }), elapsed_ms([&] { call(inputs); }), elapsed_ms([&] { call(inputs); })});
-  };
+  for (torch::jit::Method& call : calls) call(inputs);  // the profiling executor optimises after its first calls
+  double longest = 0;
+  for (torch::jit::Method& call : calls) longest = std::max(longest, elapsed_ms([&] { call(inputs); }));
+  const std::size_t timed_calls = calls_per_block(longest);
+  // A block of one module's calls: the first dropped (it pays for what the other left behind),
+  // then the fastest of calls_per_block (a call delayed by another process is never faster).
+  auto block = [&](torch::jit::Method& call) { return fastest_after_one([&] { call(inputs); }, timed_calls); };
   std::size_t round = 0;
   return sample_until_separated(
       [&]() -> std::pair<double, double> {
