@@ -125,9 +125,10 @@ bool planner::channel_shuffle(std::size_t index) {
     for (const std::size_t reader : readers) {
       const compiled_step& part = step(reader);
       if (part.kind != step_kind::slice || part.fusion.absorbed || part.record.slice->dim != 1 || part.record.slice->length != c) continue;
-      (part.record.slice->start == 0 ? low : part.record.slice->start == c ? high : low) = reader;
+      if (part.record.slice->start == 0) low = reader;
+      if (part.record.slice->start == c) high = reader;
     }
-    if (low && high && *low != *high && step(*low).record.slice->start == 0) halves = {*low, *high};
+    if (low && high) halves = {*low, *high};
   }
 
   const md& given = plan_.slots[value(sources[0])];
