@@ -40,6 +40,7 @@ void emit_batch_norm(step_builder& builder, const torch::jit::Node* node);
 void emit_relu(step_builder& builder, const torch::jit::Node* node);
 void emit_add(step_builder& builder, const torch::jit::Node* node);
 void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node);
+void emit_avg_pool2d(step_builder& builder, const torch::jit::Node* node);
 void emit_global_avg_pool2d(step_builder& builder, const torch::jit::Node* node);
 void emit_activation(step_builder& builder, const torch::jit::Node* node);
 void emit_permute(step_builder& builder, const torch::jit::Node* node);

@@ -60,8 +60,30 @@ void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
   step.bias = builder.base.store_constant(conv.bias);
 }
 
-void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {  // those after a convolution are folded
-  builder.base.reject(node, "a batch_norm that does not follow a convolution");
+/// A depthwise convolution step (groups = channels) over the 4-d value `input` with `weight`
+/// [C, 1, kh, kw] and `bias` [C]: how a BatchNorm that is not folded and an avg_pool2d run.
+void emit_depthwise(step_builder& builder, const torch::jit::Value* input, const torch::jit::Value* made, const at::Tensor& weight,
+                    const at::Tensor& bias, std::vector<std::int64_t> stride, std::vector<std::int64_t> padding) {
+  step_record& step = builder.add("convolution", {builder.base.id(input)}, made);
+  step.convolution = convolution_parameters{std::move(stride), std::move(padding), {1, 1}, weight.size(0)};
+  step.weight = builder.base.store_constant(weight.contiguous());
+  step.bias = builder.base.store_constant(bias.contiguous());
+}
+
+// Those after a convolution are folded into it (read_conv2d); the others (DenseNet's, after a
+// cat) are y = x * scale + shift per channel: a depthwise 1x1 convolution.
+void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {
+  const auto [scale, shift] = tk::batch_norm_affine(builder.region(), node, "onednn");
+  emit_depthwise(builder, node->input(0), node->output(), scale.reshape({scale.size(0), 1, 1, 1}), shift, {1, 1}, {0, 0});
+}
+
+// The mean of each window: a depthwise convolution of weights 1 / (kh * kw) (support.cpp took
+// only those where the two agree: no ceil_mode, no divisor, padding none or counted).
+void emit_avg_pool2d(step_builder& builder, const torch::jit::Node* node) {
+  const tk::pool2d_arguments read = tk::read_pool2d(builder.region(), node, "onednn");
+  const std::int64_t channels = (*tk::float_sizes(node->input(0)))[1];
+  const at::Tensor weight = at::full({channels, 1, read.kernel[0], read.kernel[1]}, 1.0 / static_cast<double>(read.kernel[0] * read.kernel[1]));
+  emit_depthwise(builder, node->input(0), node->output(), weight, at::zeros({channels}), read.stride, read.padding);
 }
 
 void emit_relu(step_builder& builder, const torch::jit::Node* node) { builder.add_unary("relu", node); }

@@ -83,9 +83,23 @@ namespace {
 bool float_4d_or_unknown(const torch::jit::Value* value) { return tk::is_float_of_rank_or_unknown(value, 4); }
 
 bool supports_conv2d(const torch::jit::Node* node) { return tk::conv2d_foldable(node) && float_4d_or_unknown(node->input(0)); }
-bool supports_batch_norm(const torch::jit::Node* node) {  // folded into the convolution it follows (its weight and bias known)
-  return tk::batch_norm_eval(node) && tk::known_at_lowering(node->input(1)) && tk::known_at_lowering(node->input(2)) &&
-         tk::is(node->input(0)->node(), "aten::conv2d") && node->input(0)->uses().size() == 1;
+// Eval mode, its statistics, weight and bias known: folded into the convolution it follows, or
+// else (DenseNet's, after a cat) run as a depthwise 1x1 convolution of its per-channel scale and
+// shift, whose ReLU fusion takes as a post-op.
+bool supports_batch_norm(const torch::jit::Node* node) {
+  if (!tk::batch_norm_eval(node) || !tk::known_at_lowering(node->input(1)) || !tk::known_at_lowering(node->input(2))) return false;
+  if (tk::is(node->input(0)->node(), "aten::conv2d") && node->input(0)->uses().size() == 1) return true;
+  const auto sizes = tk::float_sizes(node->input(0));
+  return sizes && sizes->size() == 4;
+}
+// avg_pool2d as a depthwise convolution of weights 1 / (kh * kw): without ceil_mode or a divisor
+// override, and with no padding or the padding counted (then the two are the same sum); the
+// channels known at lowering.
+bool supports_avg_pool2d(const torch::jit::Node* node) {
+  if (node->inputs().size() != 7 || !tk::constant_is(node->input(4), false) || !node->input(6)->type()->cast<c10::NoneType>()) return false;
+  if (!tk::constant_is(node->input(5), true) && !tk::constant_ints_all(node->input(3), 0)) return false;
+  const auto sizes = tk::float_sizes(node->input(0));
+  return sizes && sizes->size() == 4;
 }
 bool supports_relu(const torch::jit::Node* node) {  // any rank with known sizes (a transformer's feed-forward [N, T, C])
   return float_4d_or_unknown(node->input(0)) || tk::float_sizes(node->input(0)).has_value();
@@ -266,6 +280,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
         .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
         .add("aten::add", supports_add_any, emit_add)
         .add("aten::max_pool2d", supports_max_pool2d, emit_max_pool2d)
+        .add("aten::avg_pool2d", supports_avg_pool2d, emit_avg_pool2d)
         .add("aten::adaptive_avg_pool2d", supports_global_avg_pool2d, emit_global_avg_pool2d)
         .add({"aten::sigmoid", "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::gelu", "aten::relu6", "aten::hardtanh",
               "aten::clamp"},

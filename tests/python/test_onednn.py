@@ -12,9 +12,11 @@ import os
 import subprocess
 import sys
 import unittest
+from typing import List
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import torch_delegate
 
@@ -221,24 +223,91 @@ class Ops(unittest.TestCase):
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.norm = nn.BatchNorm2d(4)  # not after a convolution: nothing to fold it into
+                self.norm = nn.BatchNorm2d(4)  # not after a convolution: a depthwise 1x1 convolution
                 self.conv = nn.Conv2d(4, 4, 3, padding=1)
                 self.bias = nn.Parameter(torch.randn(1, 4, 1, 1))
 
             def forward(self, x):
                 y = self.conv(self.norm(x))
                 y = y + self.bias  # broadcasting: oneDNN's sum takes one shape
-                return torch.max_pool2d(y, 2, 2, 0, 2)  # dilation
+                y = torch.max_pool2d(y, 2, 2, 0, 2)  # dilation
+                # ceil_mode, and padding not counted: not the depthwise convolution's sums
+                return F.avg_pool2d(y, 2, 2, 0, True), F.avg_pool2d(y, 3, 2, 1, False, False)
 
         model = randomized(Model())
         x = torch.rand(1, 4, 12, 12)
         low = lowered(model, x)
         reasons = kept(low)
-        for kind in ("aten::batch_norm", "aten::add", "aten::max_pool2d"):
+        for kind in ("aten::add", "aten::max_pool2d", "aten::avg_pool2d"):
             self.assertEqual(reasons.get(kind), "unsupported kind", reasons)
         with torch.no_grad():
-            self.assertLess(relative_error(low(x), model(x)), 1e-4)
-        self.assertEqual([r.kinds for r in regions(low)], [["aten::conv2d"]])
+            for got, want in zip(low(x), model(x)):
+                self.assertLess(relative_error(got, want), 1e-4)
+        self.assertEqual([r.kinds for r in regions(low)], [["aten::batch_norm", "aten::conv2d"]])
+
+    def test_densenet_blocks_are_one_region(self):
+        # DenseNet's dense block: a list of features grown by appends, each layer a cat of all of
+        # them, then BatchNorm (after the cat: a depthwise 1x1 convolution), ReLU, convolutions;
+        # the transition's avg_pool2d as a depthwise convolution.
+        class Layer(nn.Module):
+            def __init__(self, channels, growth):
+                super().__init__()
+                self.norm = nn.BatchNorm2d(channels)
+                self.conv = nn.Conv2d(channels, growth, 3, padding=1, bias=False)
+
+            def forward(self, features: List[torch.Tensor]):
+                return self.conv(torch.relu(self.norm(torch.cat(features, 1))))
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([Layer(8 + 4 * k, 4) for k in range(3)])
+                self.pool = nn.AvgPool2d(2, 2)
+                self.padded = nn.AvgPool2d(3, 1, padding=1)  # padding counted: the same sums
+
+            def forward(self, x):
+                features = [x]
+                for layer in self.layers:
+                    features.append(layer(features))
+                y = torch.cat(features, 1)
+                return self.pool(y) + self.padded(y)[:, :, ::2, ::2]
+
+        model = randomized(Block())
+        for batch in (1, 2):
+            x = torch.rand(batch, 8, 10, 10)
+            low = lowered(model, x)
+            with torch.no_grad():
+                self.assertLess(relative_error(low(x), model(x)), 1e-5)
+            self.assertNotIn("aten::append", kept(low))
+            self.assertEqual(kept(low).get("aten::batch_norm"), None)
+            self.assertEqual(kept(low).get("aten::avg_pool2d"), None)
+        # torchvision's own DenseNet-121 is one region, scripted or frozen (scripted, its head's
+        # F.adaptive_avg_pool2d checks `len(output_size)` of a constant list: folded).
+        import torchvision
+        model = randomized(torchvision.models.densenet121(weights=None))
+        x = torch.rand(1, 3, 64, 64)
+        for frozen in (False, True):
+            low = lowered(model, x, frozen=frozen)
+            with torch.no_grad():
+                self.assertLess(relative_error(low(x), model(x)), 1e-4)
+            self.assertEqual(len(regions(low)), 1, kept(low))
+
+    def test_a_list_that_escapes_keeps_its_appends(self):
+        class Escapes(nn.Module):
+            def forward(self, x):
+                features = [x]
+                features.append(torch.relu(x))
+                joined = torch.cat(features, 1)
+                features.append(joined)  # read by what is not a cat: the list stays as it is
+                return joined, features
+
+        x = torch.rand(1, 4, 6, 6)
+        low = lowered(Escapes(), x)
+        got, listed = low(x)
+        want, listed_eager = Escapes()(x)
+        self.assertTrue(torch.equal(got, want))
+        self.assertEqual(len(listed), 3)
+        self.assertIn("aten::append", kept(low))
 
 
 class Models(unittest.TestCase):

@@ -193,7 +193,8 @@ inline void fold_scalar_attributes(const torch::jit::Module& module, const std::
   }
 }
 
-/// `len(x.size())` and `x.dim()` of a tensor whose rank is known: constants. Returns how many.
+/// `len(x.size())` and `x.dim()` of a tensor whose rank is known, and `len` of a constant list:
+/// constants. Returns how many.
 inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& graph) {
   std::size_t folded = 0;
   std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
@@ -201,6 +202,17 @@ inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& gr
     const bool dim = node->kind() == c10::aten::dim;
     const bool len_of_size = node->kind() == c10::aten::len && node->inputs().size() == 1 &&
                              node->input(0)->node()->kind() == c10::aten::size && node->input(0)->node()->inputs().size() == 1;
+    // The length of a constant list (F.adaptive_avg_pool2d's `len(output_size)` of `(1, 1)`:
+    // constant propagation leaves nodes that take a list).
+    if (node->kind() == c10::aten::len && node->inputs().size() == 1 && node->input(0)->node()->kind() == c10::prim::Constant) {
+      const c10::optional<c10::IValue> list = torch::jit::toIValue(node->input(0));
+      if (list && list->isList()) {
+        torch::jit::WithInsertPoint here(node);
+        node->output()->replaceAllUsesWith(graph->insertConstant(static_cast<std::int64_t>(list->toListRef().size())));
+        ++folded;
+      }
+      continue;
+    }
     if (!dim && !len_of_size) continue;
     const torch::jit::Value* tensor = dim ? node->input(0) : node->input(0)->node()->input(0);
     const auto type = tensor->type()->cast<c10::TensorType>();
@@ -318,6 +330,43 @@ inline void forget_traced_types(torch::jit::Block* block) {
   }
 }
 
+// A list made by a list construct and grown by appends, read only by cats, all at the top level
+// (DenseNet's `features`: each layer cats what the layers before it made, then appends its own):
+// each cat reads a list construct of the elements the list holds at that point, and the appends
+// go. LibTorch's RemoveListMutation does not take it: the list is read between its appends.
+inline void snapshot_appended_lists(torch::jit::Graph& graph) {
+  torch::jit::Block* block = graph.block();
+  std::vector<torch::jit::Node*> constructs;
+  for (torch::jit::Node* node : block->nodes())
+    if (node->kind() == c10::prim::ListConstruct) constructs.push_back(node);
+  for (torch::jit::Node* construct : constructs) {
+    torch::jit::Value* list = construct->output();
+    bool appended = false, only = true;
+    for (const torch::jit::Use& use : list->uses()) {
+      torch::jit::Node* user = use.user;
+      const bool append = user->kind() == c10::aten::append && use.offset == 0 && user->output()->uses().empty();
+      only = user->owningBlock() == block && (append || (user->kind() == c10::aten::cat && use.offset == 0));
+      appended |= append;
+      if (!only) break;
+    }
+    if (!only || !appended) continue;
+    std::vector<torch::jit::Value*> elements(construct->inputs().begin(), construct->inputs().end());
+    std::vector<torch::jit::Node*> appends;
+    for (torch::jit::Node* node = construct->next(); node != block->return_node(); node = node->next()) {
+      if (node->kind() == c10::aten::append && node->input(0) == list) {
+        elements.push_back(node->input(1));
+        appends.push_back(node);
+      } else if (node->kind() == c10::aten::cat && node->input(0) == list) {
+        torch::jit::Node* snapshot = graph.create(c10::prim::ListConstruct, elements)->insertBefore(node);
+        snapshot->output()->setType(list->type());
+        node->replaceInput(0, snapshot->output());
+      }
+    }
+    for (torch::jit::Node* append : appends) append->destroy();
+    if (list->uses().empty()) construct->destroy();
+  }
+}
+
 // The method's graph as partitioning sees it: calls inlined, non-tensor constants and constant
 // lists folded, dead code removed (F.relu's `if inplace:` branch disappears, so it does not
 // block a region), and in-place operators made out-of-place where nothing can observe the write
@@ -358,6 +407,11 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
       if (folded == 0) break;
     }
   }
+  // A list built by appends as a list construct per use, where nothing else can see the list
+  // (DenseNet's features, then LibTorch's RemoveListMutation): a cat of a list construct is
+  // what backends take.
+  snapshot_appended_lists(*graph);
+  torch::jit::RemoveListMutation(graph);
   torch::jit::RemoveTensorMutation(graph, std::function<bool(torch::jit::Node*)>(out_of_place_is_equivalent));
   torch::jit::EliminateDeadCode(graph);
   // Again: the out-of-place nodes that replaced in-place ones have no recorded type yet.
