@@ -8,8 +8,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace onednn_delegate {
 
@@ -76,10 +74,7 @@ namespace {
 /// Whether cats followed by a channel shuffle run on our kernel (TD_ONEDNN_SHUFFLE=0: as oneDNN's
 /// concat and reorders).
 bool shuffle_enabled() {
-  static const bool enabled = [] {
-    const char* setting = std::getenv("TD_ONEDNN_SHUFFLE");
-    return !(setting && std::strcmp(setting, "0") == 0);
-  }();
+  static const bool enabled = !switched_off("TD_ONEDNN_SHUFFLE");
   return enabled;
 }
 }  // namespace

@@ -14,12 +14,16 @@
 
 namespace onednn_delegate {
 
+bool switched_off(const char* variable) {
+  const char* setting = std::getenv(variable);
+  return setting && std::strcmp(setting, "0") == 0;
+}
+
 bool own_avx2_kernels_allowed(const char* switch_variable) {
-  const char* setting = std::getenv(switch_variable);
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto avx2 = static_cast<unsigned>(dnnl::cpu_isa::avx2);
   // oneDNN capped below AVX2 (ONEDNN_MAX_CPU_ISA): the tests' "this ISA" runs no AVX2 kernel of ours either.
-  return !(setting && std::strcmp(setting, "0") == 0) && winograd::cpu_supported() && (isa & avx2) == avx2;
+  return !switched_off(switch_variable) && winograd::cpu_supported() && (isa & avx2) == avx2;
 }
 
 bool winograd_enabled() {

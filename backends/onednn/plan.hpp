@@ -45,6 +45,9 @@ bool is_reference(std::string_view implementation);
 /// Throws the planner's error, "onednn: region <method>: <why>" (runtime.cpp: a c10::Error).
 [[noreturn]] void fail_planning(std::string_view method, const std::string& why);
 
+/// Whether the environment variable `variable` (a switch: TD_ONEDNN_WINOGRAD, TD_ONEDNN_SILU,
+/// TD_ONEDNN_SHUFFLE) is set to "0" (build_winograd.cpp).
+bool switched_off(const char* variable);
 /// Whether plans may run AVX2 kernels of ours (build_winograd.cpp): the CPU has AVX2 and FMA,
 /// oneDNN is not capped below AVX2 (ONEDNN_MAX_CPU_ISA), and `switch_variable` is not "0".
 bool own_avx2_kernels_allowed(const char* switch_variable);
