@@ -98,6 +98,26 @@ def forward(self, x, h):
     CHECK(plan.methods[0].regions[0].node_count == 1);
     lowered_equal(module);
   }
+  SUBCASE("a number only a later run reads is not the earlier region's to compute (Swin's next layer's n = ws[0] * ws[1])") {
+    auto module = script(R"(
+def forward(self, x, k: int):
+    a = x * 2.0
+    n = k * 3
+    r = torch.relu(a)
+    return r + n
+)");
+    const auto plan = torch_delegate::delegation_plan<ReferenceBackend>(module);
+    REQUIRE(plan.methods[0].regions.size() == 2);  // x * 2.0 | (relu) | r + n; k * 3 stays where it is
+    CHECK(plan.methods[0].regions[0].node_count == 1);
+    bool kept = false;
+    for (const auto& node : plan.methods[0].kept)
+      kept |= node.kind == "aten::mul" && node.reason == torch_delegate::kept_reason::boundary_type &&
+              node.detail == "a number that only nodes outside the region read";
+    CHECK(kept);
+    torch::jit::Module lowered = torch_delegate::lower_partially<ReferenceBackend>(module);
+    const at::Tensor x = torch::randn({3, 4});
+    CHECK(lowered.forward({x, std::int64_t{5}}).toTensor().allclose(module.forward({x, std::int64_t{5}}).toTensor()));
+  }
   SUBCASE("with fallback: the passed node runs after the region's if") {
     const auto module = script(R"(
 def forward(self, x, h):

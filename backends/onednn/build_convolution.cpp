@@ -55,6 +55,7 @@ std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, con
     if (fused.kind == step_kind::add) {
       const auto& inputs = fused.record.inputs;
       const std::size_t other = value(inputs[0] == result ? inputs[1] : inputs[0]);
+      if (plan_.slots[other].dims() != conv_output(index)) return std::nullopt;  // a broadcast add runs after it
       const md addend = layout ? md(plan_.slots[other].dims(), f32, *layout) : plan_.slots[other];
       out = addend;  // the sum is made in the residual's layout
       post_ops.append_binary(dnnl::algorithm::binary_add, addend);

@@ -50,8 +50,13 @@ void planner::eltwise(std::size_t index) {
   const auto chain = eltwise_chain(act);
   for (std::size_t k = 0; k < chain.size(); ++k) {
     const auto& [algorithm, alpha, beta] = chain[k];
-    const dnnl::eltwise_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, algorithm, plan_.slots[in], alpha, beta},
-                                                   attributes(), cpu_engine());
+    dnnl::eltwise_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, algorithm, plan_.slots[in], alpha, beta},
+                                             attributes(), cpu_engine());
+    if (is_reference(pd.impl_info_str())) {  // a strided view (attention's query, a select of a permute): dense first
+      in = as(in, dense(plan_.slots[in].dims()));
+      pd = dnnl::eltwise_forward::primitive_desc({dnnl::prop_kind::forward_inference, algorithm, plan_.slots[in], alpha, beta},
+                                                 attributes(), cpu_engine());
+    }
     std::size_t out;
     if (k + 1 == chain.size()) {
       define(act.record.output, pd.dst_desc());

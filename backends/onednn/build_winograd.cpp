@@ -80,6 +80,7 @@ bool planner::winograd_convolution(std::size_t index) {
       if (residual) return false;
       const auto& inputs = fused.record.inputs;
       residual = value(inputs[0] == result ? inputs[1] : inputs[0]);
+      if (plan_.slots[*residual].dims() != conv_output(index)) return false;  // a broadcast add: the direct kernel's fallbacks
       ops.push_back({winograd::epilogue_op::add});
       if (fused.fusion.relu) ops.push_back({winograd::epilogue_op::clip, 0.f, infinity});
     } else {

@@ -55,6 +55,7 @@ void emit_reshape(step_builder& builder, const torch::jit::Node* node);
 void emit_transpose(step_builder& builder, const torch::jit::Node* node);
 void emit_contiguous(step_builder& builder, const torch::jit::Node* node);
 void emit_unpack(step_builder& builder, const torch::jit::Node* node);
+void emit_select(step_builder& builder, const torch::jit::Node* node);
 void emit_matmul(step_builder& builder, const torch::jit::Node* node);
 void emit_softmax(step_builder& builder, const torch::jit::Node* node);
 void emit_mean(step_builder& builder, const torch::jit::Node* node);

@@ -90,7 +90,12 @@ void emit_relu(step_builder& builder, const torch::jit::Node* node) { builder.ad
 
 void emit_add(step_builder& builder, const torch::jit::Node* node) {
   if (tk::known_value(node->output())) return;  // a number known at lowering
-  builder.add("add", {builder.base.id(node->input(0)), builder.base.id(node->input(1))}, node->output());
+  // The full-shape operand first: oneDNN broadcasts the second (supports_add took one of them
+  // broadcasting onto the other).
+  const auto a = tk::known_sizes(node->input(0)), b = tk::known_sizes(node->input(1));
+  bool swap = false;
+  for (std::size_t k = 0; a && b && k < a->size() && k < b->size(); ++k) swap = swap || (*a)[k] < (*b)[k];
+  builder.add("add", {builder.base.id(node->input(swap ? 1 : 0)), builder.base.id(node->input(swap ? 0 : 1))}, node->output());
 }
 
 void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node) {
@@ -195,6 +200,20 @@ void emit_unpack(step_builder& builder, const torch::jit::Node* node) {
   const std::int64_t from = builder.base.id(chunk->input(0));
   for (std::size_t k = 0; k < split.parts.size(); ++k)
     builder.add("slice", {from}, node->output(k)).slice = slice_parameters{split.dim, split.parts[k].first, split.parts[k].second};
+}
+
+/// select(x, dim, index): the slice [index, index + 1) along dim, then a view without dim.
+void emit_select(step_builder& builder, const torch::jit::Node* node) {
+  std::vector<std::int64_t> sizes = *tk::known_sizes(node->input(0));
+  const auto rank = static_cast<std::int64_t>(sizes.size());
+  std::int64_t dim = known_in_region(builder, node, tk::known_int(node->input(1)), "dim");
+  dim = dim < 0 ? dim + rank : dim;
+  std::int64_t index = known_in_region(builder, node, tk::known_int(node->input(2)), "index");
+  index = index < 0 ? index + sizes[static_cast<std::size_t>(dim)] : index;
+  const std::int64_t part = builder.add_unnamed("slice", {builder.base.id(node->input(0))}).output;
+  builder.steps.back().slice = slice_parameters{dim, index, 1};
+  sizes.erase(sizes.begin() + dim);
+  builder.add("reshape", {part}, node->output()).reshape_sizes = sizes;
 }
 
 void emit_matmul(step_builder& builder, const torch::jit::Node* node) {

@@ -104,12 +104,20 @@ bool supports_avg_pool2d(const torch::jit::Node* node) {
 bool supports_relu(const torch::jit::Node* node) {  // any rank with known sizes (a transformer's feed-forward [N, T, C])
   return float_4d_or_unknown(node->input(0)) || tk::float_sizes(node->input(0)).has_value();
 }
-bool supports_add(const torch::jit::Node* node) {  // two float tensors of one shape (no broadcasting), sizes known, made at run time
+/// Whether `by` broadcasts onto `sizes` without changing them: of the same rank, each size equal
+/// or 1 (Swin's relative position bias [1, heads, N, N] onto the scores [windows, heads, N, N]).
+bool broadcasts_onto(const std::vector<std::int64_t>& by, const std::vector<std::int64_t>& sizes) {
+  if (by.size() != sizes.size()) return false;
+  for (std::size_t k = 0; k < by.size(); ++k)
+    if (by[k] != sizes[k] && by[k] != 1) return false;
+  return true;
+}
+bool supports_add(const torch::jit::Node* node) {  // two float tensors, sizes known, made at run time: one shape, or one broadcast
   if (node->inputs().size() != 3 || !tk::constant_is(node->input(2), c10::IValue(std::int64_t{1}))) return false;
   // Not a weight (ViT's `x + self.pos_embedding`): an add step reads two values of the region.
   if (tk::known_at_lowering(node->input(0)) || tk::known_at_lowering(node->input(1))) return false;
   const auto a = tk::float_sizes(node->input(0)), b = tk::float_sizes(node->input(1));
-  return a && b && *a == *b;
+  return a && b && (*a == *b || broadcasts_onto(*b, *a) || broadcasts_onto(*a, *b));
 }
 bool supports_max_pool2d(const torch::jit::Node* node) {  // oneDNN's pooling has no dilation
   return node->inputs().size() == 6 && tk::constant_ints_all(node->input(4), 1) && float_4d_or_unknown(node->input(0));
@@ -212,7 +220,8 @@ bool supports_known_scalar(const torch::jit::Node* node) {
   for (const torch::jit::Value* output : node->outputs()) {
     if (!tk::known_value(output)) return false;  // a tensor only as a traced graph's number (known_number_tensor)
     for (const torch::jit::Use& use : output->uses()) {
-      if (!OnednnBackend::supports(use.user)) return false;
+      // A reader in an `if`'s or a loop's block stays in TorchScript, and so must what it reads.
+      if (use.user->owningBlock() != node->owningBlock() || !OnednnBackend::supports(use.user)) return false;
       read = true;
     }
   }
@@ -232,6 +241,17 @@ bool supports_contiguous(const torch::jit::Node* node) {  // into contiguous_for
 }
 bool supports_chunk(const torch::jit::Node* node) {
   return chunk_parts(node).has_value() && computed_in_region(node->input(1)) && computed_in_region(node->input(2));
+}
+bool supports_select(const torch::jit::Node* node) {  // select(x, dim, index): a part of one dimension, that dimension dropped
+  const auto sizes = tk::float_sizes(node->input(0));
+  if (node->inputs().size() != 3 || !sizes || sizes->empty()) return false;
+  const auto dim = tk::known_int(node->input(1)), index = tk::known_int(node->input(2));
+  if (!dim || !index) return false;
+  const auto rank = static_cast<std::int64_t>(sizes->size());
+  const std::int64_t d = *dim < 0 ? *dim + rank : *dim;
+  if (d < 0 || d >= rank) return false;
+  const std::int64_t size = (*sizes)[static_cast<std::size_t>(d)];
+  return *index >= -size && *index < size && computed_in_region(node->input(1)) && computed_in_region(node->input(2));
 }
 bool supports_unpack(const torch::jit::Node* node) {  // a chunk's parts, or numbers known at lowering
   const torch::jit::Node* from = node->input(0)->node();
@@ -299,12 +319,13 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
         .add("aten::transpose", supports_transpose, emit_transpose)
         .add("aten::contiguous", supports_contiguous, emit_contiguous)
         .add("aten::chunk", supports_chunk, emit_nothing)  // its prim::ListUnpack makes the parts
+        .add("aten::select", supports_select, emit_select)
         .add("prim::ListUnpack", supports_unpack, emit_unpack)
         .add("aten::matmul", supports_matmul, emit_matmul)
         .add("aten::softmax", supports_softmax, emit_softmax)
         .add("aten::mean", supports_mean, emit_mean)
         .add({"aten::size", "aten::dim", "aten::floordiv", "aten::sub", "aten::__getitem__", "aten::len", "aten::Int", "aten::Float",
-              "aten::sqrt", "aten::neg", "prim::NumToTensor", "aten::floor_divide"},
+              "aten::sqrt", "aten::neg", "prim::NumToTensor", "aten::floor_divide", "aten::pow", "aten::remainder"},
              supports_known_scalar, emit_nothing);
     return ops;
   }();

@@ -111,7 +111,7 @@ inline std::optional<c10::IValue> known_value(const torch::jit::Value* value, in
   // Numbers: run as TorchScript runs them.
   static const std::initializer_list<const char*> pure = {"aten::len",   "aten::floordiv", "aten::mul", "aten::add",   "aten::sub",
                                                           "aten::div",   "aten::neg",      "aten::sqrt", "aten::Int",  "aten::Float",
-                                                          "aten::floor", "aten::ceil",     "aten::remainder"};
+                                                          "aten::floor", "aten::ceil",     "aten::remainder", "aten::pow"};
   if (!is_any(node, pure)) return std::nullopt;
   for (const torch::jit::Value* output : node->outputs())
     if (is_tensor(output)) return std::nullopt;

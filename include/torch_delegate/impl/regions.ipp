@@ -149,6 +149,32 @@ struct partitioner {
     return std::nullopt;
   }
 
+  /// Takes out of `run` the nodes that compute numbers from numbers and constants alone (no
+  /// tensor in or out) for nodes outside the run only: the next layer's `n = ws[0] * ws[1]`, which
+  /// the graph's order reaches before the node that reads it. They stay in TorchScript where they
+  /// are; the region would otherwise compute them for nothing but to return them.
+  void prune_numbers_read_outside(std::vector<torch::jit::Node*>& run, int depth) {
+    for (bool pruned = true; pruned;) {
+      pruned = false;
+      const std::unordered_set<const torch::jit::Node*> inside(run.begin(), run.end());
+      for (auto it = run.begin(); it != run.end(); ++it) {
+        torch::jit::Node* node = *it;
+        const auto tensor = [](const torch::jit::Value* v) { return v->type()->kind() == c10::TypeKind::TensorType; };
+        if (node->outputs().empty() || std::any_of(node->inputs().begin(), node->inputs().end(), tensor) ||
+            std::any_of(node->outputs().begin(), node->outputs().end(), tensor))
+          continue;
+        const bool read_inside = std::any_of(node->outputs().begin(), node->outputs().end(), [&](const torch::jit::Value* output) {
+          return std::any_of(output->uses().begin(), output->uses().end(), [&](const torch::jit::Use& use) { return inside.count(use.user) > 0; });
+        });
+        if (read_inside) continue;
+        keep(node, kept_reason::boundary_type, "a number that only nodes outside the region read", depth);
+        run.erase(it);
+        pruned = true;
+        break;
+      }
+    }
+  }
+
   void close(std::vector<torch::jit::Node*>& run, std::vector<torch::jit::Node*>& reads, int depth) {
     form(std::move(run), std::move(reads), depth);
     run.clear();
@@ -160,6 +186,8 @@ struct partitioner {
   /// nodes after it (each formed the same way). The attribute reads go with the part they
   /// precede.
   void form(std::vector<torch::jit::Node*> run, std::vector<torch::jit::Node*> reads, int depth) {
+    if (run.empty()) return;
+    prune_numbers_read_outside(run, depth);
     if (run.empty()) return;
     if (auto refused = boundary_refusal(run)) {
       torch::jit::Node* cut = run[refused->first];
