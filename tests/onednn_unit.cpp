@@ -121,6 +121,25 @@ TEST_CASE("fusion: of two convolutions added, the later one takes the add") {
   CHECK(fusion[1].post_ops == std::vector<std::size_t>{2});
 }
 
+TEST_CASE("fusion: a matmul's scaled first operand is its first post-op (attention's query, (s q) k = s (q k))") {
+  // scale_by (0 -> 2), matmul(2, 1) (-> 3)
+  const std::vector<compiled_step> steps{step_of("scale_by", {0}, 2), step_of("matmul", {2, 1}, 3)};
+  auto fusion = fusions_of(steps, 4, {3});
+  CHECK(fusion[1].scaled_first == std::optional<std::size_t>(0));
+  CHECK(fusion[0].absorbed);
+  SUBCASE("not when the scaled value is also a result, or read otherwise") {
+    fusion = fusions_of(steps, 4, {3, 2});
+    CHECK_FALSE(fusion[1].scaled_first);
+    CHECK_FALSE(fusion[0].absorbed);
+    const std::vector<compiled_step> twice{step_of("scale_by", {0}, 2), step_of("matmul", {2, 2}, 3)};
+    CHECK_FALSE(fusions_of(twice, 4, {3})[1].scaled_first);
+  }
+  SUBCASE("not as the second operand") {
+    const std::vector<compiled_step> second{step_of("scale_by", {0}, 2), step_of("matmul", {1, 2}, 3)};
+    CHECK_FALSE(fusions_of(second, 4, {3})[1].scaled_first);
+  }
+}
+
 TEST_CASE("fusion: what is not fused, and why") {
   SUBCASE("a result is never fused away") {
     const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("relu", {1}, 2)};

@@ -1,7 +1,7 @@
 // The builders of attention's steps: matmul (oneDNN's matmul over batches of matrices, reading
-// its operands in the layouts they have, a transposed view included, with the scale_by and
-// activations after it as post-ops) and softmax. Never on a reference kernel: where oneDNN has
-// only that for a layout, the operands are made dense first.
+// its operands in the layouts they have, a transposed view included, with a scale_by of its first
+// operand and the scale_by and activations after it as post-ops) and softmax. Never on a
+// reference kernel: where oneDNN has only that for a layout, the operands are made dense first.
 #include "internal.hpp"
 
 #include <c10/util/Exception.h>
@@ -11,7 +11,8 @@ namespace onednn_delegate {
 void planner::matmul(std::size_t index) {
   const compiled_step& product = step(index);
   const std::vector<std::size_t>& fused = product.fusion.post_ops;
-  std::size_t a = value(product.record.inputs[0]), b = value(product.record.inputs[1]);
+  const std::optional<std::size_t> scaled = product.fusion.scaled_first;  // (s a) b as s (a b)
+  std::size_t a = value(scaled ? step(*scaled).record.inputs[0] : product.record.inputs[0]), b = value(product.record.inputs[1]);
   const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
   const std::size_t rank = da.size();
   bool fits = rank >= 2 && rank <= 4 && db.size() == rank && da[rank - 1] == db[rank - 2];
@@ -22,6 +23,8 @@ void planner::matmul(std::size_t index) {
   out.back() = db.back();
   auto candidate = [&](const std::vector<std::size_t>& with) -> std::optional<dnnl::matmul::primitive_desc> {
     dnnl::post_ops post_ops;
+    if (scaled)
+      for (const auto& [algorithm, alpha, beta] : eltwise_chain(step(*scaled))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
     for (std::size_t next : with)
       for (const auto& [algorithm, alpha, beta] : eltwise_chain(step(next))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
     try {
@@ -31,7 +34,7 @@ void planner::matmul(std::size_t index) {
     }
     return std::nullopt;
   };
-  const std::vector<std::size_t> alone;
+  const std::vector<std::size_t> alone;  // with the scale of a scaled first operand still
   for (const bool made_dense : {false, true}) {
     if (made_dense) a = as(a, dense(da)), b = as(b, dense(db));
     for (const std::vector<std::size_t>* with : {&fused, &alone}) {

@@ -1,6 +1,6 @@
 // Every fusion onednn makes, decided in one pass over a region's steps at compile (no shapes, no
-// LibTorch): a relu folded into the convolution or add it follows, and each convolution's and
-// linear's post-ops. The planner (planner.cpp and the builders) applies the decisions and falls
+// LibTorch): a relu folded into the convolution or add it follows, each convolution's, linear's
+// and matmul's post-ops, and a matmul's scaled first operand. The planner (planner.cpp and the builders) applies the decisions and falls
 // back, step by step, when oneDNN refuses one; it decides nothing itself.
 #include "steps.hpp"
 
@@ -83,6 +83,18 @@ std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps,
       fusion[*next].absorbed = true;
       made = finished(*next);
     }
+  }
+
+  // 3. A scale_by whose value a matmul alone reads, as its first operand only (attention's scaled
+  //    query): the matmul scales its product instead. A query that is a strided view (a select
+  //    of a permuted qkv) would otherwise be copied dense for the scale's own primitive.
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != step_kind::scale_by || fusion[i].absorbed) continue;
+    const std::int64_t scaled = steps[i].record.output;
+    const std::optional<std::size_t> next = sole_reader(scaled);
+    if (!next || steps[*next].kind != step_kind::matmul || steps[*next].record.inputs.at(0) != scaled) continue;
+    fusion[*next].scaled_first = i;
+    fusion[i].absorbed = true;
   }
   return fusion;
 }

@@ -32,7 +32,12 @@ struct step_fusion {
   /// accepts them (activations and scale_by; after a convolution, an add of a value made before
   /// it), in order. When oneDNN refuses them they run after it as steps of their own.
   std::vector<std::size_t> post_ops;
-  /// Run as a part of another step (a folded relu, a post-op): the planner skips it.
+  /// A matmul: the scale_by step whose value it alone reads, as its first operand (a scaled
+  /// query, Swin's `q * d ** -0.5`): it reads that step's input and scales its product instead,
+  /// the factor its first post-op ((s q) k = s (q k)).
+  std::optional<std::size_t> scaled_first;
+  /// Run as a part of another step (a folded relu, a post-op, a matmul's scaled operand): the
+  /// planner skips it.
   bool absorbed = false;
 };
 
@@ -56,7 +61,8 @@ struct region_steps {
 
 /// Decides every fusion of a region in one pass over its steps (`values` value ids, `outputs` the
 /// ones it returns, never fused away): first each relu into the convolution or add before it,
-/// then each convolution's and linear's post-ops. Deterministic: a function of the steps alone.
+/// then each convolution's, linear's and matmul's post-ops, then each matmul's scaled first
+/// operand. Deterministic: a function of the steps alone.
 std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps, std::int64_t values,
                                         const std::vector<std::int64_t>& outputs);
 

@@ -307,7 +307,9 @@ class WindowAttention(unittest.TestCase):
             self.assertNotIn(kind, kept(low), (shift, batch, size))
         kinds = [kind for _, kind, _ in plan(low)]
         self.assertEqual(kinds.count("matmul"), 2, plan(low))
-        # Never a reference kernel: the query's scale on its strided view is made dense first.
+        # The query's scale is the first matmul's post-op (no eltwise, no dense copy of the query
+        # for it), GELU the first linear's; never a reference kernel.
+        self.assertNotIn("eltwise", kinds, plan(low))
         self.assertFalse([i for *_, i in plan(low) if i.startswith("ref")], plan(low))
         return low
 
