@@ -332,7 +332,19 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
   return table;
 }
 
-bool OnednnBackend::supports(const torch::jit::Node* node) { return onednn_ops().supports(node); }
+bool OnednnBackend::supports(const torch::jit::Node* node) {
+  // A step that makes a tensor from weights alone (Swin V2's `cpb_mlp(self.relative_coords_table)`:
+  // Linears on a buffer) reads no value a region makes or takes: a computation on constants, left
+  // to TorchScript. (A layer scale, `self.gamma * x`, reads one.)
+  const auto tensor = [](const torch::jit::Value* v) { return tk::is_tensor(v); };
+  const bool makes_tensor = std::any_of(node->outputs().begin(), node->outputs().end(), tensor);
+  const bool reads_tensor = std::any_of(node->inputs().begin(), node->inputs().end(), tensor);
+  if (makes_tensor && reads_tensor &&
+      std::all_of(node->inputs().begin(), node->inputs().end(),
+                  [&](const torch::jit::Value* v) { return !tensor(v) || tk::known_at_lowering(v); }))
+    return false;
+  return onednn_ops().supports(node);
+}
 
 bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::linear"}); }))

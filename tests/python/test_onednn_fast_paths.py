@@ -347,6 +347,35 @@ class WindowAttention(unittest.TestCase):
             self.assertNotIn("aten::select", kept(low))
             self.assertNotIn("aten::add", kept(low))
 
+    def test_swin_v2_block_and_steps_on_weights_alone(self):
+        """Swin V2 computes its bias with Linears on a buffer (`cpb_mlp(relative_coords_table)`):
+        a step that reads weights alone stays in TorchScript (preprocess had found no region value
+        to give it); the block lowers and agrees with eager."""
+        class OnWeights(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("table", torch.rand(4, 2))
+                self.mlp = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 8, bias=False))
+                self.fc = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return self.fc(x) + self.mlp(self.table)
+
+        torch.manual_seed(14)
+        model, x = OnWeights(), torch.rand(4, 8)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+        self.assertEqual(kept(low).count("aten::linear"), 1, kept(low))  # the first of the mlp's
+        self.assertEqual(len(regions(low)), 2, kept(low))  # fc | (the kept linear) | relu, linear, add
+        from torchvision.models.swin_transformer import SwinTransformerBlockV2
+        block = SwinTransformerBlockV2(32, 2, window_size=[4, 4], shift_size=[2, 2]).eval()
+        x = torch.rand(1, 8, 8, 32)
+        low = lowered(block, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), block(x)), 1e-5)
+        self.assertNotIn("aten::softmax", kept(low))
+
     def test_a_list_attribute_that_is_written_is_no_constant(self):
         class Writes(nn.Module):
             def __init__(self):
