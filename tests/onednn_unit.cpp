@@ -349,14 +349,16 @@ void check_winograd_kernels(const winograd::geometry& g, const std::vector<winog
 
 }  // namespace
 
-TEST_CASE("winograd kernels: F(4x4, 3x3) and F(2x2, 3x3) against a direct convolution") {
+TEST_CASE("winograd kernels: F(4x4, 3x3) and F(2x2, 3x3) against a direct convolution, in nChw8c and nChw16c") {
   if (!winograd::cpu_supported()) return;  // the kernels are AVX2's; plans do not use them elsewhere
   using op = winograd::epilogue_op;
   const float inf = std::numeric_limits<float>::infinity();
+  for (const std::int64_t block : {8, 16})  // nChw8c (AVX2), nChw16c (AVX-512's layout)
   for (const int m : {4, 2})
     for (const auto& [size, pad] : {std::pair{13, 1}, std::pair{8, 1}, std::pair{7, 0}, std::pair{9, 2}}) {
       winograd::geometry g;
-      g.m = m, g.n = 2, g.c = 16, g.k = 24, g.h = size, g.w = size + 2, g.pad_top = pad, g.pad_left = pad;
+      g.m = m, g.n = 2, g.c = 16, g.k = block == 8 ? 24 : 32, g.h = size, g.w = size + 2, g.pad_top = pad, g.pad_left = pad;
+      g.layout_block = block;
       g.oh = g.h + 2 * pad - 2, g.ow = g.w + 2 * pad - 2;
       check_winograd_kernels(g, {});
       check_winograd_kernels(g, {{op::clip, 0.f, inf}, {op::add}, {op::clip, 0.f, 6.f}});  // relu, residual, relu6
@@ -493,36 +495,47 @@ TEST_CASE("silu in a plan after a slice: a view that starts inside its value is 
 }
 
 TEST_CASE("cat in place: at batch 1 each part is made in its range of the result, no concat runs") {
-  // conv 1x1 8 -> 16 (0 -> 1), conv 1x1 8 -> 8 (0 -> 2), cat of 1 and 2 (-> 4; value 3 unused)
-  torch::manual_seed(9);
-  std::map<std::string, at::Tensor> weights{{"w1", torch::randn({16, 8, 1, 1})}, {"b1", torch::randn({16})},
-                                            {"w2", torch::randn({8, 8, 1, 1})}, {"b2", torch::randn({8})}};
-  region_payload payload{1, 5, {}, {4}};
-  step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {0}, 2);
-  conv1.convolution = conv2.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
-  conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2";
-  payload.steps = {conv1, conv2, record("cat", {1, 2}, 4)};
-  compiled_region region = compile_region(payload, weights);
-  for (const std::int64_t batch : {1, 2}) {  // batch 2: a concat primitive
-    const auto plan = planner(*region.region, region.plans->weights, {{batch, 8, 6, 6}}).build();
-    const std::vector<std::string> kinds = kinds_of(*plan);
-    const auto concats = std::count_if(kinds.begin(), kinds.end(), [](const std::string& k) { return k.ends_with(" concat"); });
-    const at::Tensor x = torch::rand({batch, 8, 6, 6});
-    const std::vector<c10::IValue> inputs{x};
-    const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
-    CHECK(y.allclose(at::cat({at::conv2d(x, weights["w1"], weights["b1"]), at::conv2d(x, weights["w2"], weights["b2"])}, 1), 1e-4, 1e-5));
-    if (batch == 2) {
-      CHECK(concats == 1);
-    } else {  // oneDNN makes 1x1 convolutions channel-blocked on AVX2 and AVX-512: the parts are views
-      CHECK(concats == 0);
-      std::vector<std::size_t> parts;  // the slots viewing the result, in the order the cat lists them
-      for (std::size_t slot = 0; slot < plan->slots.size(); ++slot)
-        if (plan->aliases[slot] != no_slot) parts.push_back(slot);
-      REQUIRE(parts.size() == 2);
-      CHECK(plan->aliases[parts[0]] == plan->aliases[parts[1]]);
-      CHECK(plan->slots[parts[0]].dims() == dims{1, 16, 6, 6});
-      CHECK(plan->alias_offsets[parts[0]] == 0);
-      CHECK(plan->alias_offsets[parts[1]] == plan->slots[parts[0]].get_size());
+  // conv 1x1 8 -> C1 (0 -> 1), conv 1x1 8 -> C2 (0 -> 2), cat of 1 and 2 (-> 4; value 3 unused).
+  // oneDNN makes these convolutions channel-blocked: nChw8c on AVX2, nChw16c on AVX-512. A part
+  // whose channels are not whole blocks (8 of nChw16c) cannot be a range of the result: a concat.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core), avx2 = static_cast<unsigned>(dnnl::cpu_isa::avx2);
+  const std::int64_t block = (isa & avx512) == avx512 ? 16 : (isa & avx2) == avx2 ? 8 : 0;
+  if (block == 0) return;  // below AVX2 oneDNN's 1x1 convolutions are not channel-blocked
+  for (const auto& [c1, c2] : {std::pair<std::int64_t, std::int64_t>{16, 8}, std::pair<std::int64_t, std::int64_t>{32, 16}}) {
+    CAPTURE(c1);
+    CAPTURE(c2);
+    torch::manual_seed(9);
+    std::map<std::string, at::Tensor> weights{{"w1", torch::randn({c1, 8, 1, 1})}, {"b1", torch::randn({c1})},
+                                              {"w2", torch::randn({c2, 8, 1, 1})}, {"b2", torch::randn({c2})}};
+    region_payload payload{1, 5, {}, {4}};
+    step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {0}, 2);
+    conv1.convolution = conv2.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
+    conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2";
+    payload.steps = {conv1, conv2, record("cat", {1, 2}, 4)};
+    compiled_region region = compile_region(payload, weights);
+    for (const std::int64_t batch : {1, 2}) {  // batch 2: a concat primitive
+      CAPTURE(batch);
+      const auto plan = planner(*region.region, region.plans->weights, {{batch, 8, 6, 6}}).build();
+      const std::vector<std::string> kinds = kinds_of(*plan);
+      const auto concats = std::count_if(kinds.begin(), kinds.end(), [](const std::string& k) { return k.ends_with(" concat"); });
+      const at::Tensor x = torch::rand({batch, 8, 6, 6});
+      const std::vector<c10::IValue> inputs{x};
+      const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+      CHECK(y.allclose(at::cat({at::conv2d(x, weights["w1"], weights["b1"]), at::conv2d(x, weights["w2"], weights["b2"])}, 1), 1e-4, 1e-5));
+      if (batch == 2 || c2 % block != 0) {
+        CHECK(concats == 1);
+      } else {
+        CHECK(concats == 0);
+        std::vector<std::size_t> parts;  // the slots viewing the result, in the order the cat lists them
+        for (std::size_t slot = 0; slot < plan->slots.size(); ++slot)
+          if (plan->aliases[slot] != no_slot) parts.push_back(slot);
+        REQUIRE(parts.size() == 2);
+        CHECK(plan->aliases[parts[0]] == plan->aliases[parts[1]]);
+        CHECK(plan->slots[parts[0]].dims() == dims{1, c1, 6, 6});
+        CHECK(plan->alias_offsets[parts[0]] == 0);
+        CHECK(plan->alias_offsets[parts[1]] == plan->slots[parts[0]].get_size());
+      }
     }
   }
 }
@@ -576,6 +589,39 @@ TEST_CASE("shuffle kernel: channel j of the result is a's j / 2 (j even) or b's 
           CHECK(padding == 0);
         }
       }
+}
+
+TEST_CASE("shuffle kernel in nhwc (AVX-512's brgconv layout): each pixel a batch, one block of all the channels; nothing written past the result") {
+  for (const std::int64_t channels : {3, 8, 29, 58, 64})
+    for (const std::int64_t pixels : {1, 5, 49}) {
+      const std::int64_t batch = 2;
+      std::vector<float> a(static_cast<std::size_t>(batch * pixels * channels)), b(a.size());
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) + 0.25f, b[i] = -static_cast<float>(i) - 0.5f;
+      for (const auto& [first, count] : {std::pair{std::int64_t{0}, 2 * channels}, std::pair{std::int64_t{0}, channels},
+                                         std::pair{channels, channels}, std::pair{std::int64_t{1}, 2 * channels - 1}}) {
+        CAPTURE(channels);
+        CAPTURE(pixels);
+        CAPTURE(first);
+        CAPTURE(count);
+        const shuffle::geometry g{batch * pixels, channels, 1, channels, count};
+        const std::int64_t blocks = shuffle::output_blocks(g, count);
+        CHECK(blocks == batch * pixels);
+        const std::size_t size = static_cast<std::size_t>(batch * pixels * count);
+        std::vector<float> out(size + 16, std::numeric_limits<float>::quiet_NaN());  // 16 guard floats after the result
+        shuffle::interleave(a.data(), b.data(), g, first, count, out.data(), 0, blocks / 2);
+        shuffle::interleave(a.data(), b.data(), g, first, count, out.data(), blocks / 2, blocks);
+        std::size_t wrong = 0;
+        for (std::int64_t n = 0; n < batch; ++n)
+          for (std::int64_t p = 0; p < pixels; ++p)
+            for (std::int64_t c = 0; c < count; ++c) {
+              const std::int64_t j = first + c;
+              const float want = (j % 2 ? b : a)[static_cast<std::size_t>((n * pixels + p) * channels + j / 2)];
+              wrong += out[static_cast<std::size_t>((n * pixels + p) * count + c)] != want;
+            }
+        CHECK(wrong == 0);
+        CHECK(std::all_of(out.begin() + static_cast<std::ptrdiff_t>(size), out.end(), [](float v) { return std::isnan(v); }));
+      }
+    }
 }
 
 TEST_CASE("shuffle in a plan: cat, view, transpose, contiguous, view is one call of our kernel; a chunk's halves are its results") {

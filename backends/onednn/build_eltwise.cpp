@@ -128,14 +128,29 @@ void planner::scale(std::size_t index) {
 /// layouts they have (b reordered to a's when of a's shape: oneDNN's fast path), or where that is
 /// a reference kernel (a broadcast scale in a blocked layout under SSE4.1), both in nhwc, nChw8c
 /// or nchw (dense for other ranks); if every one is a reference kernel, the first (the debug query
-/// shows it: docs/onednn.md).
+/// shows it: docs/onednn.md). With post-ops, never in channel blocks narrower than a vector
+/// register (below).
 void planner::binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made) {
   const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
-  std::vector<std::pair<md, md>> layouts{{plan_.slots[a], da == db ? plan_.slots[a] : plan_.slots[b]}};
-  if (da.size() == 4)
-    for (const tag layout : {tag::nhwc, tag::nChw8c, tag::nchw}) layouts.emplace_back(md(da, f32, layout), md(db, f32, layout));
-  else
+  std::vector<std::pair<md, md>> layouts;
+  // Not with post-ops in a layout of channel blocks narrower than a vector register (4 or 8
+  // channels under AVX-512: a grouped convolution's, 4 or 8 channels a group): there oneDNN 2.6's
+  // jit:uni binary applies an eltwise post-op wrongly and writes past its destination (ReLU after
+  // a residual add: off by 35 % of the output, then a corrupted heap; tests/python/test_onednn.py).
+  const md& given = plan_.slots[a];
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  const std::int64_t lanes = (isa & avx512) == avx512 ? 16 : 8;
+  const auto& blocking = given.data.format_desc.blocking;
+  const bool narrow_blocks = given.data.format_kind == dnnl_blocked && blocking.inner_nblks > 0 &&
+                             blocking.inner_blks[blocking.inner_nblks - 1] < lanes;
+  if (!(narrow_blocks && post_ops.len() > 0)) layouts.emplace_back(given, da == db ? given : plan_.slots[b]);
+  if (da.size() == 4) {
+    for (const tag layout : {tag::nhwc, tag::nChw8c, tag::nchw})
+      if (!(layout == tag::nChw8c && lanes > 8 && post_ops.len() > 0)) layouts.emplace_back(md(da, f32, layout), md(db, f32, layout));
+  } else {
     layouts.emplace_back(dense(da), dense(db));
+  }
   std::optional<dnnl::binary::primitive_desc> chosen;
   std::pair<md, md> inputs;
   for (const auto& [x, y] : layouts) {

@@ -84,8 +84,8 @@ bool shuffle_enabled() {
 /// [N, 2C, H, W], each value read by the next step alone, a and b both [N, C, H, W]. Where the
 /// result's only readers are the two slices of a chunk into halves ([0, C) and [C, 2C) of dim 1),
 /// the kernel makes the halves as tensors of their own (a blocked layout cannot slice 58 channels
-/// off without a copy), else the whole result. In the channel-blocked layout of a (nChw8c, or
-/// nChw16c when a has it), which is what the convolutions around it pick. The steps it covers are
+/// off without a copy), else the whole result. In a's layout when it is nChw16c or nhwc (which
+/// AVX-512's kernels pick), else nChw8c: what the convolutions around it use. The steps it covers are
 /// planned here (planned_); false (nothing changed) when the steps are not that pattern.
 bool planner::channel_shuffle(std::size_t index) {
   if (!shuffle_enabled()) return false;
@@ -126,11 +126,13 @@ bool planner::channel_shuffle(std::size_t index) {
     if (low && high) halves = {*low, *high};
   }
 
+  // In a's layout: nChw16c, nhwc (AVX-512's brgconv kernels), else nChw8c.
   const md& given = plan_.slots[value(sources[0])];
-  const bool sixteen = given == md(d, f32, tag::nChw16c);
-  const tag layout = sixteen ? tag::nChw16c : tag::nChw8c;
+  const bool sixteen = given == md(d, f32, tag::nChw16c), nhwc = given == md(d, f32, tag::nhwc);
+  const tag layout = sixteen ? tag::nChw16c : nhwc ? tag::nhwc : tag::nChw8c;
   const std::size_t a = as(value(sources[0]), md(d, f32, layout)), b = as(value(sources[1]), md(d, f32, layout));
-  const shuffle::geometry g{n, c, h * w, sixteen ? 16 : 8};
+  const std::int64_t count = halves.empty() ? 2 * c : c;  // each result's channels
+  const shuffle::geometry g = nhwc ? shuffle::geometry{n * h * w, c, 1, c, count} : shuffle::geometry{n, c, h * w, sixteen ? 16 : 8};
   std::vector<std::pair<std::int64_t, std::int64_t>> parts;  // per result: (first channel, channels)
   std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_MULTIPLE_SRC, a}, {DNNL_ARG_MULTIPLE_SRC + 1, b}};
   if (halves.empty()) {

@@ -22,10 +22,12 @@ constexpr double g4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.
                              {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6},  {0, 0, 1}};
 constexpr double g2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
 
-/// Where (n, channel block, y, x) starts in nChw8c of `channels` channels and height x width.
-inline std::size_t blocked(std::int64_t channels, std::int64_t n, std::int64_t block, std::int64_t y, std::int64_t x,
-                           std::int64_t height, std::int64_t width) {
-  return static_cast<std::size_t>((((n * (channels / 8) + block) * height + y) * width + x) * 8);
+/// Where (n, 8-channel group, y, x) starts in nChw8c (layout_block 8) or nChw16c (16, the group's
+/// 8 channels one half of a 16-channel block) of `channels` channels and height x width.
+inline std::size_t blocked(std::int64_t layout_block, std::int64_t channels, std::int64_t n, std::int64_t group, std::int64_t y,
+                           std::int64_t x, std::int64_t height, std::int64_t width) {
+  const std::int64_t block = group * 8 / layout_block, lane = group * 8 % layout_block;
+  return static_cast<std::size_t>((((n * (channels / layout_block) + block) * height + y) * width + x) * layout_block + lane);
 }
 
 }  // namespace
@@ -115,7 +117,7 @@ void input_tiles(const geometry& g, const float* src, float* transformed, std::i
       const std::int64_t y = y0 + i;
       for (int j = 0; j < alpha; ++j) {
         const std::int64_t x = x0 + j;
-        d[i][j] = (y >= 0 && y < g.h && x >= 0 && x < g.w) ? _mm256_loadu_ps(src + blocked(g.c, n, block, y, x, g.h, g.w)) : zero;
+        d[i][j] = (y >= 0 && y < g.h && x >= 0 && x < g.w) ? _mm256_loadu_ps(src + blocked(g.layout_block, g.c, n, block, y, x, g.h, g.w)) : zero;
       }
     }
     for (int j = 0; j < alpha; ++j) input_1d<M>(&d[0][j], alpha, &t[0][j], alpha);  // B^T d: down each column
@@ -147,7 +149,7 @@ void output_tiles(const geometry& g, const float* products, const float* bias, c
       for (int j = 0; j < M; ++j) {
         const std::int64_t x = tx * M + j;
         if (x >= g.ow) break;
-        const std::size_t at = blocked(g.k, n, block, y, x, g.oh, g.ow);
+        const std::size_t at = blocked(g.layout_block, g.k, n, block, y, x, g.oh, g.ow);
         v8 value = _mm256_add_ps(o[i][j], b);
         for (const epilogue_op& op : ops)
           value = op.kind == epilogue_op::add
@@ -194,9 +196,9 @@ void reference_convolution(const geometry& g, const float* src, const float* wei
               for (int b = 0; b < 3; ++b) {
                 const std::int64_t iy = y + a - g.pad_top, ix = x + b - g.pad_left;
                 if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-                sum += static_cast<double>(src[blocked(g.c, n, c / 8, iy, ix, g.h, g.w) + c % 8]) * weights[(k * g.c + c) * 9 + a * 3 + b];
+                sum += static_cast<double>(src[blocked(g.layout_block, g.c, n, c / 8, iy, ix, g.h, g.w) + c % 8]) * weights[(k * g.c + c) * 9 + a * 3 + b];
               }
-          const std::size_t at = blocked(g.k, n, k / 8, y, x, g.oh, g.ow) + static_cast<std::size_t>(k % 8);
+          const std::size_t at = blocked(g.layout_block, g.k, n, k / 8, y, x, g.oh, g.ow) + static_cast<std::size_t>(k % 8);
           auto value = static_cast<float>(sum);
           for (const epilogue_op& op : ops) value = op.kind == epilogue_op::add ? value + residual[at] : std::min(std::max(value, op.low), op.high);
           dst[at] = value;

@@ -4,8 +4,8 @@
 // residual add and activations fused (a kernel of ours). For F(4x4, 3x3) the products do 36
 // multiplies per 16 outputs where a direct convolution does 144: 4x fewer (F(2x2, 3x3): 2.25x).
 // The transforms are Lavin and Gray's ("Fast Algorithms for Convolutional Neural Networks", 2015),
-// written out here. Activations are oneDNN's nChw8c (8 channels a vector); no LibTorch here: the
-// unit tests (tests/onednn_unit.cpp) check these kernels against a direct convolution.
+// written out here. Activations are oneDNN's nChw8c or nChw16c (8 channels a vector); no LibTorch
+// here: the unit tests (tests/onednn_unit.cpp) check these kernels against a direct convolution.
 #pragma once
 
 #include <cstddef>
@@ -15,10 +15,11 @@
 namespace onednn_delegate::winograd {
 
 /// A convolution's sizes as the Winograd kernels see them (batch n, channels in c and out k, both
-/// multiples of 8; input h x w; output oh x ow; zero padding top and left; output tile m).
+/// multiples of layout_block; input h x w; output oh x ow; zero padding top and left; output tile
+/// m; activations in nChw8c, or nChw16c when layout_block is 16).
 struct geometry {
   int m = 4;
-  std::int64_t n = 1, c = 8, k = 8, h = 0, w = 0, oh = 0, ow = 0, pad_top = 1, pad_left = 1;
+  std::int64_t n = 1, c = 8, k = 8, h = 0, w = 0, oh = 0, ow = 0, pad_top = 1, pad_left = 1, layout_block = 8;
   int alpha() const { return m + 2; }
   std::int64_t tiles_h() const { return (oh + m - 1) / m; }
   std::int64_t tiles_w() const { return (ow + m - 1) / m; }
@@ -35,23 +36,23 @@ bool cpu_supported();
 /// [k, c, 3, 3] row-major weights -> alpha^2 matrices of c x k (row-major), G g G^T per pair.
 void transform_weights(const geometry& g, const float* weights, float* transformed);
 
-/// Input tiles [first, last) of the flat range tiles() x c/8 (tile-major): src in nChw8c ->
+/// Input tiles [first, last) of the flat range tiles() x c/8 (tile-major): src in the geometry's layout ->
 /// transformed, alpha^2 matrices of tiles() x c.
 void transform_input(const geometry& g, const float* src, float* transformed, std::int64_t first, std::int64_t last);
 
 /// What the output transform applies to each value after the bias, in order: clip to
-/// [low, high] (a ReLU: 0, +inf), or add the residual (nChw8c, the destination's shape).
+/// [low, high] (a ReLU: 0, +inf), or add the residual (the destination's layout and shape).
 struct epilogue_op {
   enum kind_t { clip, add } kind = clip;
   float low = 0.f, high = 0.f;
 };
 
 /// Output tiles [first, last) of the flat range tiles() x k/8: the products (alpha^2 matrices of
-/// tiles() x k) -> dst in nChw8c, bias added, then `ops` (`residual` for an add).
+/// tiles() x k) -> dst in the geometry's layout, bias added, then `ops` (`residual` for an add).
 void transform_output(const geometry& g, const float* products, const float* bias, const std::vector<epilogue_op>& ops,
                       const float* residual, float* dst, std::int64_t first, std::int64_t last);
 
-/// A direct convolution on the same layouts (nChw8c in and out, [k, c, 3, 3] weights), the
+/// A direct convolution on the same layouts (the geometry's in and out, [k, c, 3, 3] weights), the
 /// reference the unit tests compare with.
 void reference_convolution(const geometry& g, const float* src, const float* weights, const float* bias,
                            const std::vector<epilogue_op>& ops, const float* residual, float* dst);

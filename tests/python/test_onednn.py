@@ -96,6 +96,26 @@ class Ops(unittest.TestCase):
                 model = randomized(nn.Sequential(Residual(8, stride, groups, dilation), Residual(8 * stride)))
                 self.check(model, torch.randn(2, 8, 15, 17))
 
+    def test_a_grouped_convolution_then_an_add_and_an_activation(self):
+        # The add's first operand is the grouped convolution's, in its 4- or 8-channel blocks: on
+        # AVX-512, oneDNN 2.6's binary got the fused ReLU wrong there and wrote past its result.
+        class Block(nn.Module):
+            def __init__(self, channels, groups, act):
+                super().__init__()
+                self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, 2, 1), nn.BatchNorm2d(channels), nn.ReLU())
+                self.grouped = nn.Sequential(nn.Conv2d(channels, channels, 3, 1, 1, groups=groups), nn.BatchNorm2d(channels))
+                self.act = act
+
+            def forward(self, x):
+                x = self.stem(x)
+                return F.adaptive_avg_pool2d(self.act(self.grouped(x) + x), 1)
+
+        torch.manual_seed(3)
+        for channels, groups in [(8, 2), (12, 3), (24, 3), (64, 16)]:
+            for act in (nn.ReLU(), nn.Hardswish()):
+                with self.subTest(channels=channels, groups=groups, act=type(act).__name__):
+                    self.check(randomized(Block(channels, groups, act)), torch.rand(1, 3, 32, 32))
+
     def test_an_add_in_place_into_a_region_input_leaves_the_callers_tensor(self):
         # x is read once, by the add: the sum goes in place into the region's oneDNN copy of x.
         class Model(nn.Module):

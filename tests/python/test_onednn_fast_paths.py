@@ -25,6 +25,7 @@ torch.ops.load_library(LIBRARY)
 torch.set_num_threads(2)
 FLAGS = open("/proc/cpuinfo").read()
 AVX2 = " avx2" in FLAGS and " fma" in FLAGS
+AVX512 = " avx512f" in FLAGS and os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL") in ("ALL", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_AMX")
 
 
 def lowered(model, *x):
@@ -111,7 +112,9 @@ class CatInPlace(unittest.TestCase):
 
         torch.manual_seed(2)
         model = randomized(Inception())
-        for batch, concats in ((1, 0), (2, 1)):
+        # On AVX-512 oneDNN's 1x1 convolutions of 16 channels pick nhwc (brgconv), where a part is
+        # no range of the result's bytes: a concat at batch 1 too.
+        for batch, concats in ((1, 1 if AVX512 else 0), (2, 1)):
             with self.subTest(batch=batch):
                 x = torch.rand(batch, 16, 14, 14)
                 low = lowered(model, x)
