@@ -13,7 +13,7 @@
 namespace onednn_delegate {
 
 bool own_silu_enabled() {
-  static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_SILU");
+  static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_SILU") && !onednn_runs_avx512();
   return enabled;
 }
 
@@ -138,9 +138,7 @@ void planner::binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, co
   // jit:uni binary applies an eltwise post-op wrongly and writes past its destination (ReLU after
   // a residual add: off by 35 % of the output, then a corrupted heap; tests/python/test_onednn.py).
   const md& given = plan_.slots[a];
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  const std::int64_t lanes = (isa & avx512) == avx512 ? 16 : 8;
+  const std::int64_t lanes = onednn_runs_avx512() ? 16 : 8;
   const auto& blocking = given.data.format_desc.blocking;
   const bool narrow_blocks = given.data.format_kind == dnnl_blocked && blocking.inner_nblks > 0 &&
                              blocking.inner_blks[blocking.inner_nblks - 1] < lanes;

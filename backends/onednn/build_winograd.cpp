@@ -26,6 +26,15 @@ bool own_avx2_kernels_allowed(const char* switch_variable) {
   return !switched_off(switch_variable) && winograd::cpu_supported() && (isa & avx2) == avx2;
 }
 
+bool onednn_runs_avx512() {
+  static const bool runs = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & avx512) == avx512;
+  }();
+  return runs;
+}
+
 bool winograd_enabled() {
   static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_WINOGRAD");
   return enabled;
@@ -36,14 +45,7 @@ namespace {
 /// read and write that (8 channels a vector, two a block), else they would pull the convolutions
 /// around them onto nChw8c's AVX2 kernels or add reorders (ResNet-50 on an AVX-512 EPYC: 39.2 ms
 /// in nChw8c, 27.2 with no Winograd; docs/onednn.md).
-std::int64_t activation_block() {
-  static const std::int64_t block = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (isa & avx512) == avx512 ? std::int64_t{16} : std::int64_t{8};
-  }();
-  return block;
-}
+std::int64_t activation_block() { return onednn_runs_avx512() ? 16 : 8; }
 }  // namespace
 
 std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>& weight, const convolution_parameters& c,

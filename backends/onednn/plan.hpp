@@ -51,18 +51,24 @@ bool switched_off(const char* variable);
 /// Whether plans may run AVX2 kernels of ours (build_winograd.cpp): the CPU has AVX2 and FMA,
 /// oneDNN is not capped below AVX2 (ONEDNN_MAX_CPU_ISA), and `switch_variable` is not "0".
 bool own_avx2_kernels_allowed(const char* switch_variable);
+/// Whether oneDNN runs AVX-512 kernels here (its effective ISA, after ONEDNN_MAX_CPU_ISA, is
+/// avx512_core or above): its blocked layout is then nChw16c, and a vector holds 16 floats.
+bool onednn_runs_avx512();
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
-/// on AVX2 with FMA, oneDNN not capped below AVX2, and TD_ONEDNN_SILU not 0.
+/// on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its swish post-op
+/// is faster: EfficientNet-B0 6.2-6.4 ms against 6.6-6.7), and TD_ONEDNN_SILU not 0.
 bool own_silu_enabled();
 /// Whether `step` is a SiLU that runs on our kernel (own_silu_enabled()).
 bool runs_own_silu(const compiled_step& step);
 
 /// Whether plans run eligible convolutions as Winograd (build_winograd.cpp): on AVX2 with FMA,
-/// oneDNN not capped below AVX2, and TD_ONEDNN_WINOGRAD not 0.
+/// oneDNN not capped below AVX2, and TD_ONEDNN_WINOGRAD not 0 (in nChw16c, and F(4x4, 3x3) only,
+/// where oneDNN runs AVX-512).
 bool winograd_enabled();
 /// A convolution's Winograd geometry when it is one (3x3, stride 1, no dilation, one group,
-/// padding up to 2, channels in and out multiples of 8 and at least 16, an output at least 4x4):
-/// F(4x4, 3x3) where the output's smaller side is at least 12, else F(2x2, 3x3).
+/// padding up to 2, channels in and out multiples of 8 (16 on AVX-512) and at least 16, an output
+/// at least 4x4): F(4x4, 3x3) where the output's smaller side is at least 12, else F(2x2, 3x3)
+/// (not on AVX-512).
 struct winograd_choice {
   winograd::geometry g;
 };
