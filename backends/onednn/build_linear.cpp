@@ -1,5 +1,6 @@
-// The linear builder: oneDNN's inner product over the last dimension, with the activations
-// fusion.cpp gave it as post-ops, never on a reference kernel; else alone, else ATen's linear.
+// The linear builder: oneDNN's inner product (its matmul where oneDNN runs AVX-512) over the last
+// dimension, with the activations fusion.cpp gave it as post-ops, never on a reference kernel;
+// else alone, else ATen's linear.
 #include "internal.hpp"
 
 #include <ATen/ATen.h>
@@ -8,8 +9,8 @@
 
 namespace onednn_delegate {
 
-/// A linear over the last dimension: oneDNN's inner product on [rows, I] (the leading dimensions
-/// flattened, in row-major order), with the activations after it as post-ops.
+/// A linear over the last dimension: oneDNN's inner product (or matmul) on [rows, I] (the leading
+/// dimensions flattened, in row-major order), with the activations after it as post-ops.
 void planner::linear(std::size_t index) {
   const compiled_step& fc = step(index);
   const std::vector<std::size_t>& fused = fc.fusion.post_ops;
@@ -24,17 +25,26 @@ void planner::linear(std::size_t index) {
   dims shaped(d.begin(), d.end() - 1);
   shaped.push_back(outputs);
   // Never a reference kernel: with its activations as post-ops, else alone (the activations
-  // after it as primitives of their own), else ATen's linear.
-  auto inner_product = [&](const std::vector<std::size_t>& with) -> std::optional<dnnl::inner_product_forward::primitive_desc> {
+  // after it as primitives of their own), else ATen's linear. As a matmul where oneDNN runs
+  // AVX-512 (linear_as_matmul: the store holds the weights as [I, O]), else an inner product.
+  const bool as_matmul = linear_as_matmul();
+  auto primitive = [&](const std::vector<std::size_t>& with) -> std::optional<dnnl::primitive_desc> {
     dnnl::post_ops post_ops;
     for (std::size_t next : with)
       for (const auto& [algorithm, alpha, beta] : eltwise_chain(step(next))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
     try {
-      dnnl::inner_product_forward::primitive_desc pd(
-          {dnnl::prop_kind::forward_inference, md({rows, features}, f32, tag::ab), md({outputs, features}, f32, tag::any),
-           md({outputs}, f32, tag::a), md({rows, outputs}, f32, tag::ab)},
-          attributes(post_ops), cpu_engine());
-      if (!is_reference(pd.impl_info_str())) return pd;
+      if (as_matmul) {
+        dnnl::matmul::primitive_desc pd({md({rows, features}, f32, tag::ab), md({features, outputs}, f32, tag::any),
+                                         md({1, outputs}, f32, tag::ab), md({rows, outputs}, f32, tag::ab)},
+                                        attributes(post_ops), cpu_engine());
+        if (!is_reference(pd.impl_info_str())) return pd;
+      } else {
+        dnnl::inner_product_forward::primitive_desc pd(
+            {dnnl::prop_kind::forward_inference, md({rows, features}, f32, tag::ab), md({outputs, features}, f32, tag::any),
+             md({outputs}, f32, tag::a), md({rows, outputs}, f32, tag::ab)},
+            attributes(post_ops), cpu_engine());
+        if (!is_reference(pd.impl_info_str())) return pd;
+      }
     } catch (const dnnl::error&) {
     }
     return std::nullopt;
@@ -42,21 +52,22 @@ void planner::linear(std::size_t index) {
   const std::vector<std::size_t> alone;
   for (const std::vector<std::size_t>* with : {&fused, &alone}) {
     if (with == &alone && fused.empty()) break;
-    const auto pd = inner_product(*with);
+    const auto pd = primitive(*with);
     if (!pd) continue;
     const std::size_t weights = constant(store_.weights[index], pd->weights_desc());
-    const std::size_t bias = constant(store_.biases[index], pd->bias_desc());
+    const std::size_t bias = constant(store_.biases[index], pd->weights_desc(1));  // [O] or, for a matmul, [1, O]
     own_weights_.emplace_back(index, weights, bias);
     const std::size_t out = add_slot(pd->dst_desc());
     const std::int64_t made = with->empty() ? fc.record.output : finished(with->back());
     slot_of_.at(static_cast<std::size_t>(made)) = view(dense(shaped), out);
-    call(dnnl::inner_product_forward(*pd),
-         {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, out}}, pd->scratchpad_desc());
+    std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, out}};
+    call(dnnl::primitive(*pd), std::move(arguments), pd->scratchpad_desc());
     if (with->empty())
       for (std::size_t next : fused) run(next);
     return;
   }
-  const std::size_t weights = constant(store_.weights[index], md({outputs, features}, f32, tag::ab));
+  // Dense [O, I] bytes: from the store's [I, O] as its transposed layout (ba) when it holds [I, O].
+  const std::size_t weights = constant(store_.weights[index], as_matmul ? md({features, outputs}, f32, tag::ba) : md({outputs, features}, f32, tag::ab));
   const std::size_t bias = constant(store_.biases[index], md({outputs}, f32, tag::a));
   own_weights_.emplace_back(index, weights, bias);
   define(fc.record.output, dense(shaped));

@@ -35,6 +35,11 @@ bool onednn_runs_avx512() {
   return runs;
 }
 
+bool linear_as_matmul() {
+  static const bool matmul = onednn_runs_avx512() && !switched_off("TD_ONEDNN_LINEAR_MATMUL");
+  return matmul;
+}
+
 bool winograd_enabled() {
   static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_WINOGRAD");
   return enabled;

@@ -54,6 +54,11 @@ bool own_avx2_kernels_allowed(const char* switch_variable);
 /// Whether oneDNN runs AVX-512 kernels here (its effective ISA, after ONEDNN_MAX_CPU_ISA, is
 /// avx512_core or above): its blocked layout is then nChw16c, and a vector holds 16 floats.
 bool onednn_runs_avx512();
+/// Whether linears run as oneDNN's matmul rather than its inner product (build_linear.cpp): where
+/// oneDNN runs AVX-512 (its brg matmul reaches 424 GFLOP/s on ViT-B/16's 197 x 768 x 3072, where
+/// the inner product reaches 324), unless TD_ONEDNN_LINEAR_MATMUL is 0. Fixed for the process: the
+/// weight store holds a linear's weights as [I, O] then (runtime.cpp), [O, I] otherwise.
+bool linear_as_matmul();
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
 /// on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its swish post-op
 /// is faster: EfficientNet-B0 6.2-6.4 ms against 6.6-6.7), and TD_ONEDNN_SILU not 0.

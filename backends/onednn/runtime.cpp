@@ -67,7 +67,10 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
                       (kind != step_kind::layer_norm || weight.dim() == 1),
                   "onednn: region ", context.method(), ": a ", record.op, " with weight ", weight.sizes());
       step.weight_sizes = weight.sizes().vec();
-      weight_memory = dnnl::memory(dense(dims(weight.sizes().begin(), weight.sizes().end())), cpu_engine(), weight.data_ptr());
+      if (kind == step_kind::linear && linear_as_matmul())  // [I, O], a view of the [O, I] bytes: a matmul's weights
+        weight_memory = dnnl::memory(md({weight.size(1), weight.size(0)}, f32, tag::ba), cpu_engine(), weight.data_ptr());
+      else
+        weight_memory = dnnl::memory(dense(dims(weight.sizes().begin(), weight.sizes().end())), cpu_engine(), weight.data_ptr());
       store->dense.push_back(weight);
       used.push_back(record.weight);
       if (kind != step_kind::scale) {
