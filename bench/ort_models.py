@@ -132,8 +132,17 @@ def local_timer(function, x):
     return calls
 
 
+# Seconds each block waits before its first call. An engine's worker threads spin for a while
+# after its calls (ONNX Runtime's by default, OpenMP's, XNNPACK's pthreadpool's) and on 2 cores
+# that spinning took the next variant's cores: with the recipe's lowering and ORT's process beside
+# it, ResNet-18 lowered to onednn timed 12.0 ms, 10.2 without the recipe, 9.9 alone; each variant
+# is timed as it would run alone.
+SETTLE = float(os.environ.get("TD_BENCH_SETTLE", "0.05"))
+
+
 def measure(timers):
-    """Medians (s) of steady calls, interleaved, the order rotating from round to round."""
+    """Medians (s) of steady calls, interleaved, the order rotating from round to round; each
+    block after SETTLE seconds of quiet, its first call dropped."""
     with torch.no_grad():
         first = {name: min(timer(2)) for name, timer in timers.items()}  # warm-up, and a size
         slowest = max(first.values())
@@ -143,6 +152,7 @@ def measure(timers):
         names = list(timers)
         for round_ in range(rounds):
             for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                time.sleep(SETTLE)  # the previous variant's idle threads (ORT's, OpenMP's, pthreadpool's) stop spinning
                 steady[name].extend(timers[name](calls)[1:])
     return {name: statistics.median(values) for name, values in steady.items()}
 
