@@ -98,7 +98,7 @@ class Winograd(unittest.TestCase):
 
     @unittest.skipUnless(AVX2, "Winograd runs on AVX2 with FMA")
     def test_td_onednn_winograd_0_turns_it_off(self):
-        out = implementations_by_switch("TD_ONEDNN_WINOGRAD", "m = torch.nn.Conv2d(16, 16, 3, padding=1)", (1, 16, 12, 12))
+        out = implementations_by_switch("TD_ONEDNN_WINOGRAD", "m = torch.nn.Conv2d(32, 32, 3, padding=1)", (1, 32, 12, 12))
         self.assertIn("winograd_f4x4_input", out["1"])
         self.assertNotIn("winograd", out["0"])
 
