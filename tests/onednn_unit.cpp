@@ -367,25 +367,27 @@ TEST_CASE("winograd kernels: F(4x4, 3x3) and F(2x2, 3x3) against a direct convol
 
 TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result ATen's") {
   const convolution_parameters same{{1, 1}, {1, 1}, {1, 1}, 1};
-  CHECK(winograd_eligible({32, 32, 3, 3}, same, {1, 32, 56, 56}, {1, 32, 56, 56})->g.m == 4);
+  CHECK(winograd_eligible({64, 64, 3, 3}, same, {1, 64, 56, 56}, {1, 64, 56, 56})->g.m == 4);
   // F(2x2, 3x3) on small maps, but not where oneDNN runs AVX-512 (its direct kernels win there).
   const bool on_avx512 = onednn_runs_avx512();
-  const auto small = winograd_eligible({32, 32, 3, 3}, same, {1, 32, 7, 7}, {1, 32, 7, 7});
+  const auto small = winograd_eligible({64, 64, 3, 3}, same, {1, 64, 7, 7}, {1, 64, 7, 7});
   CHECK((on_avx512 ? !small : small && small->g.m == 2));
-  CHECK(winograd_eligible({32, 32, 3, 3}, same, {1, 32, 56, 56}, {1, 32, 56, 56})->g.layout_block == (on_avx512 ? 16 : 8));
-  // 16 input channels: Winograd on AVX2, not on AVX-512 (its matmuls' K of 16 is too short there).
+  CHECK(winograd_eligible({64, 64, 3, 3}, same, {1, 64, 56, 56}, {1, 64, 56, 56})->g.layout_block == (on_avx512 ? 16 : 8));
+  // 16 to 48 input channels: Winograd on AVX2, not on AVX-512 (short matmuls, transforms that cost more than they save).
   CHECK(winograd_eligible({32, 16, 3, 3}, same, {1, 16, 56, 56}, {1, 32, 56, 56}).has_value() == !on_avx512);
+  CHECK(winograd_eligible({64, 48, 3, 3}, same, {1, 48, 56, 56}, {1, 64, 56, 56}).has_value() == !on_avx512);
+  CHECK(winograd_eligible({32, 64, 3, 3}, same, {1, 64, 56, 56}, {1, 32, 56, 56}).has_value());
   CHECK(!winograd_eligible({32, 16, 3, 3}, same, {1, 16, 3, 3}, {1, 32, 3, 3}));              // smaller than a tile
   CHECK(!winograd_eligible({32, 12, 3, 3}, same, {1, 12, 56, 56}, {1, 32, 56, 56}));          // channels not in blocks of 8
   CHECK(!winograd_eligible({32, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, {1, 16, 56, 56}, {1, 32, 28, 28}));  // stride 2
   CHECK(!winograd_eligible({32, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, {1, 16, 56, 56}, {1, 32, 56, 56}));   // groups
   CHECK(!winograd_eligible({32, 16, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 1}, {1, 16, 56, 56}, {1, 32, 56, 56}));  // 5x5
   if (!winograd_enabled()) return;
-  // conv 3x3 32 -> 32 (0 -> 1), relu (-> 2), conv 3x3 (-> 3), add of it and 2 (-> 4), relu (-> 5):
+  // conv 3x3 64 -> 64 (0 -> 1), relu (-> 2), conv 3x3 (-> 3), add of it and 2 (-> 4), relu (-> 5):
   // both convolutions as Winograd, the second with the residual and relu in its output transform.
   torch::manual_seed(7);
-  std::map<std::string, at::Tensor> weights{{"w1", torch::randn({32, 32, 3, 3}) * 0.2}, {"b1", torch::randn({32}) * 0.1},
-                                            {"w2", torch::randn({32, 32, 3, 3}) * 0.2}, {"b2", torch::randn({32}) * 0.1}};
+  std::map<std::string, at::Tensor> weights{{"w1", torch::randn({64, 64, 3, 3}) * 0.1}, {"b1", torch::randn({64}) * 0.1},
+                                            {"w2", torch::randn({64, 64, 3, 3}) * 0.1}, {"b2", torch::randn({64}) * 0.1}};
   region_payload payload{1, 6, {}, {5}};
   step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {2}, 3);
   conv1.convolution = conv2.convolution = same;
@@ -393,12 +395,12 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
   payload.steps = {conv1, record("relu", {1}, 2), conv2, record("add", {3, 2}, 4), record("relu", {4}, 5)};
   compiled_region region = compile_region(payload, weights);
   for (const std::int64_t size : {20, 9}) {  // F(4x4, 3x3), then a second plan with F(2x2, 3x3)
-    const auto plan = planner(*region.region, region.plans->weights, {{1, 32, size, size}}).build();
+    const auto plan = planner(*region.region, region.plans->weights, {{1, 64, size, size}}).build();
     std::size_t transforms = 0;
     for (const plan_implementation& each : plan->implementations)
       transforms += std::string(each.implementation).starts_with(size == 20 ? "winograd_f4x4_" : "winograd_f2x2_");
     CHECK(transforms == (size == 9 && on_avx512 ? 0 : 4));  // input and output, per convolution
-    const at::Tensor x = torch::rand({1, 32, size, size});
+    const at::Tensor x = torch::rand({1, 64, size, size});
     const std::vector<c10::IValue> inputs{x};
     const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
     const at::Tensor first = at::relu(at::conv2d(x, weights["w1"], weights["b1"], 1, 1));

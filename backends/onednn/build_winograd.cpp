@@ -68,9 +68,11 @@ std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>
   // on small maps (16 rows a matrix) read 16/9 of the weights' bytes at a low rate (ResNet-18's
   // 7x7, 512-channel convolutions: 1.1 ms a matmul against 0.9 ms for the whole direct one).
   if (side < 12 && block == 16) return std::nullopt;
-  // Nor, there, on fewer than 32 input channels: a product's K of 16 runs the matmul far below its
-  // rate (SqueezeNet's 16-channel expands: SqueezeNet 8 % faster without them).
-  if (channels < 32 && block == 16) return std::nullopt;
+  // Nor, there, on fewer than 64 input channels: a product's K of 16 runs the matmul far below its
+  // rate (SqueezeNet's 16-channel expands: SqueezeNet 8 % faster without them), and at 32 or 48 the
+  // transforms, 36/16 of the activations' bytes each way, cost more in a model than the products
+  // save (SqueezeNet 6 % and GoogLeNet 4 % faster without them, 10 interleaved process pairs).
+  if (channels < 64 && block == 16) return std::nullopt;
   winograd::geometry g;
   g.m = side >= 12 ? 4 : 2;
   g.n = input[0];
