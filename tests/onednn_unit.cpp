@@ -321,7 +321,11 @@ void check_winograd_kernels(const winograd::geometry& g, const std::vector<winog
   const auto residual = random_floats(outputs, 4);
   std::vector<float> u(static_cast<std::size_t>(g.alpha() * g.alpha() * g.c * g.k)), v(g.input_floats()), m(g.product_floats());
   winograd::transform_weights(g, weights.data(), u.data());
-  winograd::transform_input(g, src.data(), v.data(), 0, g.tiles() * (g.c / 8));
+  // In two parts split inside an nChw16c block (an odd item): the AVX-512 kernels take whole
+  // blocks and leave a lone half to the AVX2 ones.
+  const std::int64_t input_items = g.tiles() * (g.c / 8);
+  winograd::transform_input(g, src.data(), v.data(), 0, input_items / 2 | 1);
+  winograd::transform_input(g, src.data(), v.data(), input_items / 2 | 1, input_items);
   const std::int64_t tiles = g.tiles();
   for (int p = 0; p < g.alpha() * g.alpha(); ++p)
     for (std::int64_t t = 0; t < tiles; ++t)
@@ -331,10 +335,10 @@ void check_winograd_kernels(const winograd::geometry& g, const std::vector<winog
         m[(p * tiles + t) * g.k + k] = static_cast<float>(sum);
       }
   std::vector<float> got(outputs, std::nanf("")), want(outputs);
-  // In two halves: the ranges the threads are given are independent.
+  // In two parts, split as the input's: the ranges the threads are given are independent.
   const std::int64_t items = tiles * (g.k / 8);
-  winograd::transform_output(g, m.data(), bias.data(), ops, residual.data(), got.data(), 0, items / 2);
-  winograd::transform_output(g, m.data(), bias.data(), ops, residual.data(), got.data(), items / 2, items);
+  winograd::transform_output(g, m.data(), bias.data(), ops, residual.data(), got.data(), 0, items / 2 | 1);
+  winograd::transform_output(g, m.data(), bias.data(), ops, residual.data(), got.data(), items / 2 | 1, items);
   winograd::reference_convolution(g, src.data(), weights.data(), bias.data(), ops, residual.data(), want.data());
   float largest = 0, error = 0;
   for (std::size_t i = 0; i < outputs; ++i) {
@@ -350,7 +354,8 @@ void check_winograd_kernels(const winograd::geometry& g, const std::vector<winog
 }  // namespace
 
 TEST_CASE("winograd kernels: F(4x4, 3x3) and F(2x2, 3x3) against a direct convolution, in nChw8c and nChw16c") {
-  if (!winograd::cpu_supported()) return;  // the kernels are AVX2's; plans do not use them elsewhere
+  if (!winograd::cpu_supported()) return;  // the kernels are AVX2's (and AVX-512's for nChw16c); plans do not use them elsewhere
+  MESSAGE("nChw16c on the AVX-512 kernels: ", winograd::avx512_supported());
   using op = winograd::epilogue_op;
   const float inf = std::numeric_limits<float>::infinity();
   for (const std::int64_t block : {8, 16})  // nChw8c (AVX2), nChw16c (AVX-512's layout)

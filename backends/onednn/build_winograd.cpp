@@ -51,6 +51,16 @@ namespace {
 /// around them onto nChw8c's AVX2 kernels or add reorders (ResNet-50 on an AVX-512 EPYC: 39.2 ms
 /// in nChw8c, 27.2 with no Winograd; docs/onednn.md).
 std::int64_t activation_block() { return onednn_runs_avx512() ? 16 : 8; }
+
+/// The debug query's name of a transform: its tile and the kernels' ISA (winograd_tiles.ipp).
+const char* kernel_name(const winograd::geometry& g, bool output) {
+  const bool wide = g.layout_block == 16 && winograd::avx512_supported();
+  if (g.m == 4)
+    return output ? (wide ? "winograd_f4x4_output:avx512" : "winograd_f4x4_output:avx2")
+                  : (wide ? "winograd_f4x4_input:avx512" : "winograd_f4x4_input:avx2");
+  return output ? (wide ? "winograd_f2x2_output:avx512" : "winograd_f2x2_output:avx2")
+                : (wide ? "winograd_f2x2_input:avx512" : "winograd_f2x2_input:avx2");
+}
 }  // namespace
 
 std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>& weight, const convolution_parameters& c,
@@ -71,7 +81,9 @@ std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>
   // Nor, there, on fewer than 64 input channels: a product's K of 16 runs the matmul far below its
   // rate (SqueezeNet's 16-channel expands: SqueezeNet 8 % faster without them), and at 32 or 48 the
   // transforms, 36/16 of the activations' bytes each way, cost more in a model than the products
-  // save (SqueezeNet 6 % and GoogLeNet 4 % faster without them, 10 interleaved process pairs).
+  // save (SqueezeNet 6 % and GoogLeNet 4 % faster without them, 10 interleaved process pairs; that
+  // with the 8-lane transforms: with the AVX-512 ones both time the same, and 64 keeps fewer
+  // transformed weights).
   if (channels < 64 && block == 16) return std::nullopt;
   winograd::geometry g;
   g.m = side >= 12 ? 4 : 2;
@@ -174,7 +186,7 @@ bool planner::winograd_convolution(std::size_t index) {
          at::parallel_for(0, g.tiles() * (g.c / 8), 16,
                           [&](std::int64_t first, std::int64_t last) { winograd::transform_input(g, source, target, first, last); });
        },
-       "convolution", g.m == 4 ? "winograd_f4x4_input:avx2" : "winograd_f2x2_input:avx2");
+       "convolution", kernel_name(g, false));
   call(dnnl::matmul(pd), {{DNNL_ARG_SRC, input_slot}, {DNNL_ARG_WEIGHTS, weight_slot}, {DNNL_ARG_DST, product_slot}},
        pd.scratchpad_desc());
   std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_SRC, product_slot}, {DNNL_ARG_BIAS, bias_slot}, {DNNL_ARG_DST, value(made)}};
@@ -190,7 +202,7 @@ bool planner::winograd_convolution(std::size_t index) {
            winograd::transform_output(g, product, bias, ops, addend, target, first, last);
          });
        },
-       "convolution", g.m == 4 ? "winograd_f4x4_output:avx2" : "winograd_f2x2_output:avx2");
+       "convolution", kernel_name(g, true));
   return true;
 }
 

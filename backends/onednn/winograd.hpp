@@ -4,7 +4,7 @@
 // residual add and activations fused (a kernel of ours). For F(4x4, 3x3) the products do 36
 // multiplies per 16 outputs where a direct convolution does 144: 4x fewer (F(2x2, 3x3): 2.25x).
 // The transforms are Lavin and Gray's ("Fast Algorithms for Convolutional Neural Networks", 2015),
-// written out here. Activations are oneDNN's nChw8c or nChw16c (8 channels a vector); no LibTorch
+// written out here. Activations are oneDNN's nChw8c or nChw16c (8 channels a vector, 16 on AVX-512); no LibTorch
 // here: the unit tests (tests/onednn_unit.cpp) check these kernels against a direct convolution.
 #pragma once
 
@@ -32,6 +32,10 @@ struct geometry {
 
 /// Whether this CPU runs the kernels (AVX2 and FMA).
 bool cpu_supported();
+
+/// Whether it also runs their AVX-512 variant (16 lanes: nChw16c's blocks whole), which the
+/// transforms take for layout_block 16.
+bool avx512_supported();
 
 /// [k, c, 3, 3] row-major weights -> alpha^2 matrices of c x k (row-major), G g G^T per pair.
 void transform_weights(const geometry& g, const float* weights, float* transformed);
