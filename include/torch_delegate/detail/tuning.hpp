@@ -19,6 +19,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <iosfwd>
@@ -50,13 +51,35 @@ struct region_timing {
 inline constexpr sampling_rule region_rule{0.03, 0.01, 8, 40, 3.0};
 inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 12.0};
 
-/// How many calls a block times (after the one it drops) for paths whose call takes `call_ms`:
-/// the fastest of 3 where a call is short, so that a call another process delayed does not count;
-/// 1 from long_call_ms on, where a call spans many of the other process's time slices and
-/// the rounds, not the calls, carry the statistics (a whole ResNet-50 or ConvNeXt-T: half the
-/// calls a comparison makes, on a loaded machine 8 to 16 rounds of 300 ms calls).
+/// A block of calls of one path counts the fastest of its last timed_per_block calls: on a
+/// shared machine another process delays a call by 2-4x when it takes a core from a thread the
+/// others wait for, and never speeds one up (ResNet-50 lowered to onednn against xnnpack beside a
+/// busy process, 45 against 61 ms: with 1 call a block, 7 of 30 rounds went the wrong way and the
+/// sign test separated after 12 to 29 rounds; with the fastest of 3, after 8, its least).
+inline constexpr std::size_t timed_per_block = 3;
+/// A block first makes one call it does not count (it pays for what the other path left behind:
+/// threads still spinning, caches) where a call takes less than long_call_ms; a longer one
+/// dwarfs that, and the fastest of 3 leaves out a first call it slowed.
 inline constexpr double long_call_ms = 50.0;
-inline std::size_t calls_per_block(double call_ms) { return call_ms >= long_call_ms ? 1 : 3; }
+inline bool drops_first_call(double call_ms) { return call_ms < long_call_ms; }
+
+/// The wall time of `call()`, in ms: what every measurement of a partition is made of.
+template <class F>
+double elapsed_ms(F&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// One block of calls of one path: a call dropped where `drop_first`, then the fastest of
+/// timed_per_block calls, in ms.
+template <class F>
+double fastest_in_block(F&& call, bool drop_first) {
+  if (drop_first) call();
+  double fastest = elapsed_ms(call);
+  for (std::size_t k = 1; k < timed_per_block; ++k) fastest = std::min(fastest, elapsed_ms(call));
+  return fastest;
+}
 
 /// The value of each top-level value of a method's graph, from a run on its example inputs.
 using example_value_map = std::unordered_map<const torch::jit::Value*, c10::IValue>;
@@ -95,9 +118,9 @@ struct timing_source {
 
 /// Times with the steady clock, in this process, without gradients. A region between
 /// TorchScript ops that compute is timed between two TorchScript calls and charged for what it
-/// costs the call after it; one with no such neighbour in blocks of calls of one kind (the first
-/// dropped, then the fastest of calls_per_block: 3 calls, 1 for a call of long_call_ms or
-/// more). Each round times both paths, the order alternating. A method: two warm-up calls, then
+/// costs the call after it; one with no such neighbour in blocks of calls of one kind (the
+/// fastest of timed_per_block, after one dropped where drops_first_call). Each round times both
+/// paths, the order alternating. A method: two warm-up calls, then
 /// the median of 5; methods side by side: per round a block of each, as a region's.
 struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;

@@ -66,24 +66,6 @@ inline bool computes(const torch::jit::Node* node) {
                      [](const torch::jit::Value* value) { return value->type()->cast<c10::TensorType>() != nullptr; });
 }
 
-// The wall time of `call()`, in ms: what every measurement of a partition is made of.
-template <class F>
-double elapsed_ms(F&& call) {
-  const auto start = std::chrono::steady_clock::now();
-  call();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-// One block of calls of one path: a call dropped (it pays for what the other path left behind),
-// then the fastest of `timed` calls.
-template <class F>
-double fastest_after_one(F&& call, std::size_t timed) {
-  call();
-  double fastest = elapsed_ms(call);
-  for (std::size_t k = 1; k < timed; ++k) fastest = std::min(fastest, elapsed_ms(call));
-  return fastest;
-}
-
 // Whether a TorchScript node that computes makes one of `formed`'s inputs or reads one of its
 // outputs: then, in the method, the region runs right after or before ATen's parallel work.
 inline bool has_computing_neighbour(const region& formed) {
@@ -130,7 +112,7 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   };
   run_backend();  // warm-up: first calls allocate, set up, optimise
   run_script();
-  const std::size_t timed_calls = calls_per_block(std::max(elapsed_ms(run_backend), elapsed_ms(run_script)));
+  const bool drop_first = drops_first_call(std::max(elapsed_ms(run_backend), elapsed_ms(run_script)));
   // A region between TorchScript ops that compute (a layer norm before a Linear) pays for what
   // they leave behind (ATen's OpenMP workers spin for a while after a parallel region, on the
   // cores a backend's own threads need), and they pay for what it leaves (a backend's pool spins
@@ -167,12 +149,12 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
           after_kept.push_back(following_script);
           return {backend_ms + following_backend, script_ms + following_script};
         }
-        // A block: one call dropped (it pays for what the other path left behind), then the
-        // fastest of calls_per_block (another process taking a core for a while delays a call,
-        // never speeds one up: the fastest is the steadier figure on a shared machine).
+        // A block: one call dropped where calls are short (it pays for what the other path left
+        // behind), then the fastest of timed_per_block (another process taking a core for a
+        // while delays a call, never speeds one up: the fastest is the steadier figure).
         double script_ms = 0, backend_ms = 0;
-        auto script_block = [&] { script_ms = fastest_after_one(run_script, timed_calls); };
-        auto backend_block = [&] { backend_ms = fastest_after_one(run_backend, timed_calls); };
+        auto script_block = [&] { script_ms = fastest_in_block(run_script, drop_first); };
+        auto backend_block = [&] { backend_ms = fastest_in_block(run_backend, drop_first); };
         if (backend_first) {
           backend_block();
           script_block();
@@ -208,10 +190,11 @@ TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const to
   for (torch::jit::Method& call : calls) call(inputs);  // the profiling executor optimises after its first calls
   double longest = 0;
   for (torch::jit::Method& call : calls) longest = std::max(longest, elapsed_ms([&] { call(inputs); }));
-  const std::size_t timed_calls = calls_per_block(longest);
-  // A block of one module's calls: the first dropped (it pays for what the other left behind),
-  // then the fastest of calls_per_block (a call delayed by another process is never faster).
-  auto block = [&](torch::jit::Method& call) { return fastest_after_one([&] { call(inputs); }, timed_calls); };
+  const bool drop_first = drops_first_call(longest);
+  // A block of one module's calls: the first dropped where calls are short (it pays for what the
+  // other left behind), then the fastest of timed_per_block (a call delayed by another process
+  // is never faster).
+  auto block = [&](torch::jit::Method& call) { return fastest_in_block([&] { call(inputs); }, drop_first); };
   std::size_t round = 0;
   return sample_until_separated(
       [&]() -> std::pair<double, double> {
