@@ -224,6 +224,27 @@ def forward(self, x):
   }
 }
 
+TEST_CASE("min_gain's rule: the least savings kept while they add up to less; the method never shorter than a region") {
+  using torch_delegate::detail::least_gains;
+  // Regions saving 1, 2 and 4 ms of a 20 ms method (least first).
+  const std::vector<torch_delegate::detail::region_times> three{{3, 2}, {5, 3}, {8, 4}};
+  CHECK(least_gains(three, 20, 0.0).kept == 0);
+  CHECK(least_gains(three, 20, 0.04).kept == 0);   // 1 ms is not below 0.8
+  CHECK(least_gains(three, 20, 0.06).kept == 1);   // 1 < 1.2
+  CHECK(least_gains(three, 20, 0.2).kept == 2);    // 1 + 2 < 4, + 4 is not
+  const auto all = least_gains(three, 20, 0.5);    // 7 < 10
+  CHECK(all.kept == 3);
+  CHECK(all.saved_together == 7);
+  CHECK(all.method_ms == 20);
+  // A region saving 5 of its own 10 ms in TorchScript, with the method timed at 1 ms in a quieter
+  // moment: as a share of 1 ms the saving would pass any min_gain; the method counts as 10 ms.
+  const std::vector<torch_delegate::detail::region_times> loaded{{10, 5}};
+  CHECK(least_gains(loaded, 1, 0.4).kept == 0);
+  const auto kept = least_gains(loaded, 1, 0.6);
+  CHECK(kept.kept == 1);
+  CHECK(kept.method_ms == 10);
+}
+
 TEST_CASE("measured partitioning: a region that saves less than min_gain of its method stays in TorchScript") {
   // The region (slow_add) saves about 8 ms of a method of about 28 ms (sleepy stays in
   // TorchScript): about 29 %.

@@ -81,6 +81,38 @@ double fastest_in_block(F&& call, bool drop_first) {
   return fastest;
 }
 
+/// A region measured faster on its backend: its two times, in ms.
+struct region_times {
+  double torchscript_ms;
+  double backend_ms;
+};
+
+/// What min_gain keeps in TorchScript: the first `kept` regions (least saving first), which
+/// together save `saved_together` ms, less than min_gain of `method_ms`.
+struct min_gain_verdict {
+  std::size_t kept = 0;
+  double saved_together = 0;
+  double method_ms = 0;  // the method's time the share is of
+};
+
+/// min_gain's rule over `by_saving` (regions measured faster, least saving first): they stay in
+/// TorchScript while together they save less than `min_gain` of the method's time. That time
+/// (`method_ms`, the original method timed whole) and a region's are taken at different moments,
+/// so the method never counts as shorter than a region's TorchScript time (on a loaded machine a
+/// region once "saved 99 %" of a method timed in a quiet moment).
+inline min_gain_verdict least_gains(const std::vector<region_times>& by_saving, double method_ms, double min_gain) {
+  min_gain_verdict verdict;
+  verdict.method_ms = method_ms;
+  for (const region_times& region : by_saving) verdict.method_ms = std::max(verdict.method_ms, region.torchscript_ms);
+  for (const region_times& region : by_saving) {
+    const double saved = region.torchscript_ms - region.backend_ms;
+    if (verdict.saved_together + saved >= min_gain * verdict.method_ms) break;
+    verdict.saved_together += saved;
+    ++verdict.kept;
+  }
+  return verdict;
+}
+
 /// The value of each top-level value of a method's graph, from a run on its example inputs.
 using example_value_map = std::unordered_map<const torch::jit::Value*, c10::IValue>;
 
@@ -103,8 +135,8 @@ struct timing_source {
   /// rounds until they separate (region_rule); nothing when a value it takes is not known (a
   /// region in an if or loop body).
   virtual std::optional<region_timing> region_ms(const region_to_time& what) = 0;
-  /// One call of the original `method` of `module` on its example `inputs`: what min_gain is a
-  /// share of.
+  /// One call of the original `method` of `module` on its example `inputs` (the fastest of a few):
+  /// what min_gain is a share of.
   virtual double method_ms(const torch::jit::Module& module, const std::string& method,
                            const std::vector<c10::IValue>& inputs) = 0;
   /// `method` of two modules timed side by side in rounds until they separate (method_rule).
@@ -121,7 +153,7 @@ struct timing_source {
 /// costs the call after it; one with no such neighbour in blocks of calls of one kind (the
 /// fastest of timed_per_block, after one dropped where drops_first_call). Each round times both
 /// paths, the order alternating. A method: two warm-up calls, then
-/// the median of 5; methods side by side: per round a block of each, as a region's.
+/// the fastest of 5; methods side by side: per round a block of each, as a region's.
 struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,

@@ -178,25 +178,26 @@ class measured_decider final : public region_decider {
   }
 
  private:
-  // min_gain: the winners that save least, kept while together they save less than min_gain of
-  // the method (timed whole once per method, when needed).
+  // min_gain (least_gains): the winners that save least, kept while together they save less than
+  // min_gain of the method (timed whole once per method, when needed).
   void keep_least_gains(const candidate_regions& candidates, std::vector<std::size_t>& winners,
                         std::vector<region_decision>& decisions) {
     const std::string& method = candidates.method;
     if (whole_ms_ < 0) whole_ms_ = timing_.method_ms(*module_, method, *inputs_);
     auto saved = [&](std::size_t i) { return candidates.reports[i].torchscript_ms - candidates.reports[i].backend_ms; };
     std::stable_sort(winners.begin(), winners.end(), [&](std::size_t a, std::size_t b) { return saved(a) < saved(b); });
-    double together = 0;
-    std::size_t least = 0;
-    while (least < winners.size() && together + saved(winners[least]) < options_.min_gain * whole_ms_)
-      together += saved(winners[least++]);
+    std::vector<region_times> times;
+    for (const std::size_t i : winners) times.push_back({candidates.reports[i].torchscript_ms, candidates.reports[i].backend_ms});
+    const min_gain_verdict verdict = least_gains(times, whole_ms_, options_.min_gain);
+    const std::size_t least = verdict.kept;
+    const double together = verdict.saved_together, whole_ms = verdict.method_ms;
     for (std::size_t w = 0; w < least; ++w) {
       const std::size_t i = winners[w];
       std::ostringstream text;
       text.precision(3);
       text << timing_text(candidates.reports[i]) << ": saves " << saved(i) << " ms";
       if (least > 1) text << "; the " << least << " regions that save least save " << together << " ms together";
-      text << ", less than " << 100 * options_.min_gain << " % of " << method << " (" << whole_ms_ << " ms, min_gain)";
+      text << ", less than " << 100 * options_.min_gain << " % of " << method << " (" << whole_ms << " ms, min_gain)";
       decisions[i] = {false, kept_reason::gain_below_minimum, text.str()};
     }
   }
