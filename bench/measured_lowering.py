@@ -108,14 +108,15 @@ class Busy:
 
 
 def interleaved(variants, x, rounds=15):
-    """Medians in ms: rounds of a block of 3 calls per variant (the first dropped), order rotating."""
+    """Medians in ms: rounds of a block of 3 calls per variant (the first dropped), each block
+    after models.SETTLE seconds of quiet, the order drawn anew each round (models.round_order)."""
     times = {k: [] for k in variants}
-    keys = list(variants)
     with torch.no_grad():
         for f in variants.values():
             f(x), f(x)
         for r in range(rounds):
-            for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            for k in models.round_order(variants, r):
+                time.sleep(models.SETTLE)
                 variants[k](x)
                 start = time.perf_counter()
                 variants[k](x), variants[k](x)

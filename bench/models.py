@@ -1,6 +1,8 @@
 """The models the benches time: torchvision's architectures with random weights (offline,
 weights=None) and a BERT-base-shaped encoder written out, each with its input (batch 1)."""
 import math
+import os
+import random
 import warnings
 
 import torch
@@ -14,6 +16,23 @@ warnings.filterwarnings("ignore", message="Scripted GoogleNet always returns Goo
 CNNS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
         "squeezenet1_0", "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "googlenet"]
 TRANSFORMERS = ["vit_b_16", "swin_t", "bert_base_encoder"]
+
+
+# Seconds each block of an interleaved timing waits before its first call. An engine's worker
+# threads spin for a while after its calls (ONNX Runtime's by default, OpenMP's, XNNPACK's
+# pthreadpool's) and on 2 cores that spinning took the next variant's cores: with the recipe's
+# lowering and ORT's process beside it, ResNet-18 lowered to onednn timed 12.0 ms, 10.2 without
+# the recipe, 9.9 alone; each variant is timed as it would run alone.
+SETTLE = float(os.environ.get("TD_BENCH_SETTLE", "0.05"))
+
+
+def round_order(names, round_):
+    """The order of the variants in round `round_` of an interleaved timing: a permutation drawn
+    anew each round (seeded by the round: the same in every run), so that no variant always
+    follows the same one. A rotation keeps the neighbours: in bench/measured_lowering.py the
+    recipe always came right after xnnpack, whose pool's spinning threads slowed its next calls,
+    and SqueezeNet's recipe timed 0.52x onednn alone with the same plan (8.4 against 4.4 ms)."""
+    return random.Random(round_).sample(list(names), len(names))
 
 
 class EncoderLayer(nn.Module):

@@ -4,7 +4,7 @@ Each model is exported with torch.onnx.export (opset 14) and run by ONNX Runtime
 onnxruntime-node in a process of its own (bench/ort_runner.js), driven over a pipe so that its
 calls are interleaved with LibTorch's and ours: round after round, every variant runs a few calls
 in a row (the first of each block is dropped: it pays for what the previous variant left behind,
-such as the other process's spinning threads), the order rotating from round to round; medians.
+such as the other process's spinning threads), the order drawn anew each round; medians.
 Same input, same threads (2 unless TD_BENCH_THREADS), batch 1; every output is compared with
 eager's. LibTorch runs with OpenBLAS when it is installed (libopenblas0-openmp, by
 LD_LIBRARY_PATH: Debian's default reference BLAS is 25-75x slower on Linears).
@@ -132,17 +132,12 @@ def local_timer(function, x):
     return calls
 
 
-# Seconds each block waits before its first call. An engine's worker threads spin for a while
-# after its calls (ONNX Runtime's by default, OpenMP's, XNNPACK's pthreadpool's) and on 2 cores
-# that spinning took the next variant's cores: with the recipe's lowering and ORT's process beside
-# it, ResNet-18 lowered to onednn timed 12.0 ms, 10.2 without the recipe, 9.9 alone; each variant
-# is timed as it would run alone.
-SETTLE = float(os.environ.get("TD_BENCH_SETTLE", "0.05"))
+SETTLE = models.SETTLE  # each block waits this long first (bench/models.py)
 
 
 def measure(timers):
-    """Medians (s) of steady calls, interleaved, the order rotating from round to round; each
-    block after SETTLE seconds of quiet, its first call dropped."""
+    """Medians (s) of steady calls, interleaved, the order drawn anew each round
+    (models.round_order); each block after SETTLE seconds of quiet, its first call dropped."""
     with torch.no_grad():
         first = {name: min(timer(2)) for name, timer in timers.items()}  # warm-up, and a size
         slowest = max(first.values())
@@ -151,7 +146,7 @@ def measure(timers):
         steady = {name: [] for name in timers}
         names = list(timers)
         for round_ in range(rounds):
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            for name in models.round_order(names, round_):
                 time.sleep(SETTLE)  # the previous variant's idle threads (ORT's, OpenMP's, pthreadpool's) stop spinning
                 steady[name].extend(timers[name](calls)[1:])
     return {name: statistics.median(values) for name, values in steady.items()}

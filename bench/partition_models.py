@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
 from models import Encoder  # noqa: E402  (the BERT-base-shaped encoder bench/ort_models.py times too)
 
 xnnpack_library, pointwise_library, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -60,8 +61,9 @@ def timed(function, x):
 def measure(variants, x):
     """Medians of steady calls, interleaved: each round runs every variant `calls` times in a row
     and keeps all but its first call (which pays for what the previous variant left behind). The
-    order rotates from round to round: a variant that always ran right after oneDNN's calls
-    measured 3-6 % slower than the same graph run elsewhere in the round."""
+    order is drawn anew each round (models.round_order): a variant that always ran right after
+    oneDNN's calls measured 3-6 % slower than the same graph run elsewhere in the round (a
+    rotation, as before, keeps each variant's neighbour)."""
     with torch.no_grad():
         first = {name: timed(function, x) for name, function in variants.items()}  # warm-up, and a size
         slow = max(first.values()) > 1.0
@@ -69,7 +71,7 @@ def measure(variants, x):
         steady = {name: [] for name in variants}
         names = list(variants)
         for round_ in range(rounds):
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            for name in models.round_order(names, round_):
                 times = [timed(variants[name], x) for _ in range(calls)]
                 steady[name].extend(times[1:])
     return {name: statistics.median(values) for name, values in steady.items()}
