@@ -224,18 +224,17 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(data["backend"], "xnnpack, pointwise_fusion")  # deprecated, kept for older readers
         self.assertEqual([region["backend"] for region in data["methods"][0]["regions"]], ["xnnpack", "pointwise_fusion"])
         self.assertIn("aten::cat", [kept["kind"] for kept in data["methods"][0]["kept"]])
-        # Measured, with a minimum gain no region should reach: a region measured slower, or faster
-        # by less than 99 % of the method, stays in TorchScript; one whose times do not separate goes
-        # by the list's order. (A region can still pass: the method's time and the region's are
-        # taken at different moments, and on a loaded 2-core CI runner one region's TorchScript
-        # rounds once saved "99 %" of a method timed in a quiet moment. The option's passage, not
-        # the machine's noise, is what this checks.)
+        # Measured, with a minimum gain no region can reach: every region measured faster or slower
+        # stays in TorchScript; only one whose times do not separate goes by the list's order. (The
+        # method never counts as shorter than a region's own TorchScript time, which is timed at
+        # another moment: before, on a loaded CI runner, one region once "saved 99 %" of a method
+        # timed in a quiet moment.)
         code, out, err = cli("plan", self.scripted_file, "xnnpack", "pointwise_fusion", "--example-input", "1x3x16x16",
                              "--measure", "--min-gain", "0.99", "--json")
         self.assertEqual(code, 0, err)
         data = json.loads(out)
         for region in data["methods"][0]["regions"]:
-            self.assertTrue(region["decision"].startswith(("not separable: of ", "faster on ")), region["decision"])
+            self.assertTrue(region["decision"].startswith("not separable: of "), region["decision"])
         kept = {kept["reason_token"] for kept in data["methods"][0]["kept"]}
         self.assertTrue({"gain_below_minimum", "slower_on_backend"} & kept or data["methods"][0]["regions"])
 
