@@ -55,7 +55,8 @@ inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 12.0};
 /// shared machine another process delays a call by 2-4x when it takes a core from a thread the
 /// others wait for, and never speeds one up (ResNet-50 lowered to onednn against xnnpack beside a
 /// busy process, 45 against 61 ms: with 1 call a block, 7 of 30 rounds went the wrong way and the
-/// sign test separated after 12 to 29 rounds; with the fastest of 3, after 8, its least).
+/// sign test separated after 12 to 29 rounds; with the fastest of 3, after 8, its least:
+/// bench/timing_blocks.py).
 inline constexpr std::size_t timed_per_block = 3;
 /// A block first makes one call it does not count (it pays for what the other path left behind:
 /// threads still spinning, caches) where a call takes less than long_call_ms; a longer one
