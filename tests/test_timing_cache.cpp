@@ -120,6 +120,27 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
     twice[5] = 0.9;
     CHECK(compare_rounds(eight, twice, rule).verdict == separation::not_separable);
   }
+  SUBCASE("a gross gap separates from 2 rounds: every round won by gross_ratio and the t test below alpha") {
+    // ConvNeXt-T's body beside a busy process: 60 ms on onednn, 2.4 s in TorchScript.
+    const auto two = compare_rounds(std::vector<double>{60.0, 61.0}, std::vector<double>{2400.0, 2430.0}, rule);
+    CHECK(two.verdict == separation::first_faster);
+    CHECK(two.rounds == 2);
+    CHECK(two.p_value == doctest::Approx(torch_delegate::detail::paired_t_test_p({std::log(40.0), std::log(2430.0 / 61.0)})));
+    CHECK(torch_delegate::detail::separated_early(two, rule));
+    // One round won by less than gross_ratio: not before early_rounds.
+    CHECK(compare_rounds(std::vector<double>{1.0, 1.0}, std::vector<double>{5.0, 3.9}, rule).verdict == separation::not_separable);
+    CHECK(compare_rounds(std::vector<double>{1.0, 1.0, 1.0}, std::vector<double>{3.9, 3.9, 3.9}, rule).verdict ==
+          separation::not_separable);
+    // Gross, but 40x then 10x: the t test does not separate 2 rounds that far apart (p = 0.14).
+    CHECK(compare_rounds(std::vector<double>{1.0, 1.0}, std::vector<double>{40.0, 10.0}, rule).verdict == separation::not_separable);
+    // One round: never.
+    CHECK(compare_rounds(std::vector<double>{1.0}, std::vector<double>{100.0}, rule).verdict == separation::not_separable);
+    std::size_t rounds = 0;
+    auto quick = torch_delegate::detail::sample_until_separated([&] { return ++rounds, std::pair{1.0, 10.0}; }, rule);
+    CHECK(quick.verdict == separation::first_faster);
+    CHECK(quick.rounds == 2);
+    CHECK(rounds == 2);
+  }
   SUBCASE("the t test's p against closed forms (1, 2 and 3 degrees of freedom)") {
     using torch_delegate::detail::paired_t_test_p;
     const double pi = std::acos(-1.0);

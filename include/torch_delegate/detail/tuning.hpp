@@ -72,13 +72,23 @@ double elapsed_ms(F&& call) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// A block makes no further call once its timed calls have taken block_budget_ms: a call that
+/// long is made of thousands of barriers, and a core lost for a time slice delays it by a few
+/// percent, not 2-4x. Beside a busy process ATen's OpenMP ran ConvNeXt-T's body at 2.4 s a call
+/// (60 ms on onednn): 3 calls a block made its one region's verdict cost 44 s, for a gap of 40x.
+inline constexpr double block_budget_ms = 1000.0;
+
 /// One block of calls of one path: a call dropped where `drop_first`, then the fastest of
-/// timed_per_block calls, in ms.
+/// timed_per_block calls, in ms; fewer once the calls have taken block_budget_ms (at least one).
 template <class F>
 double fastest_in_block(F&& call, bool drop_first) {
   if (drop_first) call();
-  double fastest = elapsed_ms(call);
-  for (std::size_t k = 1; k < timed_per_block; ++k) fastest = std::min(fastest, elapsed_ms(call));
+  double fastest = elapsed_ms(call), spent = fastest;
+  for (std::size_t k = 1; k < timed_per_block && spent < block_budget_ms; ++k) {
+    const double ms = elapsed_ms(call);
+    fastest = std::min(fastest, ms);
+    spent += ms;
+  }
   return fastest;
 }
 

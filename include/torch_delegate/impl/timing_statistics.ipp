@@ -86,13 +86,15 @@ TORCH_DELEGATE_DECL paired_comparison compare_rounds(const std::vector<double>& 
   };
   if (result.rounds >= rule.min_rounds) {
     if (result.p_value < rule.alpha) decide();
-  } else if (result.rounds >= std::max<std::size_t>(2, rule.early_rounds) &&
-             std::max(result.first_wins, result.second_wins) == result.rounds) {
-    // Early: every round won by the leader, and the log ratios' mean far from 0 for their spread.
+  } else if (result.rounds >= 2 && std::max(result.first_wins, result.second_wins) == result.rounds) {
+    // Early: every round won by the leader, and the log ratios' mean far from 0 for their spread;
+    // before early_rounds, only where every round was won by gross_ratio or more.
     std::vector<double> ratios;
     for (std::size_t i = 0; i < result.rounds; ++i)
       ratios.push_back(first[i] > 0 && second[i] > 0 ? std::log(second[i] / first[i]) : 0.0);
-    const double p = paired_t_test_p(ratios);
+    const bool gross = std::all_of(ratios.begin(), ratios.end(),
+                                   [&](double ratio) { return std::fabs(ratio) >= std::log(rule.gross_ratio); });
+    const double p = result.rounds >= rule.early_rounds || gross ? paired_t_test_p(ratios) : 1.0;
     if (p < rule.alpha) {
       result.p_value = p;
       decide();
@@ -117,7 +119,7 @@ TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function
     const auto [a, b] = round();
     first.push_back(a);
     second.push_back(b);
-    if (first.size() < std::min(rule.early_rounds, rule.min_rounds)) continue;
+    if (first.size() < 2) continue;
     so_far = compare_rounds(first, second, rule);
     if (so_far.verdict != separation::not_separable) return so_far;
     if (first.size() < rule.min_rounds) continue;  // early, only a wide gap stops the rounds

@@ -184,7 +184,8 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // must not reuse decisions made the old way.
 // 2: a region that does not separate from TorchScript goes by the list's order whatever min_gain.
 // 3: every timing block is the fastest of 3 calls; min_gain's method never shorter than a region.
-inline constexpr int tuning_logic_version = 3;
+// 4: a block stops once its calls took block_budget_ms; a gross gap separates from 2 rounds.
+inline constexpr int tuning_logic_version = 4;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {
