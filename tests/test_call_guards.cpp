@@ -5,6 +5,8 @@
 
 #include <torch_delegate/torch_delegate.hpp>
 
+#include <cstdio>
+
 #include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
 
@@ -80,6 +82,7 @@ TEST_CASE("autograd: a backend that drops the gradient is refused on every route
     lowered.save(temp_path("call_guards_detaching.pt"));
     auto loaded = torch_delegate::load<DetachingBackend>(temp_path("call_guards_detaching.pt"));
     CHECK_CONTAINS(error_of([&] { loaded.forward({h, x}); }), "autograd: argument 2 ('h') requires grad");
+    std::remove(temp_path("call_guards_detaching.pt").c_str());
   }
   SUBCASE("the ways out the message names run it") {
     {
