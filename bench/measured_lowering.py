@@ -208,7 +208,7 @@ def main():
                       f"measured lowerings (the runs column), the timing cache off, one other process spinning on a core. "
                       f"Ratios >= 1: the recipe is faster.", text)
         return
-    print(f"machine: {isa()}; {threads} threads; BLAS: {os.environ.get('TD_BENCH_BLAS', 'default')}", flush=True)
+    print(f"machine: {isa()}; {threads} threads; BLAS: {models.blas_in_use()}", flush=True)
     rows = []
     for name in names:
         row = measure_model(name)

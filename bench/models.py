@@ -26,6 +26,24 @@ TRANSFORMERS = ["vit_b_16", "swin_t", "bert_base_encoder"]
 SETTLE = float(os.environ.get("TD_BENCH_SETTLE", "0.05"))
 
 
+def blas_in_use():
+    """The BLAS this process has loaded, read from /proc/self/maps (not from what a variable
+    says): "openblas", "reference" or what the library's path names; "unknown" off Linux."""
+    try:
+        paths = {line.split()[-1] for line in open("/proc/self/maps") if "/" in line}
+    except OSError:
+        return "unknown"
+    for path in sorted(paths):
+        name = os.path.basename(path)
+        if name.startswith(("libopenblas", "libblas", "libmkl_rt", "libblis")):
+            if "openblas" in path:
+                return "openblas"
+            if "/blas/" in path:
+                return "reference"
+            return path
+    return "unknown"
+
+
 def round_order(names, round_):
     """The order of the variants in round `round_` of an interleaved timing: a permutation drawn
     anew each round (seeded by the round: the same in every run), so that no variant always

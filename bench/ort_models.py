@@ -53,12 +53,12 @@ if os.path.isdir(OPENBLAS) and os.environ.get("TD_BENCH_BLAS") is None:
     env = dict(os.environ, TD_BENCH_BLAS="openblas",
                LD_LIBRARY_PATH=OPENBLAS + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else ""))
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
-blas = os.environ.get("TD_BENCH_BLAS", "default (reference)")
 
 import torch  # noqa: E402  (after the re-exec: the BLAS is chosen when libtorch loads)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+blas = models.blas_in_use()  # what this process loaded, whatever TD_BENCH_BLAS says
 
 torch.set_num_threads(threads)
 import torch_delegate  # noqa: E402

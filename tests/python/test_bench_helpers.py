@@ -1,0 +1,41 @@
+"""bench/models.py's helpers that every bench figure rests on: which BLAS this process loaded
+(read from the process, so that a table never names a BLAS it did not run on), and the seeded
+order of each round's variants."""
+import os
+import subprocess
+import sys
+
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+sys.path.insert(0, BENCH)
+
+import models  # noqa: E402
+import torch  # noqa: E402,F401  (loads LibTorch, and with it the BLAS)
+
+
+def expected(path):
+    real = os.path.realpath(path)
+    return "openblas" if "openblas" in real else "reference" if "/blas/" in real else real
+
+
+SYSTEM_BLAS = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+
+# This process: the library the system's libblas.so.3 resolves to.
+assert models.blas_in_use() == expected(SYSTEM_BLAS), (models.blas_in_use(), os.path.realpath(SYSTEM_BLAS))
+
+# A process with OpenBLAS first on the library path (as the benches re-run themselves) names it,
+# whatever TD_BENCH_BLAS says.
+if os.path.isdir(OPENBLAS):
+    env = dict(os.environ, LD_LIBRARY_PATH=OPENBLAS, TD_BENCH_BLAS="reference")
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {BENCH!r}); import torch, models; "
+                          "print(models.blas_in_use())"], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "openblas", out
+
+# Each round's order: a permutation of the names, the same for the same round, not one rotation.
+names = ["recipe", "onednn", "xnnpack", "oif", "ort"]
+orders = [models.round_order(names, r) for r in range(12)]
+assert all(sorted(order) == sorted(names) for order in orders)
+assert orders == [models.round_order(names, r) for r in range(12)]
+neighbours = {order[order.index("xnnpack") + 1] for order in orders if order.index("xnnpack") + 1 < len(order)}
+assert len(neighbours) > 1, "the variant after xnnpack changes from round to round"
+print("bench helpers: ok,", models.blas_in_use())
