@@ -28,9 +28,12 @@ SETTLE = float(os.environ.get("TD_BENCH_SETTLE", "0.05"))
 
 def blas_in_use():
     """The BLAS this process has loaded, read from /proc/self/maps (not from what a variable
-    says): "openblas", "reference" or what the library's path names; "unknown" off Linux."""
+    says): "openblas", "reference" or the library's path; "unknown" where no BLAS library is
+    mapped (statically linked, or off Linux)."""
     try:
-        paths = {line.split()[-1] for line in open("/proc/self/maps") if "/" in line}
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip().removesuffix(" (deleted)")
+                     for line in maps if len(line.split(None, 5)) == 6 and "/" in line}
     except OSError:
         return "unknown"
     for path in sorted(paths):

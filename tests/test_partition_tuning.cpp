@@ -655,7 +655,7 @@ TEST_CASE("timing blocks: the fastest of 3 calls, after one dropped where a call
           [&] {
             if (calls++ == delayed) std::this_thread::sleep_for(std::chrono::milliseconds(200));
           },
-          drop_first);
+          drop_first, timed_per_block);
       CAPTURE(drop_first);
       CAPTURE(delayed);
       CHECK(calls == timed_per_block + (drop_first ? 1 : 0));
@@ -663,18 +663,25 @@ TEST_CASE("timing blocks: the fastest of 3 calls, after one dropped where a call
     }
 }
 
-TEST_CASE("timing blocks: no further call once a block has taken block_budget_ms") {
+TEST_CASE("timing blocks: as many calls as fit in block_budget_ms, the same for both paths") {
   // Beside a busy process ATen's OpenMP ran ConvNeXt-T's body at 2.4 s a call: a block of 3 such
-  // calls took 7 s for a region 40x faster on its backend. A call that long is one block.
+  // calls took 7 s for a region 40x faster on its backend. A call that long is one block; both
+  // paths of a comparison take as many calls (from its longest call), or the fastest of 3 of the
+  // shorter one would be measured against one call of the longer.
   using namespace torch_delegate::detail;
-  const auto budget = std::chrono::duration<double, std::milli>(block_budget_ms);
+  CHECK(calls_per_block(0.5) == timed_per_block);
+  CHECK(calls_per_block(block_budget_ms / 3) == 3);
+  CHECK(calls_per_block(0.4 * block_budget_ms) == 3);   // 1.2 s: the last call starts within the budget
+  CHECK(calls_per_block(0.6 * block_budget_ms) == 2);
+  CHECK(calls_per_block(block_budget_ms) == 1);
+  CHECK(calls_per_block(2400.0) == 1);
+  CHECK(calls_per_block(0.0) == timed_per_block);       // nothing measured: the full block
   std::size_t calls = 0;
-  CHECK(fastest_in_block([&] { ++calls, std::this_thread::sleep_for(budget); }, false) >= block_budget_ms);
-  CHECK(calls == 1);
-  // Calls of 0.4 of the budget: a second call (0.8 spent), then a third; the fastest counts.
+  const double fastest = fastest_in_block([&] { std::this_thread::sleep_for(std::chrono::milliseconds(calls++ == 1 ? 5 : 20)); },
+                                          false, 2);
+  CHECK(calls == 2);
+  CHECK(fastest < 15.0);  // the fastest of the 2
   calls = 0;
-  const double fastest = fastest_in_block(
-      [&] { std::this_thread::sleep_for(budget * (calls++ == 1 ? 0.3 : 0.4)); }, false);
-  CHECK(calls == timed_per_block);
-  CHECK(fastest < 0.35 * block_budget_ms);
+  fastest_in_block([&] { ++calls; }, true, 1);
+  CHECK(calls == 2);  // one dropped, one timed
 }

@@ -128,7 +128,13 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
     CHECK(two.p_value == doctest::Approx(torch_delegate::detail::paired_t_test_p({std::log(40.0), std::log(2430.0 / 61.0)})));
     CHECK(torch_delegate::detail::separated_early(two, rule));
     // One round won by less than gross_ratio: not before early_rounds.
-    CHECK(compare_rounds(std::vector<double>{1.0, 1.0}, std::vector<double>{5.0, 3.9}, rule).verdict == separation::not_separable);
+    // (3.9 and 3.95 agree: the t test alone would separate them, p = 0.003.)
+    CHECK(compare_rounds(std::vector<double>{1.0, 1.0}, std::vector<double>{3.9, 3.95}, rule).verdict == separation::not_separable);
+    CHECK(torch_delegate::detail::paired_t_test_p({std::log(3.9), std::log(3.95)}) < rule.alpha);
+    // Exactly gross_ratio, and the second path leading.
+    CHECK(compare_rounds(std::vector<double>{1.0, 1.0}, std::vector<double>{4.0, 4.0}, rule).verdict == separation::first_faster);
+    CHECK(compare_rounds(std::vector<double>{2400.0, 2430.0}, std::vector<double>{60.0, 61.0}, rule).verdict ==
+          separation::second_faster);
     CHECK(compare_rounds(std::vector<double>{1.0, 1.0, 1.0}, std::vector<double>{3.9, 3.9, 3.9}, rule).verdict ==
           separation::not_separable);
     // Gross, but 40x then 10x: the t test does not separate 2 rounds that far apart (p = 0.14).

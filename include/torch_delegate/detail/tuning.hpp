@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -72,23 +73,28 @@ double elapsed_ms(F&& call) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// A block makes no further call once its timed calls have taken block_budget_ms: a call that
-/// long is made of thousands of barriers, and a core lost for a time slice delays it by a few
-/// percent, not 2-4x. Beside a busy process ATen's OpenMP ran ConvNeXt-T's body at 2.4 s a call
-/// (60 ms on onednn): 3 calls a block made its one region's verdict cost 44 s, for a gap of 40x.
+/// A block makes fewer calls where calls are long: as many as fit in block_budget_ms, at least
+/// one. A call that long is thousands of barriers, and a core lost for a time slice delays it
+/// by a few percent, not 2-4x. Beside a busy process ATen's OpenMP ran ConvNeXt-T's body at
+/// 2.4 s a call (60 ms on onednn): 3 calls a block made its one region's verdict cost 44 s, for
+/// a gap of 40x.
 inline constexpr double block_budget_ms = 1000.0;
+/// The timed calls of each block of one comparison, from its longest call before the rounds:
+/// the same for both paths (the fastest of 3 is lower than the fastest of 1, so the two paths'
+/// blocks must take as many).
+inline std::size_t calls_per_block(double longest_call_ms) {
+  if (!(longest_call_ms > 0)) return timed_per_block;
+  const double fit = std::ceil(block_budget_ms / longest_call_ms);
+  return fit >= double(timed_per_block) ? timed_per_block : std::max<std::size_t>(1, static_cast<std::size_t>(fit));
+}
 
 /// One block of calls of one path: a call dropped where `drop_first`, then the fastest of
-/// timed_per_block calls, in ms; fewer once the calls have taken block_budget_ms (at least one).
+/// `calls` calls (calls_per_block), in ms.
 template <class F>
-double fastest_in_block(F&& call, bool drop_first) {
+double fastest_in_block(F&& call, bool drop_first, std::size_t calls) {
   if (drop_first) call();
-  double fastest = elapsed_ms(call), spent = fastest;
-  for (std::size_t k = 1; k < timed_per_block && spent < block_budget_ms; ++k) {
-    const double ms = elapsed_ms(call);
-    fastest = std::min(fastest, ms);
-    spent += ms;
-  }
+  double fastest = elapsed_ms(call);
+  for (std::size_t k = 1; k < calls; ++k) fastest = std::min(fastest, elapsed_ms(call));
   return fastest;
 }
 
@@ -163,8 +169,9 @@ struct timing_source {
 /// TorchScript ops that compute is timed between two TorchScript calls and charged for what it
 /// costs the call after it; one with no such neighbour in blocks of calls of one kind (the
 /// fastest of timed_per_block, after one dropped where drops_first_call). Each round times both
-/// paths, the order alternating. A method: two warm-up calls, then
-/// the fastest of 5; methods side by side: per round a block of each, as a region's.
+/// paths, the order alternating. A method: one warm-up call, then the fastest of up to 5 (fewer
+/// once they have taken 2 s, at least 2); methods side by side: per round a block of each, as a
+/// region's.
 struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,

@@ -185,7 +185,8 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 2: a region that does not separate from TorchScript goes by the list's order whatever min_gain.
 // 3: every timing block is the fastest of 3 calls; min_gain's method never shorter than a region.
 // 4: a block stops once its calls took block_budget_ms; a gross gap separates from 2 rounds.
-inline constexpr int tuning_logic_version = 4;
+// 5: both paths' blocks take as many calls, as fit in block_budget_ms (calls_per_block).
+inline constexpr int tuning_logic_version = 5;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {

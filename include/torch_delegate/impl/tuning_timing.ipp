@@ -112,7 +112,9 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   };
   run_backend();  // warm-up: first calls allocate, set up, optimise
   run_script();
-  const bool drop_first = drops_first_call(std::max(elapsed_ms(run_backend), elapsed_ms(run_script)));
+  const double longest = std::max(elapsed_ms(run_backend), elapsed_ms(run_script));
+  const bool drop_first = drops_first_call(longest);
+  const std::size_t calls = calls_per_block(longest);
   // A region between TorchScript ops that compute (a layer norm before a Linear) pays for what
   // they leave behind (ATen's OpenMP workers spin for a while after a parallel region, on the
   // cores a backend's own threads need), and they pay for what it leaves (a backend's pool spins
@@ -153,8 +155,8 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
         // behind), then the fastest of timed_per_block (another process taking a core for a
         // while delays a call, never speeds one up: the fastest is the steadier figure).
         double script_ms = 0, backend_ms = 0;
-        auto script_block = [&] { script_ms = fastest_in_block(run_script, drop_first); };
-        auto backend_block = [&] { backend_ms = fastest_in_block(run_backend, drop_first); };
+        auto script_block = [&] { script_ms = fastest_in_block(run_script, drop_first, calls); };
+        auto backend_block = [&] { backend_ms = fastest_in_block(run_backend, drop_first, calls); };
         if (backend_first) {
           backend_block();
           script_block();
@@ -176,7 +178,7 @@ TORCH_DELEGATE_INTERNAL double clock_timing::method_ms(const torch::jit::Module&
   c10::NoGradGuard no_grad;
   torch::jit::Method call = module.get_method(method);
   call(inputs);  // the profiling executor profiles its first call
-  // The fastest of 5, as a region's blocks take the fastest of theirs: min_gain compares this
+  // The fastest of up to 5, as a region's blocks take the fastest of theirs: min_gain compares this
   // with regions' times, which a loaded moment must not inflate on one side only. Calls stop
   // once they have taken 2 blocks' budget, after at least 2 (the first of them optimises):
   // min_gain needs this time to a percent of itself, and beside a busy process ATen's OpenMP ran
@@ -200,10 +202,11 @@ TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const to
   double longest = 0;
   for (torch::jit::Method& call : calls) longest = std::max(longest, elapsed_ms([&] { call(inputs); }));
   const bool drop_first = drops_first_call(longest);
+  const std::size_t per_block = calls_per_block(longest);
   // A block of one module's calls: the first dropped where calls are short (it pays for what the
-  // other left behind), then the fastest of timed_per_block (a call delayed by another process
+  // other left behind), then the fastest of calls_per_block (a call delayed by another process
   // is never faster).
-  auto block = [&](torch::jit::Method& call) { return fastest_in_block([&] { call(inputs); }, drop_first); };
+  auto block = [&](torch::jit::Method& call) { return fastest_in_block([&] { call(inputs); }, drop_first, per_block); };
   std::size_t round = 0;
   return sample_until_separated(
       [&]() -> std::pair<double, double> {
