@@ -132,12 +132,9 @@ def local_timer(function, x):
     return calls
 
 
-SETTLE = models.SETTLE  # each block waits this long first (bench/models.py)
-
-
 def measure(timers):
     """Medians (s) of steady calls, interleaved, the order drawn anew each round
-    (models.round_order); each block after SETTLE seconds of quiet, its first call dropped."""
+    (models.round_order); each block after models.SETTLE seconds of quiet, its first call dropped."""
     with torch.no_grad():
         first = {name: min(timer(2)) for name, timer in timers.items()}  # warm-up, and a size
         slowest = max(first.values())
@@ -147,7 +144,7 @@ def measure(timers):
         names = list(timers)
         for round_ in range(rounds):
             for name in models.round_order(names, round_):
-                time.sleep(SETTLE)  # the previous variant's idle threads (ORT's, OpenMP's, pthreadpool's) stop spinning
+                time.sleep(models.SETTLE)  # the previous variant's idle threads (ORT's, OpenMP's, pthreadpool's) stop spinning
                 steady[name].extend(timers[name](calls)[1:])
     return {name: statistics.median(values) for name, values in steady.items()}
 

@@ -84,8 +84,7 @@ inline constexpr double block_budget_ms = 1000.0;
 /// blocks must take as many).
 inline std::size_t calls_per_block(double longest_call_ms) {
   if (!(longest_call_ms > 0)) return timed_per_block;
-  const double fit = std::ceil(block_budget_ms / longest_call_ms);
-  return fit >= double(timed_per_block) ? timed_per_block : std::max<std::size_t>(1, static_cast<std::size_t>(fit));
+  return static_cast<std::size_t>(std::min(std::ceil(block_budget_ms / longest_call_ms), double(timed_per_block)));
 }
 
 /// One block of calls of one path: a call dropped where `drop_first`, then the fastest of
@@ -168,7 +167,7 @@ struct timing_source {
 /// Times with the steady clock, in this process, without gradients. A region between
 /// TorchScript ops that compute is timed between two TorchScript calls and charged for what it
 /// costs the call after it; one with no such neighbour in blocks of calls of one kind (the
-/// fastest of timed_per_block, after one dropped where drops_first_call). Each round times both
+/// fastest of calls_per_block, after one dropped where drops_first_call). Each round times both
 /// paths, the order alternating. A method: one warm-up call, then the fastest of up to 5 (fewer
 /// once they have taken 2 s, at least 2); methods side by side: per round a block of each, as a
 /// region's.

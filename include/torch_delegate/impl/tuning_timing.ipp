@@ -152,7 +152,7 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
           return {backend_ms + following_backend, script_ms + following_script};
         }
         // A block: one call dropped where calls are short (it pays for what the other path left
-        // behind), then the fastest of timed_per_block (another process taking a core for a
+        // behind), then the fastest of calls_per_block (another process taking a core for a
         // while delays a call, never speeds one up: the fastest is the steadier figure).
         double script_ms = 0, backend_ms = 0;
         auto script_block = [&] { script_ms = fastest_in_block(run_script, drop_first, calls); };
