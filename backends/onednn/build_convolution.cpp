@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <string_view>
 
 namespace onednn_delegate {
@@ -16,6 +17,25 @@ namespace {
 /// The weight's dims as oneDNN takes them: [groups, O / groups, I / groups, kh, kw] when grouped.
 dims grouped_weight_dims(const std::vector<std::int64_t>& weight, std::int64_t groups) {
   return groups > 1 ? dims{groups, weight[0] / groups, weight[1], weight[2], weight[3]} : dims{weight[0], weight[1], weight[2], weight[3]};
+}
+}  // namespace
+
+bool channels_last_region(const region_steps& region) {
+  static const bool allowed = onednn_runs_avx512() && !switched_off("TD_ONEDNN_NHWC");
+  return allowed && std::any_of(region.steps.begin(), region.steps.end(), [](const compiled_step& s) {
+           // weight_sizes[1]: the input channels of a group (1 for a depthwise convolution).
+           return s.kind == step_kind::convolution && s.record.convolution && s.record.convolution->groups > 1 &&
+                  s.weight_sizes.size() == 4 && s.weight_sizes[1] % 16 != 0;
+         });
+}
+
+namespace {
+/// The ISA in a kernel's name, as a rank (0: none named, as jit:uni or ref:any).
+int isa_rank(std::string_view implementation) {
+  if (implementation.find("avx512") != std::string_view::npos) return 3;
+  if (implementation.find("avx2") != std::string_view::npos) return 2;
+  if (implementation.find("sse41") != std::string_view::npos) return 1;
+  return 0;
 }
 }  // namespace
 
@@ -84,7 +104,8 @@ std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, con
 
 /// A convolution, never on a reference kernel (is_reference). First Winograd, where it applies
 /// (build_winograd.cpp). Then, in order, the first that oneDNN
-/// runs with a JIT kernel: (1) with its post-ops fused, in the layout oneDNN picks or in its
+/// runs with a JIT kernel: (1) with its post-ops fused, in nhwc in a channels-last region
+/// (channels_last_region; not a GEMM-based kernel), else in the layout oneDNN picks or in its
 /// input's own (no reorder; preferred when both are fast); (2) alone, the fused steps after it as
 /// primitives of their own, the same two layouts; (3) alone, source and destination in each of
 /// nChw16c, nChw8c, nhwc, nchw (weights: oneDNN's pick); (4) ATen's conv2d on dense NCHW, as
@@ -102,6 +123,9 @@ void planner::convolution(std::size_t index) {
   if (out[2] <= 0 || out[3] <= 0) refuse("a convolution's input " + describe(conv) + " is smaller than its kernel");
   if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
   const auto fast = [](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()); };
+  const auto gemm = [](const std::optional<conv_candidate>& c) {
+    return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
+  };
   const std::vector<std::size_t> alone;
   // A SiLU that ends the post-ops runs after the convolution on our kernel (silu.hpp), faster
   // than oneDNN's swish post-op.
@@ -109,16 +133,25 @@ void planner::convolution(std::size_t index) {
   const std::vector<std::size_t> with_onednn(fused.begin(), silu_after ? fused.end() - 1 : fused.end());
   for (const std::vector<std::size_t>* with : {&with_onednn, &alone}) {
     if (with == &alone && with_onednn.empty()) break;  // (1) was already alone
+    if (channels_last_) {  // nhwc in and out (its input reordered once if need be), where oneDNN has a direct kernel for it
+      std::optional<conv_candidate> nhwc = conv_desc(index, *with, md(d, f32, tag::nhwc), tag::nhwc);
+      if (fast(nhwc) && !gemm(nhwc)) {
+        emit_conv(index, *nhwc, *with);
+        if (silu_after && !with->empty()) post_op_alone(fused.back());
+        return;
+      }
+    }
     std::optional<conv_candidate> chosen = conv_desc(index, *with, md(d, f32, tag::any), std::nullopt);
     if (!chosen || chosen->pd.src_desc() != plan_.slots[in]) {
       // The input's own layout saves a reorder, but not at the price of a GEMM-based kernel
       // (im2col and a matrix product: ShuffleNetV2's convolutions on its 58-channel plain
       // inputs ran 2x slower that way) where oneDNN's pick has a direct one.
       std::optional<conv_candidate> own = conv_desc(index, *with, plan_.slots[in], std::nullopt);
-      const auto gemm = [](const std::optional<conv_candidate>& c) {
-        return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
-      };
-      if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen))) chosen = std::move(own);
+      // Nor at the price of a narrower ISA: on AVX-512 an input in nChw8c (a grouped convolution's
+      // layout) gets AVX2 kernels where oneDNN's pick, nChw16c, gets AVX-512 ones (ResNeXt-50's
+      // 1x1 convolutions: 46 ms a call that way against 28).
+      const bool narrower = own && fast(chosen) && isa_rank(own->pd.impl_info_str()) < isa_rank(chosen->pd.impl_info_str());
+      if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen)) && !narrower) chosen = std::move(own);
     }
     if (fast(chosen)) {
       emit_conv(index, *chosen, *with);

@@ -54,6 +54,13 @@ bool own_avx2_kernels_allowed(const char* switch_variable);
 /// Whether oneDNN runs AVX-512 kernels here (its effective ISA, after ONEDNN_MAX_CPU_ISA, is
 /// avx512_core or above): its blocked layout is then nChw16c, and a vector holds 16 floats.
 bool onednn_runs_avx512();
+/// Whether a region's convolutions run in nhwc, oneDNN's layout for its AVX-512 depthwise
+/// (brdgmm_dw) and 1x1 (brgconv_1x1) kernels, rather than in the layout each would pick alone:
+/// where oneDNN runs AVX-512 and the region has a grouped convolution whose groups are not whole
+/// blocks of 16 channels (depthwise ones, RegNet-Y-400MF's groups of 8), which oneDNN runs in nhwc
+/// or nChw8c, not in the nChw16c of the dense convolutions around them: a reorder at each switch.
+/// TD_ONEDNN_NHWC=0 turns it off; docs/onednn.md "Which kernels a plan runs".
+bool channels_last_region(const region_steps& region);
 /// Whether linears run as oneDNN's matmul rather than its inner product (build_linear.cpp): where
 /// oneDNN runs AVX-512 (its brg matmul reaches 424 GFLOP/s on ViT-B/16's 197 x 768 x 3072, where
 /// the inner product reaches 324), unless TD_ONEDNN_LINEAR_MATMUL is 0. Fixed for the process: the
@@ -199,6 +206,8 @@ class planner {
   std::size_t scratchpad_bytes_ = 0;
   std::size_t step_ = 0;  // the step being planned (the debug query names it)
   std::string shapes_;    // the input shapes, as the debug query prints them
+  /// The region's convolutions try nhwc first (channels_last_region): decided once, before any step is planned.
+  bool channels_last_ = false;
 };
 
 }  // namespace onednn_delegate

@@ -34,7 +34,8 @@ planner::planner(const region_steps& region, weight_store& store, const std::vec
       store_(store),
       slot_of_(static_cast<std::size_t>(region.values), no_slot),
       readers_(static_cast<std::size_t>(region.values)),
-      planned_(region.steps.size(), false) {
+      planned_(region.steps.size(), false),
+      channels_last_(channels_last_region(region)) {
   for (std::size_t i = 0; i < region.steps.size(); ++i)
     for (const std::int64_t input : region.steps[i].record.inputs) readers_.at(static_cast<std::size_t>(input)).push_back(i);
   for (std::size_t i = 0; i < shapes.size(); ++i) {

@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import torch
@@ -127,6 +128,95 @@ class CatInPlace(unittest.TestCase):
                 with torch.no_grad():
                     self.assertLess(relative_error(low(x), model(x)), 1e-4)
                 self.assertEqual([k for _, k, _ in plan(low)].count("concat"), concats, plan(low))
+
+
+class ChannelsLast(unittest.TestCase):
+    """Where oneDNN runs AVX-512, a region with a grouped convolution runs its convolutions in
+    nhwc (channels_last_region): oneDNN's depthwise kernel (brdgmm_dw) reads nhwc, and the 1x1
+    convolutions around it then run in nhwc too (brgconv_1x1) instead of nChw16c, with no reorder
+    between them."""
+
+    SCRIPT = """
+import sys, torch, torch.nn as nn, torch_delegate
+torch.ops.load_library(sys.argv[1])
+class Inverted(nn.Module):  # MobileNetV2's inverted residual
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(24, 96, 1), nn.ReLU6(), nn.Conv2d(96, 96, 3, padding=1, groups=96), nn.ReLU6(),
+                                  nn.Conv2d(96, 24, 1))
+    def forward(self, x):
+        return x + self.body(x)
+torch.manual_seed(4)
+m = nn.Sequential(nn.Conv2d(3, 24, 3, 2, 1), nn.ReLU(), Inverted(), Inverted()).eval()
+x = torch.rand(1, 3, 32, 32)
+low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,))
+with torch.no_grad():
+    assert ((low(x) - m(x)).abs().max() / m(x).abs().max()).item() < 1e-5
+for _, _, step, kind, implementation in torch.ops.torch_delegate_onednn.plan_implementations(low._c):
+    print(step, kind, implementation, sep="|")
+"""
+
+    RESNEXT = """
+import sys, torch, torchvision, torch_delegate
+torch.ops.load_library(sys.argv[1])
+torch.manual_seed(5)
+m = torchvision.models.resnext50_32x4d().eval()
+x = torch.rand(1, 3, 64, 64)
+low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,))
+with torch.no_grad():
+    assert ((low(x) - m(x)).abs().max() / m(x).abs().max()).item() < 1e-4
+for _, _, step, kind, implementation in torch.ops.torch_delegate_onednn.plan_implementations(low._c):
+    print(step, kind, implementation, sep="|")
+"""
+
+    def calls(self, setting, script=None):
+        env = dict(os.environ)
+        env.pop("TD_ONEDNN_NHWC", None)
+        if setting is not None:
+            env["TD_ONEDNN_NHWC"] = setting
+        # A file, not -c: TorchScript reads the module's source.
+        code = script
+        with tempfile.NamedTemporaryFile("w", suffix=".py", dir=os.environ.get("TD_WORKDIR")) as script:
+            script.write(code or self.SCRIPT)
+            script.flush()
+            done = subprocess.run([sys.executable, script.name, LIBRARY], env=env, capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        out = done.stdout
+        return [tuple(line.split("|")) for line in out.splitlines()]
+
+    @unittest.skipUnless(AVX512, "nhwc regions are for oneDNN's AVX-512 kernels")
+    def test_a_depthwise_region_runs_in_nhwc_with_no_reorder_between_convolutions(self):
+        calls = self.calls(None)
+        reorders = [step for step, kind, _ in calls if kind == "reorder"]
+        # The input (dense NCHW) into nhwc before the stem, the result back after the last step.
+        self.assertEqual(reorders, ["0 convolution", "output 0"], calls)
+        convolutions = [implementation for _, kind, implementation in calls if kind == "convolution"]
+        self.assertEqual(len(convolutions), 7, calls)
+        self.assertEqual(sum(i.startswith("brdgmm_dw") for i in convolutions), 2, calls)
+        self.assertFalse(any("gemm" in i or "ref" in i for i in convolutions), calls)
+
+    @unittest.skipUnless(AVX512, "nhwc regions are for oneDNN's AVX-512 kernels")
+    def test_td_onednn_nhwc_0_turns_it_off(self):
+        # Each convolution in the layout it picks alone: nChw16c for the dense ones, nhwc for the
+        # depthwise ones, a reorder into and out of each depthwise convolution.
+        calls = self.calls("0")
+        self.assertEqual(sum(kind == "reorder" for _, kind, _ in calls), 5, calls)
+
+    @unittest.skipUnless(AVX512, "the ISAs compared are AVX-512's and AVX2's")
+    def test_no_convolution_takes_avx2_kernels_for_its_input_s_layout(self):
+        # ResNeXt's groups of 8 channels run in nChw8c. A 1x1 convolution after one, given that
+        # layout, gets oneDNN's AVX2 kernel (jit_1x1:avx2, half the vector), where nChw16c gets an
+        # AVX-512 one: the planner reorders rather than keep the narrower ISA (scripted
+        # ResNeXt-50: 46 ms a call against 28). With the region in nhwc and without.
+        for setting in (None, "0"):
+            with self.subTest(TD_ONEDNN_NHWC=setting):
+                calls = self.calls(setting, self.RESNEXT)
+                self.assertGreater(len(calls), 50, calls)
+                self.assertFalse([c for c in calls if "avx2" in c[2]], calls)
+
+    @unittest.skipIf(AVX512, "where oneDNN runs AVX-512 the region is nhwc")
+    def test_below_avx512_the_layouts_are_onednn_s_picks(self):
+        self.assertEqual(self.calls(None), self.calls("0"))
 
 
 class ViewsAndAttention(unittest.TestCase):
