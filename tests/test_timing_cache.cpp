@@ -230,6 +230,18 @@ TEST_CASE("timing cache file: entries, a second reader, the default directory") 
   CHECK(contains(machine, ";threads:" + std::to_string(at::get_num_threads()) + ";"));
   CHECK(contains(machine, "cpu:"));
 
+  // A backend's build: the GNU build ID of the object holding its code, the same anywhere in it,
+  // another in another object (libc here); nothing for an address no object holds.
+  const std::string here = torch_delegate::detail::code_build_id(reinterpret_cast<const void*>(&file_text));
+  CHECK(!here.empty());
+  CHECK(here == torch_delegate::detail::code_build_id(reinterpret_cast<const void*>(&fresh_directory)));
+  const std::string libc = torch_delegate::detail::code_build_id(reinterpret_cast<const void*>(&std::fopen));
+  CHECK(!libc.empty());
+  CHECK(libc != here);
+  int on_the_stack = 0;
+  CHECK(torch_delegate::detail::code_build_id(&on_the_stack).empty());
+  CHECK(torch_delegate::detail::code_build_id(nullptr).empty());
+
   torch_delegate::partition_options options;
   CHECK(torch_delegate::detail::timing_cache_directory(options).empty());  // the test command sets TORCH_DELEGATE_TIMING_CACHE=0
   options.timing_cache_dir = directory;

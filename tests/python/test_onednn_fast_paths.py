@@ -136,9 +136,9 @@ class ChannelsLast(unittest.TestCase):
     convolutions around it then run in nhwc too (brgconv_1x1) instead of nChw16c, with no reorder
     between them."""
 
-    SCRIPT = """
-import sys, torch, torch.nn as nn, torch_delegate
-torch.ops.load_library(sys.argv[1])
+    # The model's code (`m`, `x` and what it needs): each is run in a process of its own.
+    INVERTED = """
+import torch.nn as nn
 class Inverted(nn.Module):  # MobileNetV2's inverted residual
     def __init__(self):
         super().__init__()
@@ -147,21 +147,18 @@ class Inverted(nn.Module):  # MobileNetV2's inverted residual
     def forward(self, x):
         return x + self.body(x)
 torch.manual_seed(4)
-m = nn.Sequential(nn.Conv2d(3, 24, 3, 2, 1), nn.ReLU(), Inverted(), Inverted()).eval()
+m = nn.Sequential(nn.Conv2d(3, 24, 3, 2, 1), nn.ReLU(), Inverted(), Inverted())
 x = torch.rand(1, 3, 32, 32)
-low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,))
-with torch.no_grad():
-    assert ((low(x) - m(x)).abs().max() / m(x).abs().max()).item() < 1e-5
-for _, _, step, kind, implementation in torch.ops.torch_delegate_onednn.plan_implementations(low._c):
-    print(step, kind, implementation, sep="|")
 """
-
     RESNEXT = """
-import sys, torch, torchvision, torch_delegate
-torch.ops.load_library(sys.argv[1])
+import torchvision
 torch.manual_seed(5)
-m = torchvision.models.resnext50_32x4d().eval()
+m = torchvision.models.resnext50_32x4d()
 x = torch.rand(1, 3, 64, 64)
+"""
+    # Lowers `m`, checks it against eager, prints the plan's calls.
+    LOWER = """
+m = m.eval()
 low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,))
 with torch.no_grad():
     assert ((low(x) - m(x)).abs().max() / m(x).abs().max()).item() < 1e-4
@@ -169,20 +166,20 @@ for _, _, step, kind, implementation in torch.ops.torch_delegate_onednn.plan_imp
     print(step, kind, implementation, sep="|")
 """
 
-    def calls(self, setting, script=None):
+    def calls(self, setting, model=INVERTED):
+        """(step, kind, implementation) of each call of `model` lowered in a process with
+        TD_ONEDNN_NHWC set to `setting` (None: unset)."""
         env = dict(os.environ)
         env.pop("TD_ONEDNN_NHWC", None)
         if setting is not None:
             env["TD_ONEDNN_NHWC"] = setting
         # A file, not -c: TorchScript reads the module's source.
-        code = script
         with tempfile.NamedTemporaryFile("w", suffix=".py", dir=os.environ.get("TD_WORKDIR")) as script:
-            script.write(code or self.SCRIPT)
+            script.write("import sys, torch, torch_delegate\ntorch.ops.load_library(sys.argv[1])\n" + model + self.LOWER)
             script.flush()
             done = subprocess.run([sys.executable, script.name, LIBRARY], env=env, capture_output=True, text=True)
         self.assertEqual(done.returncode, 0, done.stderr)
-        out = done.stdout
-        return [tuple(line.split("|")) for line in out.splitlines()]
+        return [tuple(line.split("|")) for line in done.stdout.splitlines()]
 
     @unittest.skipUnless(AVX512, "nhwc regions are for oneDNN's AVX-512 kernels")
     def test_a_depthwise_region_runs_in_nhwc_with_no_reorder_between_convolutions(self):

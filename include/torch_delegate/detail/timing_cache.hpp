@@ -43,6 +43,12 @@ TORCH_DELEGATE_DECL std::string key_digest(std::string_view text);
 /// run (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY and every TD_* variable).
 TORCH_DELEGATE_DECL std::string machine_fingerprint();
 
+/// Which build of a backend's code a time was taken with: the GNU build ID (hex) of the loaded
+/// object (a backend's shared library, or the program itself) that holds `address`; when that
+/// object carries none, its path, size and modification time; "" when no object holds it. A
+/// backend rebuilt with other kernels gets another one, so its cached times are not reused.
+TORCH_DELEGATE_DECL std::string code_build_id(const void* address);
+
 /// The cache directory partition_options ask for: timing_cache_dir if given, else
 /// $TORCH_DELEGATE_CACHE_DIR, $XDG_CACHE_HOME/torch_delegate, ~/.cache/torch_delegate; "" when the
 /// cache is off (timing_cache false, or the default one with $TORCH_DELEGATE_TIMING_CACHE=0).

@@ -10,7 +10,9 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +42,50 @@ TORCH_DELEGATE_DECL std::string key_digest(std::string_view text) {
   char digits[33];
   std::snprintf(digits, sizeof digits, "%016llx%016llx", static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
   return digits;
+}
+
+TORCH_DELEGATE_DECL std::string code_build_id(const void* address) {
+  Dl_info info{};
+  if (!address || dladdr(address, &info) == 0 || !info.dli_fbase) return "";
+  struct search {
+    const void* base;
+    std::string id;
+  } found{info.dli_fbase, {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* object, std::size_t, void* data) {
+        auto& wanted = *static_cast<search*>(data);
+        bool ours = false;  // the object whose first loaded segment starts at dladdr's base
+        for (int k = 0; k < object->dlpi_phnum && !ours; ++k)
+          ours = object->dlpi_phdr[k].p_type == PT_LOAD &&
+                 reinterpret_cast<const void*>(object->dlpi_addr + object->dlpi_phdr[k].p_vaddr - object->dlpi_phdr[k].p_offset) ==
+                     wanted.base;
+        if (!ours) return 0;
+        for (int k = 0; k < object->dlpi_phnum; ++k) {
+          const ElfW(Phdr)& segment = object->dlpi_phdr[k];
+          if (segment.p_type != PT_NOTE) continue;
+          const auto* at = reinterpret_cast<const unsigned char*>(object->dlpi_addr + segment.p_vaddr);
+          const unsigned char* const end = at + segment.p_memsz;
+          while (at + sizeof(ElfW(Nhdr)) <= end) {
+            const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(at);
+            const unsigned char* name = at + sizeof(ElfW(Nhdr));
+            const unsigned char* desc = name + ((note->n_namesz + 3) & ~3u);
+            if (desc + note->n_descsz > end) break;
+            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+              static constexpr char hex[] = "0123456789abcdef";
+              for (std::size_t i = 0; i < note->n_descsz; ++i) wanted.id += {hex[desc[i] >> 4], hex[desc[i] & 15]};
+              return 1;
+            }
+            at = desc + ((note->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1;  // ours, without a build ID
+      },
+      &found);
+  if (!found.id.empty()) return found.id;
+  struct stat status{};
+  if (!info.dli_fname || ::stat(info.dli_fname, &status) != 0) return info.dli_fname ? info.dli_fname : "";
+  return std::string(info.dli_fname) + "@" + std::to_string(status.st_size) + "@" + std::to_string(status.st_mtim.tv_sec) + "." +
+         std::to_string(status.st_mtim.tv_nsec);
 }
 
 TORCH_DELEGATE_DECL std::string machine_fingerprint() {

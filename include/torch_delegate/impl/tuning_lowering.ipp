@@ -224,7 +224,7 @@ TORCH_DELEGATE_INTERNAL std::string lowering_key(const backend_list& backends, c
   std::ostringstream key;
   key << "lowering-key " << tuning_logic_version << ";backends:";
   for (std::size_t k = 0; k < backends.size(); ++k) {
-    key << backends[k]->name() << "/" << backends[k]->payload_version() << ":";
+    key << backends[k]->name() << "/" << backends[k]->payload_version() << "/" << code_build_id(backends[k]->runtime) << ":";
     describe_for_key(key, c10::IValue(specs[k]));
     key << ",";
   }
