@@ -173,9 +173,40 @@ void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const s
   std::vector<std::pair<int, std::size_t>> addends;
   for (const auto& [post_op, slot, layout] : chosen.addends)
     addends.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1, as(slot, layout));
-  const std::size_t weights = constant(store_.weights[index], pd.weights_desc());
   const std::size_t bias = constant(store_.biases[index], pd.bias_desc());
-  own_weights_.emplace_back(index, weights, bias);
+  std::size_t weights = no_slot;
+  if (const auto scaled = scaled_input_.find(index); scaled != scaled_input_.end()) {
+    // A squeeze-excitation's x * s read as x: each call, the weights scaled by s along their input
+    // channels (dense, by a loop of ours), then reordered into the layout the primitive takes. (A
+    // reorder with s as its per-channel scales did it in one call, but gained nothing: oneDNN 2.6
+    // runs such a reorder on its generic kernel.)
+    const std::vector<std::int64_t>& w = conv.weight_sizes;
+    const md plain(dims(w.begin(), w.end()), f32, tag::oihw);
+    const std::size_t stored = constant(store_.weights[index], plain), scale = scaled->second.second;
+    own_weights_.emplace_back(index, stored, bias);
+    const std::size_t dense_scaled = add_slot(plain);
+    const dnnl::memory original = plan_.constants[stored];
+    const std::int64_t outputs = w[0], inputs = w[1], taps = w[2] * w[3];
+    call(dnnl::primitive(), {{DNNL_ARG_SRC, scale}, {DNNL_ARG_DST, dense_scaled}}, md(),
+         [original, outputs, inputs, taps](const std::unordered_map<int, dnnl::memory>& bound) {
+           const auto* s = static_cast<const float*>(bound.at(DNNL_ARG_SRC).get_data_handle());
+           const auto* from = static_cast<const float*>(original.get_data_handle());
+           auto* to = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
+           for (std::int64_t o = 0; o < outputs; ++o)
+             for (std::int64_t c = 0; c < inputs; ++c) {
+               const float factor = s[c];
+               const std::int64_t at = (o * inputs + c) * taps;
+               for (std::int64_t t = 0; t < taps; ++t) to[at + t] = from[at + t] * factor;
+             }
+         },
+         "convolution", "scale_weights:cpp");
+    weights = add_slot(pd.weights_desc());
+    call(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plain, cpu_engine(), pd.weights_desc())),
+         {{DNNL_ARG_FROM, dense_scaled}, {DNNL_ARG_TO, weights}}, md());
+  } else {
+    weights = constant(store_.weights[index], pd.weights_desc());
+    own_weights_.emplace_back(index, weights, bias);
+  }
   const std::int64_t made = with.empty() ? finished(index) : finished(with.back());
   define(made, pd.dst_desc());
   std::vector<std::pair<int, std::size_t>> arguments{
@@ -189,6 +220,7 @@ void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const s
 /// A convolution for which oneDNN offered only reference kernels, in every layout: ATen's conv2d
 /// on dense NCHW tensors (the weights kept dense in the plan), its post-ops after it.
 void planner::conv_in_aten(std::size_t index) {
+  make_scaled_input(index);  // ATen reads the product itself
   const compiled_step& conv = step(index);
   const convolution_parameters& c = *conv.record.convolution;
   const dims d = plan_.slots[value(conv.record.inputs[0])].dims();

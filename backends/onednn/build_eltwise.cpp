@@ -104,7 +104,45 @@ void planner::mul(std::size_t index) {
   for (std::size_t k = 0; k < da.size(); ++k)
     TORCH_CHECK(da.size() == db.size() && (db[k] == da[k] || db[k] == 1), "onednn: region ", region_.method, ": a mul of ",
                 c10::IntArrayRef(da), " and ", c10::IntArrayRef(db), " (the second must be of the first's shape or [N, C, 1, 1])");
+  if (mul_into_weights(index, a, b)) return;
   binary(dnnl::algorithm::binary_mul, a, b, {}, product.record.output);
+}
+
+bool planner::mul_into_weights(std::size_t index, std::size_t a, std::size_t b) {
+  static const bool enabled = !switched_off("TD_ONEDNN_SE_WEIGHTS");
+  const compiled_step& product = step(index);
+  const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+  if (!enabled || da.size() != 4 || da[0] != 1 || db != dims{1, da[1], 1, 1}) return false;
+  const std::int64_t made = product.record.output;
+  const auto& outputs = region_.outputs;
+  const auto& readers = readers_.at(static_cast<std::size_t>(made));
+  if (std::find(outputs.begin(), outputs.end(), made) != outputs.end() || readers.size() != 1) return false;
+  const compiled_step& conv = step(readers[0]);
+  if (conv.kind != step_kind::convolution || conv.fusion.absorbed || conv.record.inputs[0] != made || conv.record.convolution->groups != 1 ||
+      conv.weight_sizes.size() != 4 || conv.weight_sizes[2] != 1 || conv.weight_sizes[3] != 1)
+    return false;
+  // Scaling the weights (O x C, on one thread, then their reorder: two calls) instead of the
+  // product (C x H x W, read and written on every thread): only where the weights are 4x smaller
+  // (EfficientNet-B0's 28x28 maps and larger; with 1x instead of 4x its 14x14 ones too, and no
+  // faster: docs/onednn.md).
+  if (conv.weight_sizes[0] * 4 >= da[2] * da[3]) return false;
+  // s's C values in channel order: true of [1, C, 1, 1] in nchw, nhwc and the channel-blocked layouts.
+  const md& sd = plan_.slots[b];
+  if (sd != dense(db) && sd != md(db, f32, tag::nhwc) && sd != md(db, f32, tag::nChw8c) && sd != md(db, f32, tag::nChw16c)) return false;
+  scaled_input_[readers[0]] = {index, b};
+  slot_of_.at(static_cast<std::size_t>(made)) = a;  // the convolution reads x
+  return true;
+}
+
+void planner::make_scaled_input(std::size_t index) {
+  const auto found = scaled_input_.find(index);
+  if (found == scaled_input_.end()) return;
+  const auto [product, scale] = found->second;
+  scaled_input_.erase(found);
+  const std::size_t saved = step_;
+  step_ = product;  // the debug query names the mul
+  binary(dnnl::algorithm::binary_mul, value(step(product).record.inputs[0]), scale, {}, step(product).record.output);
+  step_ = saved;
 }
 
 void planner::scale(std::size_t index) {

@@ -175,6 +175,12 @@ class planner {
   void post_op_alone(std::size_t index);
   void binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made);
   void mul(std::size_t index);
+  /// Whether mul step `index` (a of [1, C, H, W] times b of [1, C, 1, 1]) is left to the one
+  /// convolution that reads it, as weights scaled by b (scaled_input_).
+  bool mul_into_weights(std::size_t index, std::size_t a, std::size_t b);
+  /// The product scaled_input_ left unmade for convolution `index`, made after all (a binary) for a
+  /// path that reads its input as it is (ATen's conv2d).
+  void make_scaled_input(std::size_t index);
   void scale(std::size_t index);
   // build_pooling.cpp
   void max_pool(std::size_t index);
@@ -208,6 +214,10 @@ class planner {
   std::string shapes_;    // the input shapes, as the debug query prints them
   /// The region's convolutions try nhwc first (channels_last_region): decided once, before any step is planned.
   bool channels_last_ = false;
+  /// A convolution whose input is a squeeze-excitation's product x * s (s of [1, C, 1, 1]) read by
+  /// it alone: the product is not made, the convolution reads x and, each call, weights scaled by s
+  /// along their input channels (mul(), emit_conv()). Convolution step -> (mul step, s's slot).
+  std::unordered_map<std::size_t, std::pair<std::size_t, std::size_t>> scaled_input_;
 };
 
 }  // namespace onednn_delegate

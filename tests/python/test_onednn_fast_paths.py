@@ -134,7 +134,8 @@ class ChannelsLast(unittest.TestCase):
     """Where oneDNN runs AVX-512, a region with a grouped convolution runs its convolutions in
     nhwc (channels_last_region): oneDNN's depthwise kernel (brdgmm_dw) reads nhwc, and the 1x1
     convolutions around it then run in nhwc too (brgconv_1x1) instead of nChw16c, with no reorder
-    between them."""
+    between them. And on every ISA: a squeeze-excitation's multiply read by a 1x1 convolution
+    alone is that convolution's weights, scaled each call (mul_into_weights)."""
 
     # The model's code (`m`, `x` and what it needs): each is run in a process of its own.
     INVERTED = """
@@ -166,13 +167,13 @@ for _, _, step, kind, implementation in torch.ops.torch_delegate_onednn.plan_imp
     print(step, kind, implementation, sep="|")
 """
 
-    def calls(self, setting, model=INVERTED):
+    def calls(self, setting, model=INVERTED, variable="TD_ONEDNN_NHWC"):
         """(step, kind, implementation) of each call of `model` lowered in a process with
-        TD_ONEDNN_NHWC set to `setting` (None: unset)."""
+        `variable` set to `setting` (None: unset)."""
         env = dict(os.environ)
-        env.pop("TD_ONEDNN_NHWC", None)
+        env.pop(variable, None)
         if setting is not None:
-            env["TD_ONEDNN_NHWC"] = setting
+            env[variable] = setting
         # A file, not -c: TorchScript reads the module's source.
         with tempfile.NamedTemporaryFile("w", suffix=".py", dir=os.environ.get("TD_WORKDIR")) as script:
             script.write("import sys, torch, torch_delegate\ntorch.ops.load_library(sys.argv[1])\n" + model + self.LOWER)
@@ -210,6 +211,46 @@ for _, _, step, kind, implementation in torch.ops.torch_delegate_onednn.plan_imp
                 calls = self.calls(setting, self.RESNEXT)
                 self.assertGreater(len(calls), 50, calls)
                 self.assertFalse([c for c in calls if "avx2" in c[2]], calls)
+
+    # EfficientNet's block: a depthwise convolution, its squeeze-excitation, the 1x1 projection.
+    SQUEEZE = """
+import torch.nn as nn
+class Block(nn.Module):
+    def __init__(self, read_twice: bool):
+        super().__init__()
+        self.dw = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.SiLU())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(32, 8, 1), nn.SiLU(), nn.Conv2d(8, 32, 1), nn.Sigmoid())
+        self.project = nn.Conv2d(32, 16, 1)
+        self.other = nn.Conv2d(32, 16, 1)
+        self.read_twice = read_twice
+    def forward(self, x):
+        y = self.dw(x)
+        p = y * self.se(y)
+        if self.read_twice:  # a second reader of the product
+            return self.project(p) + self.other(p)
+        return self.project(p)
+torch.manual_seed(6)
+m = Block(TWICE)
+x = torch.rand(BATCH, 32, 20, 20)
+"""
+
+    def squeeze(self, setting=None, batch=1, twice=False):
+        model = self.SQUEEZE.replace("TWICE", str(twice)).replace("BATCH", str(batch))
+        return self.calls(setting, model, "TD_ONEDNN_SE_WEIGHTS")
+
+    def test_a_squeeze_excitation_scales_the_next_convolution_s_weights(self):
+        # 20x20 pixels and 16 outputs: the weights are the smaller, the product is not made: the
+        # projection reads the depthwise result and weights scaled by the excitation each call
+        # (the lowering checks every result against eager).
+        calls = self.squeeze()
+        # The projection (step 8): the scaled weights, their reorder, the convolution.
+        self.assertEqual([(kind, i == "scale_weights:cpp") for step, kind, i in calls if step == "8 convolution"],
+                         [("convolution", True), ("reorder", False), ("convolution", False)], calls)
+        self.assertNotIn("binary", [kind for _, kind, _ in calls], calls)
+        for off in (self.squeeze("0"), self.squeeze(batch=2), self.squeeze(twice=True)):
+            # Switched off; a batch of 2 (a scale per image); the product read by two convolutions.
+            self.assertEqual([kind for _, kind, _ in off].count("binary"), 1, off)
+            self.assertNotIn("scale_weights:cpp", [i for _, _, i in off], off)
 
     @unittest.skipIf(AVX512, "where oneDNN runs AVX-512 the region is nhwc")
     def test_below_avx512_the_layouts_are_onednn_s_picks(self):
