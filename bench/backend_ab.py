@@ -1,11 +1,13 @@
 """One backend from two builds, side by side: "did this change make it slower?" (issue 38: the
 backends split by concern must run as fast as before).
 
-Each build directory has its own Python package and backend libraries, and two builds of one
+Models are frozen before lowering, or with --scripted lowered as scripted (as bench/ort_models.py
+and the README's recipe do; a frozen and a scripted model can plan differently). Each build
+directory has its own Python package and backend libraries, and two builds of one
 backend cannot be registered in one process (they share its name), so every measurement is a
 fresh process: for each model, build A's process, then build B's, `pairs` times, alternating
-(A B A B ...: drifts in the machine's speed hit both). A process lowers the model (frozen,
-partial, with example inputs), calls it `warmup` times, then times `calls` calls and prints their
+(A B A B ...: drifts in the machine's speed hit both). A process lowers the model (frozen or
+scripted, partial, with example inputs), calls it `warmup` times, then times `calls` calls and prints their
 median. The table gives per model each build's median over its processes and B / A (< 1: B is
 faster), with the machine's ISA and the thread count.
 
@@ -13,7 +15,7 @@ A and B may also be one build run two ways: --env-a and --env-b set environment 
 the processes of each side (a backend's switch, as TD_ONEDNN_SILU=0).
 
 Usage: bench/backend_ab.py <build A> <build B> <backend> [--models a,b] [--pairs N] [--calls N]
-       [--threads N] [--batch N] [--env-a KEY=VALUE ...] [--env-b KEY=VALUE ...]
+       [--threads N] [--batch N] [--scripted] [--env-a KEY=VALUE ...] [--env-b KEY=VALUE ...]
   e.g. /usr/bin/python3 bench/backend_ab.py ../baseline/build build onednn --pairs 5
        /usr/bin/python3 bench/backend_ab.py build build onednn --env-a TD_ONEDNN_SILU=0
 """
@@ -33,8 +35,9 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 model = getattr(torchvision.models, name)(weights=None).eval()
 x = torch.rand(batch, 3, 224, 224)
-frozen = torch.jit.freeze(torch.jit.script(model))
-lowered = torch_delegate.lower(frozen, [backend], partial=True, example_inputs=(x,), load_backends=True)
+scripted = torch.jit.script(model)
+given = scripted if sys.argv[7] == "scripted" else torch.jit.freeze(scripted)
+lowered = torch_delegate.lower(given, [backend], partial=True, example_inputs=(x,), load_backends=True)
 times = []
 with torch.no_grad():
     for i in range(warmup + calls):
@@ -58,7 +61,7 @@ def measure(build, args, name, settings=()):
         key, _, value = setting.partition("=")
         env[key] = value
     done = subprocess.run([sys.executable, "-c", CHILD, args.backend, name, str(args.threads), str(args.batch),
-                           str(args.warmup), str(args.calls)], env=env, capture_output=True, text=True)
+                           str(args.warmup), str(args.calls), "scripted" if args.scripted else "frozen"], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{build}: {name} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])["ms"]
@@ -75,6 +78,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--scripted", action="store_true", help="lower the scripted model, not the frozen one (the ORT bench's way)")
     parser.add_argument("--env-a", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--env-b", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
@@ -83,7 +87,7 @@ def main():
             parser.error(f"--env-a/--env-b take KEY=VALUE, got {setting!r}")
     side = lambda build, settings: build + (" with " + " ".join(settings) if settings else "")  # noqa: E731
     print(f"{args.backend}: A = {side(args.a, args.env_a)}, B = {side(args.b, args.env_b)}; {isa()}, {args.threads} thread(s), batch {args.batch}, "
-          f"{args.pairs} process pairs x {args.calls} calls (median)")
+          f"{'scripted' if args.scripted else 'frozen'}, {args.pairs} process pairs x {args.calls} calls (median)")
     print(f"| model | A ms | B ms | B / A |\n|---|---|---|---|")
     ratios = []
     for name in args.models.split(","):

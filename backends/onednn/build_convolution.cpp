@@ -133,16 +133,14 @@ void planner::convolution(std::size_t index) {
   const std::vector<std::size_t> with_onednn(fused.begin(), silu_after ? fused.end() - 1 : fused.end());
   for (const std::vector<std::size_t>* with : {&with_onednn, &alone}) {
     if (with == &alone && with_onednn.empty()) break;  // (1) was already alone
+    std::optional<conv_candidate> chosen;
     if (channels_last_) {  // nhwc in and out (its input reordered once if need be), where oneDNN has a direct kernel for it
-      std::optional<conv_candidate> nhwc = conv_desc(index, *with, md(d, f32, tag::nhwc), tag::nhwc);
-      if (fast(nhwc) && !gemm(nhwc)) {
-        emit_conv(index, *nhwc, *with);
-        if (silu_after && !with->empty()) post_op_alone(fused.back());
-        return;
-      }
+      chosen = conv_desc(index, *with, md(d, f32, tag::nhwc), tag::nhwc);
+      if (!fast(chosen) || gemm(chosen)) chosen.reset();
     }
-    std::optional<conv_candidate> chosen = conv_desc(index, *with, md(d, f32, tag::any), std::nullopt);
-    if (!chosen || chosen->pd.src_desc() != plan_.slots[in]) {
+    const bool in_nhwc = chosen.has_value();
+    if (!in_nhwc) chosen = conv_desc(index, *with, md(d, f32, tag::any), std::nullopt);
+    if (!in_nhwc && (!chosen || chosen->pd.src_desc() != plan_.slots[in])) {
       // The input's own layout saves a reorder, but not at the price of a GEMM-based kernel
       // (im2col and a matrix product: ShuffleNetV2's convolutions on its 58-channel plain
       // inputs ran 2x slower that way) where oneDNN's pick has a direct one.
