@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_delegate {
@@ -61,9 +62,37 @@ inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 12.0};
 inline constexpr std::size_t timed_per_block = 3;
 /// A block first makes one call it does not count (it pays for what the other path left behind:
 /// threads still spinning, caches) where a call takes less than long_call_ms; a longer one
-/// dwarfs that, and the fastest of 3 leaves out a first call it slowed.
+/// dwarfs that, and the fastest of 3 leaves out a first call it slowed. A region whose calls are
+/// that long is timed in blocks even between TorchScript ops that compute (clock_timing).
 inline constexpr double long_call_ms = 50.0;
 inline bool drops_first_call(double call_ms) { return call_ms < long_call_ms; }
+
+/// Whether a node computes on tensors (not a view, a size or an interpreter op): what leaves
+/// ATen's OpenMP workers spinning, or waits for a backend's pool to sleep.
+inline bool computes(const torch::jit::Node* node) {
+  static const std::unordered_set<std::string> views{"aten::view", "aten::reshape", "aten::flatten", "aten::squeeze",
+                                                     "aten::unsqueeze", "aten::transpose", "aten::permute", "aten::select",
+                                                     "aten::slice", "aten::expand", "aten::t", "aten::detach",
+                                                     "aten::size", "aten::dim", "aten::len", "aten::__getitem__"};
+  if (node->kind().is_prim() || views.count(node->kind().toQualString())) return false;
+  return std::any_of(node->outputs().begin(), node->outputs().end(),
+                     [](const torch::jit::Value* value) { return value->type()->cast<c10::TensorType>() != nullptr; });
+}
+
+/// Whether clock_timing times `formed` between stand-ins for its TorchScript neighbours, its
+/// longer path taking `longest_call_ms` a call: where a TorchScript node that computes makes one
+/// of its inputs or reads one of its outputs (then, in the method, it runs right after or before
+/// ATen's parallel work), and its calls are shorter than long_call_ms. Else in blocks of calls of
+/// one kind.
+inline bool timed_between_neighbours(const region& formed, double longest_call_ms) {
+  if (longest_call_ms >= long_call_ms) return false;
+  for (const torch::jit::Value* input : formed.inputs)
+    if (computes(input->node())) return true;
+  for (const torch::jit::Value* output : formed.outputs)
+    for (const torch::jit::Use& use : output->uses())
+      if (computes(use.user)) return true;
+  return false;
+}
 
 /// The wall time of `call()`, in ms: what every measurement of a partition is made of.
 template <class F>
@@ -165,8 +194,8 @@ struct timing_source {
 };
 
 /// Times with the steady clock, in this process, without gradients. A region between
-/// TorchScript ops that compute is timed between two TorchScript calls and charged for what it
-/// costs the call after it; one with no such neighbour in blocks of calls of one kind (the
+/// TorchScript ops that compute, whose calls are shorter than long_call_ms, is timed between two
+/// TorchScript calls and charged for what it costs the call after it; any other in blocks of calls of one kind (the
 /// fastest of calls_per_block, after one dropped where drops_first_call). Each round times both
 /// paths, the order alternating. A method: one warm-up call, then the fastest of up to 5 (fewer
 /// once they have taken 2 s, at least 2); methods side by side: per round a block of each, as a

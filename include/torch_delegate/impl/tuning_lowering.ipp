@@ -99,8 +99,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   std::vector<std::pair<std::string, std::string>> partitions;  // every partition made: signature, order
   double best_saving = 0;
   std::size_t step = 1, steps = backends.size(), best = 0;
-  // A partition worth building: not one made before, and not one that saves too little.
-  auto worth_building = [&](const std::vector<method_delegation>& methods, const std::string& text) {
+  // A partition worth building: not one made before, and not one that saves too little. The
+  // list's order (`baseline`) is built already: it only sets the bar.
+  auto worth_building = [&](const std::vector<method_delegation>& methods, const std::string& text, bool baseline = false) {
     const std::string signature = partition_signature(methods);
     const auto same = std::find_if(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; });
     if (same != partitions.end()) {
@@ -109,7 +110,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     }
     partitions.emplace_back(signature, text);
     const std::optional<double> saving = measured_saving(methods);
-    if (saving && *saving < 0.5 * best_saving) {
+    if (saving && !baseline && *saving < 0.5 * best_saving) {
       timing.progress("choosing", "not compared: its regions save " + std::to_string(static_cast<int>(100 * *saving)) +
                                       " % of their TorchScript time, less than half of the best so far (" +
                                       std::to_string(static_cast<int>(100 * best_saving)) + " %)");
@@ -149,7 +150,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   {
     const std::optional<delegation_report> report = delegation_report_data_of(lowered);
     std::vector<method_delegation> methods = report ? report->methods : std::vector<method_delegation>{};
-    worth_building(methods, order_text(backends));
+    worth_building(methods, order_text(backends), true);
     candidates.push_back({backends, specs, order_text(backends), std::move(lowered), std::move(methods)});
   }
   for (std::size_t first = 1; first < backends.size(); ++first) {
@@ -186,7 +187,8 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 3: every timing block is the fastest of 3 calls; min_gain's method never shorter than a region.
 // 4: a block stops once its calls took block_budget_ms; a gross gap separates from 2 rounds.
 // 5: both paths' blocks take as many calls, as fit in block_budget_ms (calls_per_block).
-inline constexpr int tuning_logic_version = 5;
+// 6: a region whose calls are long is timed in blocks, whatever its neighbours.
+inline constexpr int tuning_logic_version = 6;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {

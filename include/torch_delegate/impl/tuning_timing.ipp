@@ -54,29 +54,6 @@ inline double median(std::vector<double> times) {
   return times[times.size() / 2];
 }
 
-// Whether a node computes on tensors (not a view, a size or an interpreter op): what leaves
-// ATen's OpenMP workers spinning, or waits for a backend's pool to sleep.
-inline bool computes(const torch::jit::Node* node) {
-  static const std::unordered_set<std::string> views{"aten::view", "aten::reshape", "aten::flatten", "aten::squeeze",
-                                                     "aten::unsqueeze", "aten::transpose", "aten::permute", "aten::select",
-                                                     "aten::slice", "aten::expand", "aten::t", "aten::detach",
-                                                     "aten::size", "aten::dim", "aten::len", "aten::__getitem__"};
-  if (node->kind().is_prim() || views.count(node->kind().toQualString())) return false;
-  return std::any_of(node->outputs().begin(), node->outputs().end(),
-                     [](const torch::jit::Value* value) { return value->type()->cast<c10::TensorType>() != nullptr; });
-}
-
-// Whether a TorchScript node that computes makes one of `formed`'s inputs or reads one of its
-// outputs: then, in the method, the region runs right after or before ATen's parallel work.
-inline bool has_computing_neighbour(const region& formed) {
-  for (const torch::jit::Value* input : formed.inputs)
-    if (computes(input->node())) return true;
-  for (const torch::jit::Value* output : formed.outputs)
-    for (const torch::jit::Use& use : output->uses())
-      if (computes(use.user)) return true;
-  return false;
-}
-
 TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(const region_to_time& what) {
   const backend_lowering& backend = what.backend;
   const torch::jit::Module& module = what.module;
@@ -122,10 +99,13 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   // TorchScript (standing in for its neighbours), charged with what the call after it took
   // beyond its usual time. A region with no such neighbour (a CNN's whole body, between the
   // method's arguments and its return) runs after itself in steady calls: it is timed in blocks
-  // of calls of one kind, the first of each block dropped. Each round times both paths (which
-  // one first alternates); rounds go on until they separate (region_rule).
+  // of calls of one kind, the first of each block dropped. So is a region whose calls are long
+  // (long_call_ms): the few milliseconds its neighbours leave behind are lost in them, and the
+  // neighbours' stand-ins would triple what a round costs (ConvNeXt-T's 150-node region beside
+  // a busy process, 1 to 2 s a call in TorchScript: 18 s of a 43 s lowering). Each round times
+  // both paths (which one first alternates); rounds go on until they separate (region_rule).
   std::vector<double> after_kept;
-  const bool between_compute = has_computing_neighbour(formed);
+  const bool between_compute = timed_between_neighbours(formed, longest);
   std::size_t round = 0;
   const paired_comparison compared = sample_until_separated(
       [&]() -> std::pair<double, double> {
@@ -261,7 +241,7 @@ TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IVal
 
 TORCH_DELEGATE_INTERNAL std::string region_key(const region_to_time& what) {
   std::ostringstream key;
-  key << "region-key 1;backend:" << what.backend.name() << ";payload:" << what.backend.payload_version()
+  key << "region-key 2;backend:" << what.backend.name() << ";payload:" << what.backend.payload_version()
       << ";build:" << code_build_id(what.backend.runtime) << ";spec:";
   describe_for_key(key, c10::IValue(what.spec_by_method));
   std::unordered_map<const torch::jit::Value*, std::size_t> id;
