@@ -181,8 +181,24 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
     rounds = 0;
     auto equal = torch_delegate::detail::sample_until_separated([&] { return ++rounds, std::pair{1.0, 1.0}; }, rule);
     CHECK(equal.verdict == separation::not_separable);
-    CHECK(equal.rounds == 12);  // 28 rounds left could at best reach 28 of 40 wins: p > 0.01
-    CHECK(rounds == 12);
+    CHECK(equal.rounds == 8);  // the minimum: the medians the same, neither path leaning
+    CHECK(rounds == 8);
+    // Equal but noisy, each path faster by 10 % in every other round: the medians the same, 4
+    // wins each, no lean; rounds stop at the minimum (they went on to the budget before: 36 of
+    // 40 wins were still in reach).
+    rounds = 0;
+    auto even = torch_delegate::detail::sample_until_separated(
+        [&] { return ++rounds % 2 ? std::pair{1.0, 1.1} : std::pair{1.1, 1.0}; }, rule);
+    CHECK(even.verdict == separation::not_separable);
+    CHECK(even.rounds == 8);
+    CHECK(even.first_wins == 4);
+    CHECK(even.second_wins == 4);
+    // Medians 2 % apart (more than a third of the margin): rounds go on, here to the maximum (the
+    // budget is not spent: these rounds take no time), as long as the leader could still win.
+    rounds = 0;
+    auto apart = torch_delegate::detail::sample_until_separated([&] { return ++rounds, std::pair{1.0, 1.02}; }, rule);
+    CHECK(apart.verdict == separation::not_separable);
+    CHECK(apart.rounds == 12);  // 28 rounds left could at best reach 28 of 40 wins: p > 0.01
     sampling_rule quick = rule;
     quick.budget_s = 0.0;  // the budget spent: the minimum, then stop
     rounds = 0;

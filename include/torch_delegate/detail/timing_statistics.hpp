@@ -81,7 +81,9 @@ TORCH_DELEGATE_DECL paired_comparison compare_rounds(const std::vector<double>& 
 TORCH_DELEGATE_DECL bool can_still_separate(const paired_comparison& so_far, const sampling_rule& rule);
 
 /// Rounds of `round` (one time of each path, in ms, taken side by side) until compare_rounds
-/// separates them, can_still_separate says none would, rule.max_rounds, or rule.budget_s.
+/// separates them, can_still_separate says none would, rule.max_rounds, or rule.budget_s; from
+/// rule.min_rounds on, also once the medians are within a third of rule.margin of each other and
+/// neither path has won 3 rounds in 4.
 TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function<std::pair<double, double>()>& round,
                                                              const sampling_rule& rule);
 

@@ -188,7 +188,8 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 4: a block stops once its calls took block_budget_ms; a gross gap separates from 2 rounds.
 // 5: both paths' blocks take as many calls, as fit in block_budget_ms (calls_per_block).
 // 6: a region whose calls are long is timed in blocks, whatever its neighbours.
-inline constexpr int tuning_logic_version = 6;
+// 7: rounds stop at the minimum where the medians are within a third of the margin, no lean.
+inline constexpr int tuning_logic_version = 7;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {
