@@ -194,9 +194,10 @@ struct timing_source {
 };
 
 /// Times with the steady clock, in this process, without gradients. A region between
-/// TorchScript ops that compute, whose calls are shorter than long_call_ms, is timed between two
-/// TorchScript calls and charged for what it costs the call after it; any other in blocks of calls of one kind (the
-/// fastest of calls_per_block, after one dropped where drops_first_call). Each round times both
+/// TorchScript ops that compute, whose calls are shorter than long_call_ms
+/// (timed_between_neighbours), is timed between two TorchScript calls and charged for what it
+/// costs the call after it; any other in blocks of calls of one kind (the fastest of
+/// calls_per_block, after one dropped where drops_first_call). Each round times both
 /// paths, the order alternating. A method: one warm-up call, then the fastest of up to 5 (fewer
 /// once they have taken 2 s, at least 2); methods side by side: per round a block of each, as a
 /// region's.
