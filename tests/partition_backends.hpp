@@ -312,5 +312,31 @@ struct SleepyTaker : test_backends::GenericBackend {
     return outputs;
   }
 };
+/// Runs sleepy at no cost and slow_add in the 8 ms TorchScript takes (the two do not separate).
+struct AllRounder : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_all_rounder";
+  static bool supports(const torch::jit::Node* node) { return SleepyTaker::supports(node) || SwitchingBackend::supports(node); }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    const auto nodes = handle.function->graph()->nodes();
+    on_switching_backend = std::any_of(nodes.begin(), nodes.end(), [](const torch::jit::Node* node) {
+      return node->kind().toQualString() == std::string("td_test_partition::sleepy");
+    });
+    auto outputs = GenericBackend::execute(handle, inputs);
+    on_switching_backend = false;
+    return outputs;
+  }
+};
+/// Runs sleepy (20 ms in TorchScript) in 10 ms.
+struct SlowSleepyTaker : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_slow_sleepy_taker";
+  static bool supports(const torch::jit::Node* node) { return SleepyTaker::supports(node); }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    on_switching_backend = true;
+    auto outputs = GenericBackend::execute(handle, inputs);
+    on_switching_backend = false;
+    return outputs;
+  }
+};
 
 }  // namespace partition_backends

@@ -112,7 +112,7 @@ TEST_CASE("report format: versions 1 to 6 read back; anything else is nullopt, n
   // The reason is saved as its token, not its label.
   const auto kept = saved.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toListRef();
   CHECK(kept[1].toTupleRef().elements()[1].toStringRef() == "outside_selection");
-  for (int r = 0; r <= static_cast<int>(kept_reason::gain_below_minimum); ++r)
+  for (int r = 0; r <= static_cast<int>(kept_reason::not_separable); ++r)
     CHECK(reason_of_token(token_of(static_cast<kept_reason>(r))) == static_cast<kept_reason>(r));
 
   auto old_format = [](std::int64_t version, const std::string& reason, const std::string& detail, std::int64_t nodes = 2) {

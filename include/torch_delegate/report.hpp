@@ -29,6 +29,7 @@ enum class kept_reason {
   result_tuple,          // the prim::TupleConstruct a method returns its results in, when the backend does not take it
   slower_on_backend,     // measured with example inputs, its region ran slower on the backend than in TorchScript
   gain_below_minimum,    // measured faster on the backend, but among the regions that together save less than partition_options::min_gain
+  not_separable,         // measured on a backend choose_order put first, it was not faster beyond the spread: left to the list's order
 };
 
 /// The readable label of a reason: "unsupported kind", "excluded by the user", ... (the text of
@@ -95,7 +96,7 @@ struct kept_node {
 /// reasons that are no backend's (attribute reads, control flow, the user's choices) 0; the
 /// backend does not support it 1; supported but excluded by the user or written to 2-3; in a run
 /// whose boundary types or size fail 4-5; in a region the backend refused 6, measured slower 7,
-/// faster but gaining too little 8.
+/// measured neither faster nor slower 8, faster but gaining too little 9.
 TORCH_DELEGATE_DECL int progress_of(kept_reason reason);
 
 /// The entry of `per_backend` that got furthest (progress_of), the first of those that got as

@@ -602,8 +602,9 @@ class ReportFields(unittest.TestCase):
                                                 "['pointwise_fusion'] for one backend")
 
     def test_kept_reasons_have_their_token_beside_the_label(self):
-        self.assertEqual(len(td._C.kept_reasons), 12)
+        self.assertEqual(len(td._C.kept_reasons), 13)
         self.assertIn(("gain_below_minimum", "gain below the minimum"), td._C.kept_reasons)
+        self.assertIn(("not_separable", "not separable"), td._C.kept_reasons)
         planned = td.plan(torch.jit.script(AddReluSub()), ["td_test_pluggable_demo", "pointwise_fusion"])
         relu = next(k for k in planned.methods[0].kept if k.kind == "aten::relu")
         self.assertEqual((relu.reason, relu.reason_token), ("refused by the backend", "refused_by_backend"))

@@ -26,6 +26,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -92,6 +93,65 @@ inline bool timed_between_neighbours(const region& formed, double longest_call_m
     for (const torch::jit::Use& use : output->uses())
       if (computes(use.user)) return true;
   return false;
+}
+
+/// What share of their TorchScript time a partition's regions save, by their own times (each
+/// region's two times are paired, taken side by side; two regions' are not, and on a loaded machine
+/// the TorchScript time of one can be twice the other's: shares compare, milliseconds do not), or
+/// nullopt when one was not measured or none was delegated.
+inline std::optional<double> measured_saving(const std::vector<method_delegation>& methods) {
+  double saved = 0, spent = 0;
+  for (const method_delegation& method : methods)
+    for (const region_report& region : method.regions) {
+      if (region.backend_ms < 0 || region.torchscript_ms <= 0) return std::nullopt;
+      saved += 1.0 - region.backend_ms / region.torchscript_ms;
+      spent += 1.0;
+    }
+  if (spent == 0) return std::nullopt;
+  return saved / spent;
+}
+
+/// The milliseconds a partition's regions save, by their own times (a sum over regions timed at
+/// different moments: on a loaded machine it is off by a few times, never by tens), or nullopt as
+/// measured_saving.
+inline std::optional<double> measured_ms_saved(const std::vector<method_delegation>& methods) {
+  double saved = 0;
+  bool any = false;
+  for (const method_delegation& method : methods)
+    for (const region_report& region : method.regions) {
+      if (region.backend_ms < 0 || region.torchscript_ms <= 0) return std::nullopt;
+      saved += region.torchscript_ms - region.backend_ms;
+      any = true;
+    }
+  if (!any) return std::nullopt;
+  return saved;
+}
+
+/// An order whose regions save less than this share of the milliseconds the best so far saves is
+/// not compared: a share is not weighed by time, and one small region that saves 98 % (ConvNeXt-T's
+/// classifier, on xnnpack alone, the body left in TorchScript) passes its bar.
+inline constexpr double least_ms_share = 0.1;
+
+/// Why choose_order does not compare a partition (`methods`) with the best so far, whose regions
+/// save at best `best_share` of their TorchScript time and `best_ms` milliseconds (measured_saving,
+/// measured_ms_saved of the partitions built): its regions save less than half that share (it
+/// cannot win by the method's noise), or less than least_ms_share of those milliseconds; nullopt
+/// where neither (or where its regions were not all measured).
+inline std::optional<std::string> saves_too_little(const std::vector<method_delegation>& methods, double best_share,
+                                                   double best_ms) {
+  std::ostringstream why;
+  why.precision(3);
+  if (const std::optional<double> saving = measured_saving(methods); saving && *saving < 0.5 * best_share) {
+    why << "not compared: its regions save " << std::lround(100 * *saving)
+        << " % of their TorchScript time, less than half of the best so far (" << std::lround(100 * best_share) << " %)";
+    return why.str();
+  }
+  if (const std::optional<double> saved = measured_ms_saved(methods); saved && *saved < least_ms_share * best_ms) {
+    why << "not compared: its regions save " << *saved << " ms, less than " << 100 * least_ms_share
+        << " % of what the best so far's save (" << best_ms << " ms)";
+    return why.str();
+  }
+  return std::nullopt;
 }
 
 /// The wall time of `call()`, in ms: what every measurement of a partition is made of.
@@ -268,10 +328,13 @@ TORCH_DELEGATE_INTERNAL example_value_map example_values(const torch::jit::Modul
 /// The decider `options` ask for: an earlier report's decisions (options.replay), measured ones
 /// (options.measure: timed by `timing`, each region compiled with its backend's entry of `specs`,
 /// one {method: spec} per backend, or default options where `specs` is nullptr), or the rules
-/// (rule_decider). `options` and `specs` must outlive it.
+/// (rule_decider). `promoted`: the backend an order of choose_order put ahead of its place in
+/// the list, which takes a measured region only where it is faster beyond the spread (else
+/// kept_reason::not_separable, left to the backends after it); "" for the list's own order.
+/// `options` and `specs` must outlive it.
 TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partition_options& options,
                                                                     const std::vector<c10::impl::GenericDict>* specs,
-                                                                    timing_source& timing);
+                                                                    timing_source& timing, std::string_view promoted = {});
 
 /// What a measured lowering does after it is lowered (`lowered`, by decider_for's measured
 /// decisions): each method with example inputs is timed whole, original against lowered, and

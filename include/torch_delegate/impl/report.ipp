@@ -24,6 +24,7 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
     case kept_reason::result_tuple: return "result tuple";
     case kept_reason::slower_on_backend: return "slower on the backend";
     case kept_reason::gain_below_minimum: return "gain below the minimum";
+    case kept_reason::not_separable: return "not separable";
   }
   return "?";
 }
@@ -41,7 +42,8 @@ TORCH_DELEGATE_DECL int progress_of(kept_reason reason) {
     case kept_reason::region_too_small: return 5;
     case kept_reason::refused_by_backend: return 6;
     case kept_reason::slower_on_backend: return 7;
-    case kept_reason::gain_below_minimum: return 8;
+    case kept_reason::not_separable: return 8;
+    case kept_reason::gain_below_minimum: return 9;
   }
   return 0;
 }

@@ -91,7 +91,9 @@ class replaying_decider final : public region_decider {
       // A region the replayed report kept as slower or as gaining too little on this backend
       // (measured, or dropped by the method's check) keeps that reason and its figures. A kept
       // node without per-backend reasons (made by hand) counts for any.
-      auto measured = [](kept_reason r) { return r == kept_reason::slower_on_backend || r == kept_reason::gain_below_minimum; };
+      auto measured = [](kept_reason r) {
+        return r == kept_reason::slower_on_backend || r == kept_reason::gain_below_minimum || r == kept_reason::not_separable;
+      };
       for (const kept_node& earlier : replayed_ ? replayed_->kept : std::vector<kept_node>{}) {
         if (candidate.kinds.empty() || earlier.kind != candidate.kinds.front() || earlier.location != candidate.location)
           continue;
@@ -123,11 +125,14 @@ class replaying_decider final : public region_decider {
 // while, together, they save less than min_gain of the method (one region saving too little alone
 // counts; many small ones that add up, as ShuffleNetV2's branches, are delegated). A region that cannot be
 // timed (in an if or loop body) goes by the rules, as do the regions of a method without example
-// inputs.
+// inputs. In an order choose_order tries (`promoted` first, ahead of its place in the list), a
+// region that does not separate on `promoted` is not its: the list's order would offer it to the
+// backends before it first, so it is kept (kept_reason::not_separable) and left to the later ones.
 class measured_decider final : public region_decider {
  public:
-  measured_decider(const partition_options& options, const std::vector<c10::impl::GenericDict>* specs, timing_source& timing)
-      : options_(options), specs_(specs), timing_(timing) {}
+  measured_decider(const partition_options& options, const std::vector<c10::impl::GenericDict>* specs, timing_source& timing,
+                   std::string promoted)
+      : options_(options), specs_(specs), timing_(timing), promoted_(std::move(promoted)) {}
 
   void begin_method(const torch::jit::Module& module, const std::string& method,
                     const std::shared_ptr<torch::jit::Graph>& graph) override {
@@ -168,8 +173,14 @@ class measured_decider final : public region_decider {
           break;
         case separation::not_separable:
           // The timing decides nothing: the rules do (the list's order gives the region to this
-          // backend, as an unmeasured lowering would). min_gain weighs measured gains only.
-          candidate.decision = evidence + "; delegated, as the list's order says";
+          // backend, as an unmeasured lowering would). min_gain weighs measured gains only. On a
+          // backend choose_order put first, the list's order is the backends before it.
+          if (backend_name == promoted_)
+            decisions[i] = {false, kept_reason::not_separable,
+                            timing_text(candidate) + "; " + evidence + "; left to the list's order (" + backend_name +
+                                " is first only in an order choose_order tried)"};
+          else
+            candidate.decision = evidence + "; delegated, as the list's order says";
           break;
       }
     }
@@ -205,6 +216,7 @@ class measured_decider final : public region_decider {
   const partition_options& options_;
   const std::vector<c10::impl::GenericDict>* specs_;  // nullptr: default options (a plan)
   timing_source& timing_;
+  const std::string promoted_;                        // the backend choose_order put first, or ""
   const torch::jit::Module* module_ = nullptr;        // the current method's
   std::shared_ptr<torch::jit::Graph> graph_;
   const std::vector<c10::IValue>* inputs_ = nullptr;  // its example inputs; nullptr: not measured
@@ -214,9 +226,9 @@ class measured_decider final : public region_decider {
 
 TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partition_options& options,
                                                                     const std::vector<c10::impl::GenericDict>* specs,
-                                                                    timing_source& timing) {
+                                                                    timing_source& timing, std::string_view promoted) {
   if (options.replay) return std::make_unique<replaying_decider>(*options.replay);
-  if (options.measure) return std::make_unique<measured_decider>(options, specs, timing);
+  if (options.measure) return std::make_unique<measured_decider>(options, specs, timing, std::string(promoted));
   return std::make_unique<rule_decider>();
 }
 

@@ -27,22 +27,6 @@ inline std::string order_text(const backend_list& backends) {
   return text;
 }
 
-// What share of their TorchScript time a partition's regions save, by their own times (each
-// region's two times are paired, taken side by side; two regions' are not, and on a loaded machine
-// the TorchScript time of one can be twice the other's: shares compare, milliseconds do not), or
-// nullopt when one was not measured or none was delegated.
-inline std::optional<double> measured_saving(const std::vector<method_delegation>& methods) {
-  double saved = 0, spent = 0;
-  for (const method_delegation& method : methods)
-    for (const region_report& region : method.regions) {
-      if (region.backend_ms < 0 || region.torchscript_ms <= 0) return std::nullopt;
-      saved += 1.0 - region.backend_ms / region.torchscript_ms;
-      spent += 1.0;
-    }
-  if (spent == 0) return std::nullopt;
-  return saved / spent;
-}
-
 // A partition, to tell two that are the same: each region's backend, kinds, size and place.
 inline std::string partition_signature(const std::vector<method_delegation>& methods) {
   std::ostringstream text;
@@ -79,9 +63,11 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   if (!options.choose_order || backends.size() < 2) return checked_whole(backends, module, options, specs, timing, std::move(lowered));
   // The list's order (`lowered`), then each other backend first (the rest in the list's order),
   // each partitioned by measured decisions (regions alike to ones already timed, the same backend,
-  // graph and shapes, are not timed again). A partition the same as an earlier one is not built,
-  // nor one whose regions save, by their own times, less than half the share of their TorchScript
-  // time that the best so far saves (it cannot win by the method's noise). Each one built is
+  // graph and shapes, are not timed again; the backend put first takes only regions faster on it
+  // beyond the spread, as a region that does not separate goes by the list's order). A partition
+  // the same as an earlier one is not built, nor one whose regions save, by their own times, less
+  // than half the share of their TorchScript time that the best so far saves (it cannot win by
+  // the method's noise), or less than least_ms_share of its milliseconds. Each one built is
   // compared side by side with the best so far. Where the fastest gives regions to several
   // backends, each of them alone is tried too: regions measured faster one by one can be slower
   // together (ShuffleNetV2 on AVX2: onednn's branches beside xnnpack's, one backend's threads
@@ -97,10 +83,11 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   };
   std::vector<candidate> candidates;
   std::vector<std::pair<std::string, std::string>> partitions;  // every partition made: signature, order
-  double best_saving = 0;
+  double best_saving = 0, best_ms_saved = 0;
   std::size_t step = 1, steps = backends.size(), best = 0;
-  // A partition worth building: not one made before, and not one that saves too little. The
-  // list's order (`baseline`) is built already: it only sets the bar.
+  // A partition worth building: not one made before, and not one that saves too little (a share
+  // of its regions' time, or milliseconds). The list's order (`baseline`) is built already: it
+  // only sets the bars.
   auto worth_building = [&](const std::vector<method_delegation>& methods, const std::string& text, bool baseline = false) {
     const std::string signature = partition_signature(methods);
     const auto same = std::find_if(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; });
@@ -109,14 +96,13 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
       return false;
     }
     partitions.emplace_back(signature, text);
-    const std::optional<double> saving = measured_saving(methods);
-    if (saving && !baseline && *saving < 0.5 * best_saving) {
-      timing.progress("choosing", "not compared: its regions save " + std::to_string(static_cast<int>(100 * *saving)) +
-                                      " % of their TorchScript time, less than half of the best so far (" +
-                                      std::to_string(static_cast<int>(100 * best_saving)) + " %)");
-      return false;
-    }
-    if (saving) best_saving = std::max(best_saving, *saving);
+    if (!baseline)
+      if (const std::optional<std::string> why = saves_too_little(methods, best_saving, best_ms_saved)) {
+        timing.progress("choosing", *why);
+        return false;
+      }
+    best_saving = std::max(best_saving, measured_saving(methods).value_or(0));
+    best_ms_saved = std::max(best_ms_saved, measured_ms_saved(methods).value_or(0));
     return true;
   };
   // A lowering replaces the best so far only where it is faster beyond the spread in a method and
@@ -135,11 +121,12 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     }
     if (faster && !slower) best = k;
   };
-  auto try_order = [&](backend_list order, std::vector<c10::impl::GenericDict> order_specs) {
+  // `promoted`: the backend the order puts ahead of its place in the list ("" for one alone).
+  auto try_order = [&](backend_list order, std::vector<c10::impl::GenericDict> order_specs, std::string_view promoted) {
     const std::string text = order_text(order);
     timing.lowering_step(step, steps, "lowering " + std::to_string(step + 1) + " of " + std::to_string(steps) + " (" + text + ")");
     ++step;
-    partitioned_module planned = partition_module(order, module, options, *decider_for(options, &order_specs, timing));
+    partitioned_module planned = partition_module(order, module, options, *decider_for(options, &order_specs, timing, promoted));
     std::vector<method_delegation> methods = entries_of(planned.methods);
     if (!worth_building(methods, text)) return;
     torch::jit::Module built = build_partitioned(order, std::move(planned), options, order_specs);
@@ -161,7 +148,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
         order.push_back(backends[k]);
         order_specs.push_back(specs[k]);
       }
-    try_order(std::move(order), std::move(order_specs));
+    try_order(std::move(order), std::move(order_specs), backends[first]->name());
   }
   if (mixes_backends(candidates[best].methods)) {
     const std::vector<method_delegation> fastest = candidates[best].methods;
@@ -174,7 +161,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
           break;
         }
     steps += used.size();
-    for (const std::size_t k : used) try_order({backends[k]}, {specs[k]});
+    for (const std::size_t k : used) try_order({backends[k]}, {specs[k]}, {});
   }
   timing.lowering_step(steps, steps, "");
   candidate& chosen = candidates[best];
@@ -189,7 +176,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 5: both paths' blocks take as many calls, as fit in block_budget_ms (calls_per_block).
 // 6: a region whose calls are long is timed in blocks, whatever its neighbours.
 // 7: rounds stop at the minimum where the medians are within a third of the margin, no lean.
-inline constexpr int tuning_logic_version = 7;
+// 8: a backend choose_order puts first takes no region that does not separate; orders whose
+//    regions save under a tenth of the best's milliseconds are not compared.
+inline constexpr int tuning_logic_version = 8;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {
