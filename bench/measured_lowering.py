@@ -50,6 +50,15 @@ args = [a for i, a in enumerate(options)
         if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED) and a not in reporting]
 
 
+KNOWN = VALUED + ("--quick", "--report")
+unknown = [a for a in options if a.startswith("-") and a not in KNOWN and a not in reporting]
+if unknown:
+    sys.exit(f"bench/measured_lowering.py: unknown option {unknown[0]!r}; the options are {', '.join(KNOWN)}\n" + __doc__)
+missing = [name for name in VALUED if name in options and options.index(name) + 1 >= len(options)]
+if missing:
+    sys.exit(f"bench/measured_lowering.py: {missing[0]} needs a value")
+
+
 def option(name, default=None):
     return options[options.index(name) + 1] if name in options else default
 

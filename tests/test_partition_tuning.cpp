@@ -786,17 +786,24 @@ TEST_CASE("region timing: between its neighbours' stand-ins only where its calls
   torch::jit::parseIR(R"IR(
 graph(%x : Tensor, %h : Tensor):
   %one : int = prim::Constant[value=1]()
+  %zero : int = prim::Constant[value=0]()
   %a : Tensor = aten::relu(%x)
   %b : Tensor = aten::add(%a, %h, %one)
   %c : Tensor = aten::add(%x, %h, %one)
-  %d : Tensor[] = prim::ListConstruct(%b, %c)
+  %t : Tensor = aten::t(%a)
+  %u : Tensor = aten::unsqueeze(%t, %zero)
+  %e : Tensor = aten::add(%u, %h, %one)
+  %f : Tensor = aten::add(%x, %x, %one)
+  %g : Tensor = aten::t(%f)
+  %k : Tensor = aten::neg(%g)
+  %d : Tensor[] = prim::ListConstruct(%b, %c, %e, %k)
   return (%d))IR",
                       graph.get());
   std::vector<torch::jit::Node*> adds;
   for (torch::jit::Node* node : graph->nodes())
     if (node->kind() == torch::jit::aten::add) adds.push_back(node);
-  REQUIRE(adds.size() == 2);
-  region after_relu, alone;
+  REQUIRE(adds.size() == 4);
+  region after_relu, alone, after_views, before_view;
   after_relu.nodes = {adds[0]};
   after_relu.inputs = {adds[0]->input(0), adds[0]->input(1)};
   after_relu.outputs = {adds[0]->output()};
@@ -808,4 +815,15 @@ graph(%x : Tensor, %h : Tensor):
   CHECK_FALSE(timed_between_neighbours(after_relu, long_call_ms));
   CHECK_FALSE(timed_between_neighbours(after_relu, 2400.0));
   CHECK_FALSE(timed_between_neighbours(alone, 1.0));
+  // Through views: relu makes what two views pass on (ConvNeXt-T's classifier takes a permute of
+  // a layer_norm), and neg reads a view of what the region makes.
+  after_views.nodes = {adds[2]};
+  after_views.inputs = {adds[2]->input(0), adds[2]->input(1)};
+  after_views.outputs = {adds[2]->output()};
+  before_view.nodes = {adds[3]};
+  before_view.inputs = {adds[3]->input(0), adds[3]->input(1)};
+  before_view.outputs = {adds[3]->output()};
+  CHECK(timed_between_neighbours(after_views, 1.0));
+  CHECK(timed_between_neighbours(before_view, 1.0));
+  CHECK_FALSE(timed_between_neighbours(before_view, long_call_ms));
 }

@@ -80,18 +80,40 @@ inline bool computes(const torch::jit::Node* node) {
                      [](const torch::jit::Value* value) { return value->type()->cast<c10::TensorType>() != nullptr; });
 }
 
+/// Whether a TorchScript node that computes makes `value`, through views (ConvNeXt-T's
+/// classifier takes a permute of a layer_norm): a view runs no parallel work, its input's maker does.
+inline bool made_by_computing(const torch::jit::Value* value) {
+  for (int views = 0; views < 8; ++views) {
+    const torch::jit::Node* maker = value->node();
+    if (computes(maker)) return true;
+    if (maker->kind().is_prim() || maker->inputs().empty() || !value->type()->cast<c10::TensorType>()) return false;
+    value = maker->input(0);  // a view's tensor
+  }
+  return false;
+}
+
+/// Whether a TorchScript node that computes reads `value`, through views.
+inline bool read_by_computing(const torch::jit::Value* value, int views = 0) {
+  for (const torch::jit::Use& use : value->uses()) {
+    if (computes(use.user)) return true;
+    if (views < 8 && !use.user->kind().is_prim() && use.offset == 0 && use.user->outputs().size() == 1 &&
+        use.user->output()->type()->cast<c10::TensorType>() && read_by_computing(use.user->output(), views + 1))
+      return true;
+  }
+  return false;
+}
+
 /// Whether clock_timing times `formed` between stand-ins for its TorchScript neighbours, its
 /// longer path taking `longest_call_ms` a call: where a TorchScript node that computes makes one
-/// of its inputs or reads one of its outputs (then, in the method, it runs right after or before
-/// ATen's parallel work), and its calls are shorter than long_call_ms. Else in blocks of calls of
-/// one kind.
+/// of its inputs or reads one of its outputs, directly or through views (then, in the method, it
+/// runs right after or before ATen's parallel work), and its calls are shorter than long_call_ms.
+/// Else in blocks of calls of one kind.
 inline bool timed_between_neighbours(const region& formed, double longest_call_ms) {
   if (longest_call_ms >= long_call_ms) return false;
   for (const torch::jit::Value* input : formed.inputs)
-    if (computes(input->node())) return true;
+    if (made_by_computing(input)) return true;
   for (const torch::jit::Value* output : formed.outputs)
-    for (const torch::jit::Use& use : output->uses())
-      if (computes(use.user)) return true;
+    if (read_by_computing(output)) return true;
   return false;
 }
 

@@ -178,7 +178,8 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 7: rounds stop at the minimum where the medians are within a third of the margin, no lean.
 // 8: a backend choose_order puts first takes no region that does not separate; orders whose
 //    regions save under a tenth of the best's milliseconds are not compared.
-inline constexpr int tuning_logic_version = 8;
+// 9: a region's TorchScript neighbours are seen through views (timed_between_neighbours).
+inline constexpr int tuning_logic_version = 9;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {

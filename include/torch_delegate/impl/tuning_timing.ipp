@@ -241,7 +241,7 @@ TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IVal
 
 TORCH_DELEGATE_INTERNAL std::string region_key(const region_to_time& what) {
   std::ostringstream key;
-  key << "region-key 3;backend:" << what.backend.name() << ";payload:" << what.backend.payload_version()
+  key << "region-key 4;backend:" << what.backend.name() << ";payload:" << what.backend.payload_version()
       << ";build:" << code_build_id(what.backend.runtime) << ";spec:";
   describe_for_key(key, c10::IValue(what.spec_by_method));
   std::unordered_map<const torch::jit::Value*, std::size_t> id;
