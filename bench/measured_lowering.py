@@ -54,7 +54,8 @@ KNOWN = VALUED + ("--quick", "--report")
 unknown = [a for a in options if a.startswith("-") and a not in KNOWN and a not in reporting]
 if unknown:
     sys.exit(f"bench/measured_lowering.py: unknown option {unknown[0]!r}; the options are {', '.join(KNOWN)}\n" + __doc__)
-missing = [name for name in VALUED if name in options and options.index(name) + 1 >= len(options)]
+missing = [name for name in VALUED if name in options and (options.index(name) + 1 >= len(options)
+                                                            or options[options.index(name) + 1].startswith("--"))]
 if missing:
     sys.exit(f"bench/measured_lowering.py: {missing[0]} needs a value")
 

@@ -119,7 +119,7 @@ def probe(blas):
             for region in report.methods[0].regions:
                 row["regions"][region.backend] = row["regions"].get(region.backend, 0) + 1
             row["first"] = report.backends[0]
-            lost = ("slower_on_backend", "gain_below_minimum")
+            lost = ("slower_on_backend", "gain_below_minimum", "not_separable")
             row["slower"] = sum(1 for node in report.methods[0].kept if node.reason_token in lost)
             # Why, for the log: what the region timings or the method's check measured.
             row["slower_details"] = sorted({node.detail for node in report.methods[0].kept if node.reason_token in lost})[:3]

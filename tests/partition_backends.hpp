@@ -277,6 +277,10 @@ struct EqualAdds : test_backends::GenericBackend {
     return outputs;
   }
 };
+/// The same, under another name.
+struct OtherEqualAdds : EqualAdds {
+  static constexpr std::string_view name = "td_partition_other_equal_adds";
+};
 inline thread_local bool after_faster_adds = false;
 /// How many times FasterAdds preprocessed a region (timed alone, or built into a lowering).
 inline std::atomic<int> faster_adds_preprocessed{0};

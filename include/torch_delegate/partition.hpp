@@ -102,12 +102,15 @@ struct partition_options {
   /// no measured gain: the list's order decides it, whatever this is.
   double min_gain = 0.01;
   /// With measure and several backends (lowering only, not a plan): the list's order is also
-  /// tried against each other backend first (the rest in the list's order), and, where such a
-  /// lowering gave regions to more than one backend, against its first backend alone; each lowering
-  /// is measured and checked, then their methods are timed whole side by side, and the fastest is
-  /// kept (the list's own order unless another is faster by more than 2 %). Its report names the
-  /// backends it was lowered with, in order. Lowering takes about as many times longer as there are
-  /// backends (twice that where lowerings mix backends).
+  /// tried against each other backend first (the rest in the list's order; the backend put first
+  /// takes only regions faster on it beyond the spread, kept_reason::not_separable), and, where
+  /// the fastest gives regions to more than one backend, against each of them alone. Each order
+  /// is partitioned by measured decisions; one whose partition is the same as an earlier one's,
+  /// or whose regions save too little beside the best so far, is not built; each built is timed
+  /// whole against the best so far, side by side, and replaces it only when faster beyond the
+  /// spread (so the list's own order stays where they do not separate); the fastest is then
+  /// checked whole against the original (docs/partial-lowering.md, "Which backend goes first").
+  /// Its report names the backends it was lowered with, in order.
   bool choose_order = false;
   /// With measure: keep what was measured in the timing cache and reuse it (docs/partial-lowering.md,
   /// "The timing cache"): each region's verdict, keyed by its canonical graph, input shapes and

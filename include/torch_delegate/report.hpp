@@ -96,7 +96,8 @@ struct kept_node {
 /// reasons that are no backend's (attribute reads, control flow, the user's choices) 0; the
 /// backend does not support it 1; supported but excluded by the user or written to 2-3; in a run
 /// whose boundary types or size fail 4-5; in a region the backend refused 6, measured slower 7,
-/// measured neither faster nor slower 8, faster but gaining too little 9.
+/// measured neither faster nor slower on a backend choose_order put first 8, faster but gaining
+/// too little 9.
 TORCH_DELEGATE_DECL int progress_of(kept_reason reason);
 
 /// The entry of `per_backend` that got furthest (progress_of), the first of those that got as

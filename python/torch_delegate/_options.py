@@ -70,8 +70,8 @@ class LowerOptions:
     #: torch_delegate.ProgressUpdate (stage, detail, step, steps, elapsed_s) (True)
     progress: Optional[Union[bool, Callable[[Any], None]]] = None
     #: a Report (plan(..., measure=True) or report(lowered)) whose decisions are repeated: a
-    #: candidate region is delegated if and only if the report has it, a region it kept as slower
-    #: keeps that reason; nothing is timed
+    #: candidate region is delegated if and only if the report has it, a region it kept as slower,
+    #: as gaining too little or as not separable keeps that reason; nothing is timed
     replay: Optional["Report"] = None
     #: whole methods only: per method, one entry per argument: a TensorSpec, an example tensor or None
     input_specs: Optional[Mapping[str, Sequence[Any]]] = None

@@ -92,12 +92,13 @@ inline bool made_by_computing(const torch::jit::Value* value) {
   return false;
 }
 
-/// Whether a TorchScript node that computes reads `value`, through views.
-inline bool read_by_computing(const torch::jit::Value* value, int views = 0) {
+/// Whether a TorchScript node that computes, outside `formed`, reads `value`, through views.
+inline bool read_by_computing(const torch::jit::Value* value, const region& formed, int views = 0) {
   for (const torch::jit::Use& use : value->uses()) {
+    if (std::find(formed.nodes.begin(), formed.nodes.end(), use.user) != formed.nodes.end()) continue;
     if (computes(use.user)) return true;
     if (views < 8 && !use.user->kind().is_prim() && use.offset == 0 && use.user->outputs().size() == 1 &&
-        use.user->output()->type()->cast<c10::TensorType>() && read_by_computing(use.user->output(), views + 1))
+        use.user->output()->type()->cast<c10::TensorType>() && read_by_computing(use.user->output(), formed, views + 1))
       return true;
   }
   return false;
@@ -113,7 +114,7 @@ inline bool timed_between_neighbours(const region& formed, double longest_call_m
   for (const torch::jit::Value* input : formed.inputs)
     if (made_by_computing(input)) return true;
   for (const torch::jit::Value* output : formed.outputs)
-    if (read_by_computing(output)) return true;
+    if (read_by_computing(output, formed)) return true;
   return false;
 }
 
@@ -154,23 +155,25 @@ inline std::optional<double> measured_ms_saved(const std::vector<method_delegati
 /// classifier, on xnnpack alone, the body left in TorchScript) passes its bar.
 inline constexpr double least_ms_share = 0.1;
 
-/// Why choose_order does not compare a partition (`methods`) with the best so far, whose regions
-/// save at best `best_share` of their TorchScript time and `best_ms` milliseconds (measured_saving,
-/// measured_ms_saved of the partitions built): its regions save less than half that share (it
-/// cannot win by the method's noise), or less than least_ms_share of those milliseconds; nullopt
-/// where neither (or where its regions were not all measured).
+/// Why choose_order does not compare a partition (`methods`) with the best so far: its regions
+/// save less than half `best_share` of their TorchScript time (it cannot win by the method's
+/// noise), or less than least_ms_share of `best_ms` milliseconds, where `best_share` and
+/// `best_ms` are the most any partition built so far saves (measured_saving, measured_ms_saved);
+/// nullopt where neither (or where its regions were not all measured).
 inline std::optional<std::string> saves_too_little(const std::vector<method_delegation>& methods, double best_share,
                                                    double best_ms) {
   std::ostringstream why;
-  why.precision(3);
+  why.setf(std::ios::fixed);
+  why.precision(2);
   if (const std::optional<double> saving = measured_saving(methods); saving && *saving < 0.5 * best_share) {
     why << "not compared: its regions save " << std::lround(100 * *saving)
-        << " % of their TorchScript time, less than half of the best so far (" << std::lround(100 * best_share) << " %)";
+        << " % of their TorchScript time, less than half the most a partition built so far saves ("
+        << std::lround(100 * best_share) << " %)";
     return why.str();
   }
   if (const std::optional<double> saved = measured_ms_saved(methods); saved && *saved < least_ms_share * best_ms) {
-    why << "not compared: its regions save " << *saved << " ms, less than " << 100 * least_ms_share
-        << " % of what the best so far's save (" << best_ms << " ms)";
+    why << "not compared: its regions save " << *saved << " ms, less than " << std::lround(100 * least_ms_share)
+        << " % of the most a partition built so far saves (" << best_ms << " ms)";
     return why.str();
   }
   return std::nullopt;
@@ -347,16 +350,26 @@ TORCH_DELEGATE_INTERNAL example_value_map example_values(const torch::jit::Modul
                                                          const std::shared_ptr<torch::jit::Graph>& graph,
                                                          const std::vector<c10::IValue>& inputs);
 
+/// The backend an order of choose_order puts ahead of its place in the priority list, and the
+/// backends the list gives after it.
+struct promotion {
+  std::string backend;
+  std::unordered_set<std::string> listed_after;
+};
+
 /// The decider `options` ask for: an earlier report's decisions (options.replay), measured ones
 /// (options.measure: timed by `timing`, each region compiled with its backend's entry of `specs`,
 /// one {method: spec} per backend, or default options where `specs` is nullptr), or the rules
-/// (rule_decider). `promoted`: the backend an order of choose_order put ahead of its place in
-/// the list, which takes a measured region only where it is faster beyond the spread (else
-/// kept_reason::not_separable, left to the backends after it); "" for the list's own order.
-/// `options` and `specs` must outlive it.
+/// (rule_decider). `promoted` (an order of choose_order; nullptr for the list's own order): a
+/// region that does not separate goes by the list's order, which offers it to the promoted
+/// backend only after the backends before it, and to the backends after it only once the
+/// promoted one has refused it. So the promoted backend takes a measured region only where it is
+/// faster beyond the spread, and a backend listed after it does not take, by the list's order, a
+/// region with a node the promoted one did not (both keep it: kept_reason::not_separable).
+/// `options`, `specs` and `promoted` must outlive it.
 TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partition_options& options,
                                                                     const std::vector<c10::impl::GenericDict>* specs,
-                                                                    timing_source& timing, std::string_view promoted = {});
+                                                                    timing_source& timing, const promotion* promoted = nullptr);
 
 /// What a measured lowering does after it is lowered (`lowered`, by decider_for's measured
 /// decisions): each method with example inputs is timed whole, original against lowered, and

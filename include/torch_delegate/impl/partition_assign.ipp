@@ -16,8 +16,8 @@
 namespace torch_delegate::detail {
 
 // require_full: attribute reads and the nodes outside lower_submodules may stay in TorchScript.
-inline void check_full(const partition_options& options, const backend_lowering& backend, const method_delegation& report) {
-  if (!options.require_full) return;
+// The nodes of `report` that may not.
+inline std::vector<const kept_node*> kept_against_full(const method_delegation& report) {
   std::vector<const kept_node*> kept;
   // The tuple that packs a method's results, whichever backend's reason is the primary one (a
   // backend that supports prim::TupleConstruct may have got further with it).
@@ -29,6 +29,12 @@ inline void check_full(const partition_options& options, const backend_lowering&
   for (const kept_node& node : report.kept)
     if (node.reason != kept_reason::attribute_read && !result_tuple(node) && node.reason != kept_reason::outside_selection)
       kept.push_back(&node);
+  return kept;
+}
+
+inline void check_full(const partition_options& options, const backend_lowering& backend, const method_delegation& report) {
+  if (!options.require_full) return;
+  const std::vector<const kept_node*> kept = kept_against_full(report);
   if (kept.empty()) return;
   const kept_node& first = *kept.front();
   fail({backend.name(), report.method},

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
+#include <unordered_set>
 
 namespace torch_delegate::detail {
 
@@ -88,9 +90,9 @@ class replaying_decider final : public region_decider {
       }
       region_decision& kept = decisions[i];
       kept = {false, kept_reason::slower_on_backend, "not delegated in the replayed plan"};
-      // A region the replayed report kept as slower or as gaining too little on this backend
-      // (measured, or dropped by the method's check) keeps that reason and its figures. A kept
-      // node without per-backend reasons (made by hand) counts for any.
+      // A region the replayed report kept as slower, as gaining too little or as not separable
+      // on this backend (measured, or dropped by the method's check) keeps that reason and its
+      // figures. A kept node without per-backend reasons (made by hand) counts for any.
       auto measured = [](kept_reason r) {
         return r == kept_reason::slower_on_backend || r == kept_reason::gain_below_minimum || r == kept_reason::not_separable;
       };
@@ -125,14 +127,15 @@ class replaying_decider final : public region_decider {
 // while, together, they save less than min_gain of the method (one region saving too little alone
 // counts; many small ones that add up, as ShuffleNetV2's branches, are delegated). A region that cannot be
 // timed (in an if or loop body) goes by the rules, as do the regions of a method without example
-// inputs. In an order choose_order tries (`promoted` first, ahead of its place in the list), a
-// region that does not separate on `promoted` is not its: the list's order would offer it to the
-// backends before it first, so it is kept (kept_reason::not_separable) and left to the later ones.
+// inputs. In an order choose_order tries with a backend put first (`promoted`, decider_for), the
+// list's order is still what decides a region that does not separate: the promoted backend does
+// not take it, nor does a backend the list gives after it when the promoted one refused one of
+// its nodes (kept_reason::not_separable); the backends listed before it do.
 class measured_decider final : public region_decider {
  public:
   measured_decider(const partition_options& options, const std::vector<c10::impl::GenericDict>* specs, timing_source& timing,
-                   std::string promoted)
-      : options_(options), specs_(specs), timing_(timing), promoted_(std::move(promoted)) {}
+                   const promotion* promoted)
+      : options_(options), specs_(specs), timing_(timing), promoted_(promoted) {}
 
   void begin_method(const torch::jit::Module& module, const std::string& method,
                     const std::shared_ptr<torch::jit::Graph>& graph) override {
@@ -142,6 +145,7 @@ class measured_decider final : public region_decider {
     inputs_ = examples == options_.example_inputs.end() ? nullptr : &examples->second;
     values_.reset();
     whole_ms_ = -1;
+    refused_.clear();
   }
 
   std::vector<region_decision> decide(candidate_regions& candidates) override {
@@ -173,12 +177,9 @@ class measured_decider final : public region_decider {
           break;
         case separation::not_separable:
           // The timing decides nothing: the rules do (the list's order gives the region to this
-          // backend, as an unmeasured lowering would). min_gain weighs measured gains only. On a
-          // backend choose_order put first, the list's order is the backends before it.
-          if (backend_name == promoted_)
-            decisions[i] = {false, kept_reason::not_separable,
-                            timing_text(candidate) + "; " + evidence + "; left to the list's order (" + backend_name +
-                                " is first only in an order choose_order tried)"};
+          // backend, as an unmeasured lowering would). min_gain weighs measured gains only.
+          if (const std::optional<std::string> why = not_by_the_list(backend_name, candidates.regions[i]))
+            decisions[i] = {false, kept_reason::not_separable, timing_text(candidate) + "; " + evidence + "; " + *why};
           else
             candidate.decision = evidence + "; delegated, as the list's order says";
           break;
@@ -189,6 +190,21 @@ class measured_decider final : public region_decider {
   }
 
  private:
+  // Why the list's order does not give `formed`, not separable on `backend`, to it in an order
+  // with a promoted backend (the decider's comment), or nullopt where it does.
+  std::optional<std::string> not_by_the_list(const std::string& backend, const region& formed) {
+    if (!promoted_) return std::nullopt;
+    if (backend == promoted_->backend) {
+      refused_.insert(formed.nodes.begin(), formed.nodes.end());
+      return "not taken: " + backend + ", put first by choose_order, takes only regions it runs faster beyond the spread";
+    }
+    if (promoted_->listed_after.count(backend) &&
+        std::any_of(formed.nodes.begin(), formed.nodes.end(), [&](const torch::jit::Node* node) { return refused_.count(node); }))
+      return "not taken: the list's order gives it to " + promoted_->backend + " before " + backend +
+             ", which did not take it when put first by choose_order";
+    return std::nullopt;
+  }
+
   // min_gain (least_gains): the winners that save least, kept while together they save less than
   // min_gain of the method (timed whole once per method, when needed).
   void keep_least_gains(const candidate_regions& candidates, std::vector<std::size_t>& winners,
@@ -216,7 +232,8 @@ class measured_decider final : public region_decider {
   const partition_options& options_;
   const std::vector<c10::impl::GenericDict>* specs_;  // nullptr: default options (a plan)
   timing_source& timing_;
-  const std::string promoted_;                        // the backend choose_order put first, or ""
+  const promotion* promoted_;                         // an order of choose_order: its promoted backend
+  std::unordered_set<const torch::jit::Node*> refused_;  // nodes of the current method the promoted backend did not take
   const torch::jit::Module* module_ = nullptr;        // the current method's
   std::shared_ptr<torch::jit::Graph> graph_;
   const std::vector<c10::IValue>* inputs_ = nullptr;  // its example inputs; nullptr: not measured
@@ -226,9 +243,9 @@ class measured_decider final : public region_decider {
 
 TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partition_options& options,
                                                                     const std::vector<c10::impl::GenericDict>* specs,
-                                                                    timing_source& timing, std::string_view promoted) {
+                                                                    timing_source& timing, const promotion* promoted) {
   if (options.replay) return std::make_unique<replaying_decider>(*options.replay);
-  if (options.measure) return std::make_unique<measured_decider>(options, specs, timing, std::string(promoted));
+  if (options.measure) return std::make_unique<measured_decider>(options, specs, timing, promoted);
   return std::make_unique<rule_decider>();
 }
 

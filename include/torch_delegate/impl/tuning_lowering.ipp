@@ -7,6 +7,7 @@
 #include <torch_delegate/detail/tuning.hpp>
 #include <torch_delegate/detail/canonical_graph.hpp>
 #include <torch_delegate/detail/partition_rewrite.hpp>
+#include <torch_delegate/impl/partition_assign.ipp>
 #include <torch_delegate/impl/tuning.ipp>
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/report_format.hpp>
@@ -121,13 +122,26 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     }
     if (faster && !slower) best = k;
   };
-  // `promoted`: the backend the order puts ahead of its place in the list ("" for one alone).
-  auto try_order = [&](backend_list order, std::vector<c10::impl::GenericDict> order_specs, std::string_view promoted) {
+  // An order is partitioned without require_full (its partition may keep what the list's order
+  // delegated): one that keeps a node require_full forbids is not built.
+  partition_options candidate_options = options;
+  candidate_options.require_full = false;
+  // `promoted`: the backend the order puts ahead of its place in the list (nullptr for one alone).
+  auto try_order = [&](backend_list order, std::vector<c10::impl::GenericDict> order_specs, const promotion* promoted) {
     const std::string text = order_text(order);
     timing.lowering_step(step, steps, "lowering " + std::to_string(step + 1) + " of " + std::to_string(steps) + " (" + text + ")");
     ++step;
-    partitioned_module planned = partition_module(order, module, options, *decider_for(options, &order_specs, timing, promoted));
+    partitioned_module planned =
+        partition_module(order, module, candidate_options, *decider_for(candidate_options, &order_specs, timing, promoted));
     std::vector<method_delegation> methods = entries_of(planned.methods);
+    if (options.require_full)
+      for (const method_delegation& method : methods)
+        if (const std::vector<const kept_node*> kept = kept_against_full(method); !kept.empty()) {
+          timing.progress("choosing", "not compared: it keeps " + std::to_string(kept.size()) + " node(s) of " + method.method +
+                                          " in TorchScript, the first " + kept.front()->kind + " (" +
+                                          std::string(to_string(kept.front()->reason)) + "), and require_full is set");
+          return;
+        }
     if (!worth_building(methods, text)) return;
     torch::jit::Module built = build_partitioned(order, std::move(planned), options, order_specs);
     candidates.push_back({std::move(order), std::move(order_specs), text, std::move(built), std::move(methods)});
@@ -148,7 +162,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
         order.push_back(backends[k]);
         order_specs.push_back(specs[k]);
       }
-    try_order(std::move(order), std::move(order_specs), backends[first]->name());
+    promotion promoted{std::string(backends[first]->name()), {}};
+    for (std::size_t k = first + 1; k < backends.size(); ++k) promoted.listed_after.insert(std::string(backends[k]->name()));
+    try_order(std::move(order), std::move(order_specs), &promoted);
   }
   if (mixes_backends(candidates[best].methods)) {
     const std::vector<method_delegation> fastest = candidates[best].methods;
@@ -161,7 +177,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
           break;
         }
     steps += used.size();
-    for (const std::size_t k : used) try_order({backends[k]}, {specs[k]}, {});
+    for (const std::size_t k : used) try_order({backends[k]}, {specs[k]}, nullptr);
   }
   timing.lowering_step(steps, steps, "");
   candidate& chosen = candidates[best];
