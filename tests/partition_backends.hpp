@@ -229,6 +229,15 @@ struct SlowReference : ReferenceBackend {
 /// Whether a td_test_partition op runs on a backend (at no cost) rather than in TorchScript.
 inline thread_local bool on_switching_backend = false;
 
+/// A region run on a test backend: the custom ops (slow_add, sleepy) at no cost, as an
+/// accelerator runs an op the CPU runs slowly.
+inline std::vector<c10::IValue> run_free(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+  on_switching_backend = true;
+  auto outputs = test_backends::GenericBackend::execute(handle, inputs);
+  on_switching_backend = false;
+  return outputs;
+}
+
 /// A backend fast alone and slow in a method: each region runs slow_add at no cost, but a call
 /// of another region than the last one pays 30 ms (as a device that reloads its program or its
 /// weights when it switches regions). Timed alone, each region wins; in a method with two of
@@ -246,10 +255,7 @@ struct SwitchingBackend : test_backends::GenericBackend {
       ++switches;
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
     }
-    on_switching_backend = true;
-    auto outputs = GenericBackend::execute(handle, inputs);
-    on_switching_backend = false;
-    return outputs;
+    return run_free(handle, inputs);
   }
 };
 
@@ -259,10 +265,7 @@ struct SlowerAdds : test_backends::GenericBackend {
   static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
     std::this_thread::sleep_for(std::chrono::milliseconds(6));
-    on_switching_backend = true;
-    auto outputs = GenericBackend::execute(handle, inputs);
-    on_switching_backend = false;
-    return outputs;
+    return run_free(handle, inputs);
   }
 };
 /// Runs slow_add in the 8 ms TorchScript takes: the two do not separate.
@@ -271,10 +274,7 @@ struct EqualAdds : test_backends::GenericBackend {
   static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
     std::this_thread::sleep_for(std::chrono::milliseconds(8));
-    on_switching_backend = true;
-    auto outputs = GenericBackend::execute(handle, inputs);
-    on_switching_backend = false;
-    return outputs;
+    return run_free(handle, inputs);
   }
 };
 /// The same, under another name.
@@ -292,9 +292,7 @@ struct FasterAdds : test_backends::GenericBackend {
     return GenericBackend::preprocess(method);
   }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
-    on_switching_backend = true;
-    auto outputs = GenericBackend::execute(handle, inputs);
-    on_switching_backend = false;
+    auto outputs = run_free(handle, inputs);
     after_faster_adds = true;
     return outputs;
   }
@@ -310,10 +308,7 @@ struct SleepyTaker : test_backends::GenericBackend {
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
     if (after_faster_adds) std::this_thread::sleep_for(std::chrono::milliseconds(24));
     after_faster_adds = false;
-    on_switching_backend = true;
-    auto outputs = GenericBackend::execute(handle, inputs);
-    on_switching_backend = false;
-    return outputs;
+    return run_free(handle, inputs);
   }
 };
 /// Runs sleepy at no cost and slow_add in the 8 ms TorchScript takes (the two do not separate).
@@ -322,12 +317,10 @@ struct AllRounder : test_backends::GenericBackend {
   static bool supports(const torch::jit::Node* node) { return SleepyTaker::supports(node) || SwitchingBackend::supports(node); }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
     const auto nodes = handle.function->graph()->nodes();
-    on_switching_backend = std::any_of(nodes.begin(), nodes.end(), [](const torch::jit::Node* node) {
+    const bool sleepy = std::any_of(nodes.begin(), nodes.end(), [](const torch::jit::Node* node) {
       return node->kind().toQualString() == std::string("td_test_partition::sleepy");
     });
-    auto outputs = GenericBackend::execute(handle, inputs);
-    on_switching_backend = false;
-    return outputs;
+    return sleepy ? run_free(handle, inputs) : GenericBackend::execute(handle, inputs);
   }
 };
 /// Runs sleepy (20 ms in TorchScript) in 10 ms.
@@ -336,10 +329,7 @@ struct SlowSleepyTaker : test_backends::GenericBackend {
   static bool supports(const torch::jit::Node* node) { return SleepyTaker::supports(node); }
   static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    on_switching_backend = true;
-    auto outputs = GenericBackend::execute(handle, inputs);
-    on_switching_backend = false;
-    return outputs;
+    return run_free(handle, inputs);
   }
 };
 

@@ -118,36 +118,30 @@ inline bool timed_between_neighbours(const region& formed, double longest_call_m
   return false;
 }
 
-/// What share of their TorchScript time a partition's regions save, by their own times (each
-/// region's two times are paired, taken side by side; two regions' are not, and on a loaded machine
-/// the TorchScript time of one can be twice the other's: shares compare, milliseconds do not), or
-/// nullopt when one was not measured or none was delegated.
-inline std::optional<double> measured_saving(const std::vector<method_delegation>& methods) {
-  double saved = 0, spent = 0;
-  for (const method_delegation& method : methods)
-    for (const region_report& region : method.regions) {
-      if (region.backend_ms < 0 || region.torchscript_ms <= 0) return std::nullopt;
-      saved += 1.0 - region.backend_ms / region.torchscript_ms;
-      spent += 1.0;
-    }
-  if (spent == 0) return std::nullopt;
-  return saved / spent;
-}
+/// What a partition's regions save, by their own times: `share`, the mean share of their
+/// TorchScript time (each region's two times are paired, taken side by side; two regions' are
+/// not, and on a loaded machine the TorchScript time of one can be twice the other's: shares
+/// compare, milliseconds do not), and `ms`, the sum (off by a few times on a loaded machine,
+/// never by tens).
+struct partition_saving {
+  double share = 0;
+  double ms = 0;
+};
 
-/// The milliseconds a partition's regions save, by their own times (a sum over regions timed at
-/// different moments: on a loaded machine it is off by a few times, never by tens), or nullopt as
-/// measured_saving.
-inline std::optional<double> measured_ms_saved(const std::vector<method_delegation>& methods) {
-  double saved = 0;
-  bool any = false;
+/// The saving of a partition, or nullopt when a region was not measured or none was delegated.
+inline std::optional<partition_saving> measured_saving(const std::vector<method_delegation>& methods) {
+  partition_saving saving;
+  std::size_t regions = 0;
   for (const method_delegation& method : methods)
     for (const region_report& region : method.regions) {
       if (region.backend_ms < 0 || region.torchscript_ms <= 0) return std::nullopt;
-      saved += region.torchscript_ms - region.backend_ms;
-      any = true;
+      saving.share += 1.0 - region.backend_ms / region.torchscript_ms;
+      saving.ms += region.torchscript_ms - region.backend_ms;
+      ++regions;
     }
-  if (!any) return std::nullopt;
-  return saved;
+  if (regions == 0) return std::nullopt;
+  saving.share /= static_cast<double>(regions);
+  return saving;
 }
 
 /// An order whose regions save less than this share of the milliseconds the best so far saves is
@@ -158,21 +152,23 @@ inline constexpr double least_ms_share = 0.1;
 /// Why choose_order does not compare a partition (`methods`) with the best so far: its regions
 /// save less than half `best_share` of their TorchScript time (it cannot win by the method's
 /// noise), or less than least_ms_share of `best_ms` milliseconds, where `best_share` and
-/// `best_ms` are the most any partition built so far saves (measured_saving, measured_ms_saved);
-/// nullopt where neither (or where its regions were not all measured).
+/// `best_ms` are the most any partition built so far saves (measured_saving); nullopt where
+/// neither (or where its regions were not all measured).
 inline std::optional<std::string> saves_too_little(const std::vector<method_delegation>& methods, double best_share,
                                                    double best_ms) {
+  const std::optional<partition_saving> saving = measured_saving(methods);
+  if (!saving) return std::nullopt;
   std::ostringstream why;
   why.setf(std::ios::fixed);
   why.precision(2);
-  if (const std::optional<double> saving = measured_saving(methods); saving && *saving < 0.5 * best_share) {
-    why << "not compared: its regions save " << std::lround(100 * *saving)
+  if (saving->share < 0.5 * best_share) {
+    why << "not compared: its regions save " << std::lround(100 * saving->share)
         << " % of their TorchScript time, less than half the most a partition built so far saves ("
         << std::lround(100 * best_share) << " %)";
     return why.str();
   }
-  if (const std::optional<double> saved = measured_ms_saved(methods); saved && *saved < least_ms_share * best_ms) {
-    why << "not compared: its regions save " << *saved << " ms, less than " << std::lround(100 * least_ms_share)
+  if (saving->ms < least_ms_share * best_ms) {
+    why << "not compared: its regions save " << saving->ms << " ms, less than " << std::lround(100 * least_ms_share)
         << " % of the most a partition built so far saves (" << best_ms << " ms)";
     return why.str();
   }

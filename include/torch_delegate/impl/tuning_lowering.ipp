@@ -102,8 +102,10 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
         timing.progress("choosing", *why);
         return false;
       }
-    best_saving = std::max(best_saving, measured_saving(methods).value_or(0));
-    best_ms_saved = std::max(best_ms_saved, measured_ms_saved(methods).value_or(0));
+    if (const std::optional<partition_saving> saving = measured_saving(methods)) {
+      best_saving = std::max(best_saving, saving->share);
+      best_ms_saved = std::max(best_ms_saved, saving->ms);
+    }
     return true;
   };
   // A lowering replaces the best so far only where it is faster beyond the spread in a method and
