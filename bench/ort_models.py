@@ -10,7 +10,7 @@ eager's. LibTorch runs with OpenBLAS when it is installed (libopenblas0-openmp, 
 LD_LIBRARY_PATH: Debian's default reference BLAS is 25-75x slower on Linears).
 
 Variants: scripted; torch.jit.optimize_for_inference (oneDNN, the fastest LibTorch path);
-lowered to ["onednn"]; the README's recipe (lower(scripted, ["xnnpack", "onednn",
+lowered to ["onednn"]; the README's recipe (lower(scripted, ["onednn", "xnnpack",
 "pointwise_fusion"], partial=True, example_inputs=(x,), measure=True, choose_order=True));
 ONNX Runtime (graphOptimizationLevel "all", intraOpNumThreads = threads, sequential).
 
@@ -65,7 +65,7 @@ import torch_delegate  # noqa: E402
 
 for backend in ("xnnpack", "onednn", "pointwise_fusion"):
     torch_delegate.load_backend(backend)
-RECIPE = ["xnnpack", "onednn", "pointwise_fusion"]
+RECIPE = ["onednn", "xnnpack", "pointwise_fusion"]
 
 
 def isa():

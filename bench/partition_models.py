@@ -1,5 +1,5 @@
 """Several backends and measured partitioning (issue 28): torchvision's models and two transformers
-lowered to ["xnnpack", "onednn", "pointwise_fusion"] with measure=True and choose_order=True, against LibTorch's CPU paths, side by
+lowered to ["onednn", "xnnpack", "pointwise_fusion"] with measure=True and choose_order=True, against LibTorch's CPU paths, side by
 side in one process, interleaved (round after round, every variant once per round; medians).
 
 Variants: eager, scripted, torch.jit.optimize_for_inference (oneDNN) and the lowered model.
@@ -36,7 +36,7 @@ xnnpack_library, pointwise_library, out_path = sys.argv[1], sys.argv[2], sys.arg
 # The priority list: xnnpack first (whole CNN bodies where it is faster), onednn for the regions
 # it loses (dense convolutions on CPUs where oneDNN is faster), pointwise_fusion for elementwise
 # chains. onednn is loaded by name (torch_delegate.load_backend: this build tree's library).
-BACKENDS = ["xnnpack", "onednn", "pointwise_fusion"]
+BACKENDS = ["onednn", "xnnpack", "pointwise_fusion"]
 quick = "--quick" in sys.argv
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_0",

@@ -1,5 +1,5 @@
-"""ResNet-18 from torchvision on a priority list of backends, from Python: xnnpack first, onednn for
-what xnnpack loses, pointwise_fusion for elementwise chains; measured, so that each region goes where
+"""ResNet-18 from torchvision on a priority list of backends, from Python: onednn first, xnnpack for
+what onednn loses, pointwise_fusion for elementwise chains; measured, so that each region goes where
 it is faster on this machine (and stays in TorchScript where neither is). Checked against eager,
 saved and loaded back.   Usage: onednn_resnet.py (PYTHONPATH: the package; the backends by name)"""
 import os
@@ -15,7 +15,7 @@ for name in ("xnnpack", "onednn", "pointwise_fusion"):
     torch_delegate.load_backend(name)
 model = torchvision.models.resnet18(weights=None).eval()
 x = torch.rand(1, 3, 224, 224)
-lowered = torch_delegate.lower(torch.jit.script(model), ["xnnpack", "onednn", "pointwise_fusion"], partial=True,
+lowered = torch_delegate.lower(torch.jit.script(model), ["onednn", "xnnpack", "pointwise_fusion"], partial=True,
                                example_inputs=(x,), measure=True)
 for region in torch_delegate.report(lowered).methods[0].regions:
     print(region.name, region.backend, region.node_count, "nodes")
@@ -39,7 +39,7 @@ with tempfile.TemporaryDirectory() as cache:
     stages = []
     for attempt in ("first", "second"):
         stages.clear()
-        again = torch_delegate.lower(torch.jit.script(model), ["xnnpack", "onednn", "pointwise_fusion"], partial=True,
+        again = torch_delegate.lower(torch.jit.script(model), ["onednn", "xnnpack", "pointwise_fusion"], partial=True,
                                      example_inputs=(x,), measure=True, timing_cache=cache,
                                      progress=lambda update: stages.append(update.stage))
         print(attempt, "lowering:", "from the timing cache" if "cached" in stages else "measured")
