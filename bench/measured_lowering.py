@@ -5,7 +5,8 @@ answer is right.
 For each model (bench/models.py; batch 1, 2 threads unless TD_BENCH_THREADS; LibTorch with
 OpenBLAS when installed):
 - unmeasured: lower(scripted, RECIPE, partial=True, example_inputs=(x,)), the median of 3 after
-  one untimed (the process's first lowering of a model pays for setting up);
+  one untimed (the process's first lowering of a model pays for setting up), alternating with
+  the warm lowerings below;
 - 200 calls: 200 calls of the scripted model (the issue's allowance: measured lowering
   <= 3x unmeasured + 200 calls);
 - cold / warm: the recipe measured (measure=True, choose_order=True) with an empty timing cache,
@@ -143,17 +144,21 @@ def measure_model(name):
     scripted = torch.jit.script(model)
     row = {"model": name}
     with torch.no_grad():
-        torch_delegate.lower(scripted, RECIPE, partial=True, example_inputs=(x,))
-        unmeasured = [seconds(lambda: torch_delegate.lower(scripted, RECIPE, partial=True, example_inputs=(x,)))[0]
-                      for _ in range(3)]
-        row["unmeasured_s"] = statistics.median(unmeasured)
+        unmeasured_lowering = lambda: torch_delegate.lower(scripted, RECIPE, partial=True, example_inputs=(x,))
+        unmeasured_lowering()  # the process's first lowering of the model pays for setting up
         scripted(x), scripted(x)
         row["calls200_s"] = seconds(lambda: [scripted(x) for _ in range(200)])[0]
         cache = tempfile.mkdtemp(prefix="td_bench_cache_")
         try:
             recipe = dict(partial=True, example_inputs=(x,), measure=True, choose_order=True, progress=False)
             row["cold_s"], cold = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe))
-            warms = [seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe)) for _ in range(3)]
+            # Unmeasured and warm lowerings alternate, 3 of each: a process's lowerings drift
+            # (GoogLeNet's went 0.25 s, then 0.18 a few lowerings later), and the ratio is what counts.
+            unmeasured, warms = [], []
+            for _ in range(3):
+                unmeasured.append(seconds(unmeasured_lowering)[0])
+                warms.append(seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe)))
+            row["unmeasured_s"] = statistics.median(unmeasured)
             row["warm_s"], warm = statistics.median(w[0] for w in warms), warms[-1][1]
             row["warm_same"] = partition(warm)[1] == partition(cold)[1]
             row["cold_partition"] = describe(partition(cold)) + " (" + partition(cold)[0] + ")"
@@ -168,7 +173,7 @@ def measure_model(name):
         # The same partition: the same regions on the same backends (the order it was found by aside).
         common_regions, count = collections.Counter(s[1] for s in signatures).most_common(1)[0]
         common = next(s for s in signatures if s[1] == common_regions)
-        row.update(loaded_max_s=max(loaded_times), loaded_median_s=statistics.median(loaded_times), stable=count,
+        row.update(loaded_max_s=max(loaded_times), loaded_median_s=statistics.median(loaded_times), loaded_s=loaded_times, stable=count,
                    runs=runs, partition=describe(common), order=common[0],
                    partitions=[describe(s) + " (" + s[0] + ")" for s in signatures])
         variants = {"recipe": cold,  # lowered on the idle machine
