@@ -11,7 +11,7 @@ import torchvision
 import torch_delegate
 
 # [lower]
-for name in ("xnnpack", "onednn", "pointwise_fusion"):
+for name in ("onednn", "xnnpack", "pointwise_fusion"):
     torch_delegate.load_backend(name)
 model = torchvision.models.resnet18(weights=None).eval()
 x = torch.rand(1, 3, 224, 224)

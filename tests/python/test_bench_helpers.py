@@ -1,6 +1,7 @@
 """bench/models.py's helpers that every bench figure rests on: which BLAS this process loaded
-(read from the process, so that a table never names a BLAS it did not run on), and the seeded
-order of each round's variants."""
+(read from the process, so that a table never names a BLAS it did not run on), the seeded
+order of each round's variants, and the README's measured recipe being the one the benches
+measure and the example runs."""
 import os
 import subprocess
 import sys
@@ -40,4 +41,28 @@ assert all(sorted(order) == sorted(names) for order in orders)
 assert orders == [models.round_order(names, r) for r in range(12)]
 neighbours = {order[order.index("xnnpack") + 1] for order in orders if order.index("xnnpack") + 1 < len(order)}
 assert len(neighbours) > 1, "the variant after xnnpack changes from round to round"
+
+# The README's recipe is the one the benches measure and the example runs: one list everywhere
+# (its order decides where two orders do not separate; docs/partial-lowering.md).
+import re  # noqa: E402
+
+ROOT = os.path.join(BENCH, "..")
+
+
+def read(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+readme = re.search(r"list, `lower\(m, (\[[^\]]*\])", read("README.md"))
+assert readme, "README.md: the measured priority list was not found"
+recipe = readme.group(1)
+assert recipe == '["onednn", "xnnpack", "pointwise_fusion"]', recipe
+for path, pattern in (("bench/measured_lowering.py", r"^RECIPE = (\[.*\])$"), ("bench/ort_models.py", r"^RECIPE = (\[.*\])$"),
+                      ("bench/partition_models.py", r"^BACKENDS = (\[.*\])$")):
+    found = re.search(pattern, read(path), re.M)
+    assert found and found.group(1) == recipe, (path, found and found.group(1), recipe)
+example = read("examples/python/onednn_resnet.py")
+assert example.count(recipe) == 2 and "xnnpack\", \"onednn" not in example, "examples/python/onednn_resnet.py"
+
 print("bench helpers: ok,", models.blas_in_use())
