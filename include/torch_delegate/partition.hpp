@@ -103,7 +103,8 @@ struct partition_options {
   double min_gain = 0.01;
   /// With measure and several backends (lowering only, not a plan): the list's order is also
   /// tried against each other backend first (the rest in the list's order; the backend put first
-  /// takes only regions faster on it beyond the spread, kept_reason::not_separable), and, where
+  /// takes only regions faster on it beyond the spread, than TorchScript and than the first
+  /// backend listed before it that runs the region, else kept_reason::not_separable), and, where
   /// the fastest gives regions to more than one backend, against each of them alone. Each order
   /// is partitioned by measured decisions; one whose partition is the same as an earlier one's,
   /// or whose regions save too little beside the best so far, is not built; each built is timed

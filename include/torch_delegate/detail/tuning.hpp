@@ -265,6 +265,14 @@ struct timing_source {
   /// what min_gain is a share of.
   virtual double method_ms(const torch::jit::Module& module, const std::string& method,
                            const std::vector<c10::IValue>& inputs) = 0;
+  /// The region of `what` on its backend (first: backend_ms) and on `other`, compiled with
+  /// `other_spec` (second: torchscript_ms), lowered alone and timed side by side in rounds until
+  /// they separate (region_rule); nothing when a value it takes is not known or `other` cannot
+  /// lower it alone. What choose_order's promoted backend must beat (decider_for).
+  virtual std::optional<region_timing> region_against(const region_to_time&, const backend_lowering&,
+                                                      const c10::impl::GenericDict&) {
+    return std::nullopt;
+  }
   /// `method` of two modules timed side by side in rounds until they separate (method_rule).
   virtual paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
                                             const std::string& method, const std::vector<c10::IValue>& inputs) = 0;
@@ -284,6 +292,8 @@ struct timing_source {
 /// region's.
 struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
+  TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_against(const region_to_time& what, const backend_lowering& other,
+                                                                      const c10::impl::GenericDict& other_spec) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,
                                            const std::vector<c10::IValue>& inputs) override;
   TORCH_DELEGATE_INTERNAL paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
@@ -313,6 +323,9 @@ class cached_timing final : public timing_source {
                                         std::function<void(const progress_update&)> progress,
                                         const torch::jit::Module* original = nullptr);
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
+  /// Cached as a region's timing is, under the region's key and the other backend's.
+  TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_against(const region_to_time& what, const backend_lowering& other,
+                                                                      const c10::impl::GenericDict& other_spec) override;
   TORCH_DELEGATE_INTERNAL double method_ms(const torch::jit::Module& module, const std::string& method,
                                            const std::vector<c10::IValue>& inputs) override;
   TORCH_DELEGATE_INTERNAL paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
@@ -328,6 +341,9 @@ class cached_timing final : public timing_source {
   std::size_t reused() const { return reused_; }
 
  private:
+  // The timing of `digest` (a region's key): known in this lowering, in the file, or time()'s.
+  TORCH_DELEGATE_INTERNAL std::optional<region_timing> known_or_timed(const std::string& digest,
+                                                                      const std::function<std::optional<region_timing>()>& time);
   timing_source& clock_;
   timing_cache_file* file_;
   std::function<void(const progress_update&)> callback_;
@@ -347,10 +363,11 @@ TORCH_DELEGATE_INTERNAL example_value_map example_values(const torch::jit::Modul
                                                          const std::vector<c10::IValue>& inputs);
 
 /// The backend an order of choose_order puts ahead of its place in the priority list, and the
-/// backends the list gives after it.
+/// backends the list gives after it and before it (with the {method: spec} each is compiled with).
 struct promotion {
   std::string backend;
   std::unordered_set<std::string> listed_after;
+  std::vector<std::pair<const backend_lowering*, c10::impl::GenericDict>> listed_before;
 };
 
 /// The decider `options` ask for: an earlier report's decisions (options.replay), measured ones
@@ -360,7 +377,9 @@ struct promotion {
 /// region that does not separate goes by the list's order, which offers it to the promoted
 /// backend only after the backends before it, and to the backends after it only once the
 /// promoted one has refused it. So the promoted backend takes a measured region only where it is
-/// faster beyond the spread, and a backend listed after it does not take, by the list's order, a
+/// faster beyond the spread than the first backend listed before it that supports every node of
+/// the region (which the list's order offers it to first; the region lowered alone on each,
+/// timed first) and than TorchScript, and a backend listed after it does not take, by the list's order, a
 /// region with a node the promoted one did not (both keep it: kept_reason::not_separable).
 /// `options`, `specs` and `promoted` must outlive it.
 TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partition_options& options,

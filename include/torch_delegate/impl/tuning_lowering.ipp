@@ -164,8 +164,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
         order.push_back(backends[k]);
         order_specs.push_back(specs[k]);
       }
-    promotion promoted{std::string(backends[first]->name()), {}};
+    promotion promoted{std::string(backends[first]->name()), {}, {}};
     for (std::size_t k = first + 1; k < backends.size(); ++k) promoted.listed_after.insert(std::string(backends[k]->name()));
+    for (std::size_t k = 0; k < first; ++k) promoted.listed_before.emplace_back(backends[k], specs[k]);
     try_order(std::move(order), std::move(order_specs), &promoted);
   }
   if (mixes_backends(candidates[best].methods)) {
@@ -197,7 +198,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 8: a backend choose_order puts first takes no region that does not separate; orders whose
 //    regions save under a tenth of the best's milliseconds are not compared.
 // 9: a region's TorchScript neighbours are seen through views (timed_between_neighbours).
-inline constexpr int tuning_logic_version = 9;
+// 10: a backend choose_order puts first takes a region only where it is also faster than the
+//     first backend listed before it that runs the region.
+inline constexpr int tuning_logic_version = 10;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {

@@ -54,30 +54,42 @@ inline double median(std::vector<double> times) {
   return times[times.size() / 2];
 }
 
+/// A region lowered alone on a backend, and the values it is called with.
+struct region_alone {
+  torch::jit::Module lowered;
+  std::vector<c10::IValue> inputs;
+};
+
+/// `what`'s region lowered alone on `backend` with `spec_by_method`, as lowering would lower it
+/// (its owned inputs taken as constants); nullopt where a value it takes is not known.
+inline std::optional<region_alone> lower_alone(const backend_lowering& backend, const region_to_time& what,
+                                               const c10::impl::GenericDict& spec_by_method) {
+  for (const torch::jit::Value* input : what.formed.inputs)
+    if (!what.values.count(input)) return std::nullopt;
+  region alone = what.formed;
+  owned_inputs owned;
+  if (backend.partition.owns_parameters) owned = take_owned_inputs(what.module, alone);
+  torch::jit::Module child(names::regions_class(backend.name()));
+  add_region_method(child, what.name, alone, owned);
+  input_specs recorded;
+  if (auto specs = recorded_specs(alone)) recorded.emplace(what.name, std::move(*specs));
+  region_alone made{lower_regions(backend, child, {{what.name, what.method}}, spec_by_method, false, recorded, 0), {}};
+  for (const torch::jit::Value* input : alone.inputs) made.inputs.push_back(what.values.at(input));
+  return made;
+}
+
 TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(const region_to_time& what) {
-  const backend_lowering& backend = what.backend;
   const torch::jit::Module& module = what.module;
   const region& formed = what.formed;
   const std::string& name = what.name;
   const example_value_map& values = what.values;
+  // The backend's side: the region lowered alone.
+  std::optional<region_alone> alone = lower_alone(what.backend, what, what.spec_by_method);
+  if (!alone) return std::nullopt;
+  torch::jit::Method delegated = alone->lowered.get_method(name);
+  const std::vector<c10::IValue>& backend_inputs = alone->inputs;
   std::vector<c10::IValue> all_inputs{module._ivalue()};
-  for (const torch::jit::Value* input : formed.inputs) {
-    const auto found = values.find(input);
-    if (found == values.end()) return std::nullopt;
-    all_inputs.push_back(found->second);
-  }
-  // The backend's side: the region lowered alone, its owned inputs taken as constants.
-  region alone = formed;
-  owned_inputs owned;
-  if (backend.partition.owns_parameters) owned = take_owned_inputs(module, alone);
-  torch::jit::Module child(names::regions_class(backend.name()));
-  add_region_method(child, name, alone, owned);
-  input_specs recorded;
-  if (auto specs = recorded_specs(alone)) recorded.emplace(name, std::move(*specs));
-  torch::jit::Module lowered = lower_regions(backend, child, {{name, what.method}}, what.spec_by_method, false, recorded, 0);
-  torch::jit::Method delegated = lowered.get_method(name);
-  std::vector<c10::IValue> backend_inputs;
-  for (const torch::jit::Value* input : alone.inputs) backend_inputs.push_back(values.at(input));
+  for (const torch::jit::Value* input : formed.inputs) all_inputs.push_back(values.at(input));
   // TorchScript's side: the region's own graph.
   torch::jit::GraphFunction script(name, region_graph(formed, module.type(), {}), nullptr);
 
@@ -151,6 +163,42 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   const double usual_following = median(after_kept);
   return region_timing{std::max(0.0, compared.first_ms - usual_following), std::max(0.0, compared.second_ms - usual_following),
                        compared};
+}
+
+TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_against(const region_to_time& what,
+                                                                                  const backend_lowering& other,
+                                                                                  const c10::impl::GenericDict& other_spec) {
+  std::optional<region_alone> first = lower_alone(what.backend, what, what.spec_by_method), second;
+  if (!first) return std::nullopt;
+  try {
+    second = lower_alone(other, what, other_spec);
+  } catch (const std::exception&) {
+    return std::nullopt;  // `other` supports each node but does not lower the region alone: nothing to beat
+  }
+  if (!second) return std::nullopt;
+  c10::NoGradGuard no_grad;
+  torch::jit::Method calls[2] = {first->lowered.get_method(what.name), second->lowered.get_method(what.name)};
+  auto run = [&](int k) { calls[k](k == 0 ? first->inputs : second->inputs); };
+  run(0);  // warm-up: first calls allocate, set up, optimise
+  run(1);
+  const double longest = std::max(elapsed_ms([&] { run(0); }), elapsed_ms([&] { run(1); }));
+  const bool drop_first = drops_first_call(longest);
+  const std::size_t calls_each = calls_per_block(longest);
+  // Blocks of each backend's calls, as a region against TorchScript in blocks (region_ms): two
+  // backends' regions alone, between the same neighbours in a method.
+  std::size_t round = 0;
+  const paired_comparison compared = sample_until_separated(
+      [&]() -> std::pair<double, double> {
+        auto block = [&](int k) { return fastest_in_block([&] { run(k); }, drop_first, calls_each); };
+        if (round++ % 2 == 1) {
+          const double b = block(1);
+          return {block(0), b};
+        }
+        const double a = block(0);
+        return {a, block(1)};
+      },
+      region_rule);
+  return region_timing{compared.first_ms, compared.second_ms, compared};
 }
 
 TORCH_DELEGATE_INTERNAL double clock_timing::method_ms(const torch::jit::Module& module, const std::string& method,
@@ -323,8 +371,8 @@ inline std::optional<region_timing> parse_region_payload(const std::string& payl
   return timing;
 }
 
-TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::region_ms(const region_to_time& what) {
-  const std::string digest = key_digest(region_key(what) + ";machine:" + fingerprint_);
+TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::known_or_timed(
+    const std::string& digest, const std::function<std::optional<region_timing>()>& time) {
   if (const auto known = known_.find(digest); known != known_.end()) {
     ++reused_;
     region_timing timing = known->second;
@@ -338,12 +386,24 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::region_ms(co
         known_.emplace(digest, *timing);
         return timing;
       }
-  std::optional<region_timing> timing = clock_.region_ms(what);
+  std::optional<region_timing> timing = time();
   if (!timing) return timing;
   ++timed_;
   known_.emplace(digest, *timing);
   if (file_) file_->store("region", digest, region_payload(*timing));
   return timing;
+}
+
+TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::region_ms(const region_to_time& what) {
+  return known_or_timed(key_digest(region_key(what) + ";machine:" + fingerprint_), [&] { return clock_.region_ms(what); });
+}
+
+TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::region_against(const region_to_time& what,
+                                                                                   const backend_lowering& other,
+                                                                                   const c10::impl::GenericDict& other_spec) {
+  const region_to_time on_other{other, what.module, what.method, what.formed, what.name, what.values, other_spec};
+  return known_or_timed(key_digest(region_key(what) + ";against:" + region_key(on_other) + ";machine:" + fingerprint_),
+                        [&] { return clock_.region_against(what, other, other_spec); });
 }
 
 TORCH_DELEGATE_INTERNAL double cached_timing::method_ms(const torch::jit::Module& module, const std::string& method,
