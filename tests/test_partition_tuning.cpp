@@ -435,6 +435,25 @@ def forward(self, x):
     auto lowered = torch_delegate::lower_partially<FasterAdds, SlowerAdds>(module, options);
     CHECK(backend_of_region(lowered) == "td_partition_faster_adds");
     CHECK(only_the_same_partition(updates, "td_partition_slower_adds", "td_partition_faster_adds"));
+    // That timing is kept in the timing cache, under both regions' keys: another model with the
+    // same region (not replayed whole: its own lowering key) times nothing: the list's region and
+    // its alike in the other order, and the region against td_partition_faster_adds.
+    const std::string directory = temp_path("timing_cache_against");
+    std::filesystem::remove_all(directory);
+    options.timing_cache = true;
+    options.timing_cache_dir = directory;
+    torch_delegate::lower_partially<FasterAdds, SlowerAdds>(module, options);
+    torch::jit::Module other = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return torch.neg(torch.relu(a))
+)");
+    updates.clear();
+    CHECK(backend_of_region(torch_delegate::lower_partially<FasterAdds, SlowerAdds>(other, options)) == "td_partition_faster_adds");
+    REQUIRE(!updates.empty());
+    CHECK(updates.back().stage == "done");
+    CHECK(updates.back().detail == "regions timed: 0; verdicts reused (alike regions, the cache): 3");
+    std::filesystem::remove_all(directory);
   }
   SUBCASE("choose_order: the order that wins keeps, as not separable, a region its first backend did not take") {
     // The list: td_partition_slow_sleepy_taker (sleepy in 10 ms; TorchScript 20), then

@@ -78,6 +78,30 @@ inline std::optional<region_alone> lower_alone(const backend_lowering& backend, 
   return made;
 }
 
+/// Two paths, each warmed up with one call, timed in rounds of a block of each (which one first
+/// alternating) until they separate under `rule`: a block makes one call it drops where calls are
+/// short (it pays for what the other left behind), then the fastest of calls_per_block (a call
+/// delayed by another process is never faster).
+template <class F, class G>
+paired_comparison blocks_until_separated(F&& first, G&& second, const sampling_rule& rule) {
+  first();  // warm-up: first calls allocate, set up, optimise (the profiling executor)
+  second();
+  const double longest = std::max(elapsed_ms(first), elapsed_ms(second));
+  const bool drop_first = drops_first_call(longest);
+  const std::size_t per_block = calls_per_block(longest);
+  std::size_t round = 0;
+  return sample_until_separated(
+      [&]() -> std::pair<double, double> {
+        if (round++ % 2 == 1) {
+          const double b = fastest_in_block(second, drop_first, per_block);
+          return {fastest_in_block(first, drop_first, per_block), b};
+        }
+        const double a = fastest_in_block(first, drop_first, per_block);
+        return {a, fastest_in_block(second, drop_first, per_block)};
+      },
+      rule);
+}
+
 TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(const region_to_time& what) {
   const torch::jit::Module& module = what.module;
   const region& formed = what.formed;
@@ -178,26 +202,9 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_agains
   if (!second) return std::nullopt;
   c10::NoGradGuard no_grad;
   torch::jit::Method calls[2] = {first->lowered.get_method(what.name), second->lowered.get_method(what.name)};
-  auto run = [&](int k) { calls[k](k == 0 ? first->inputs : second->inputs); };
-  run(0);  // warm-up: first calls allocate, set up, optimise
-  run(1);
-  const double longest = std::max(elapsed_ms([&] { run(0); }), elapsed_ms([&] { run(1); }));
-  const bool drop_first = drops_first_call(longest);
-  const std::size_t calls_each = calls_per_block(longest);
-  // Blocks of each backend's calls, as a region against TorchScript in blocks (region_ms): two
-  // backends' regions alone, between the same neighbours in a method.
-  std::size_t round = 0;
-  const paired_comparison compared = sample_until_separated(
-      [&]() -> std::pair<double, double> {
-        auto block = [&](int k) { return fastest_in_block([&] { run(k); }, drop_first, calls_each); };
-        if (round++ % 2 == 1) {
-          const double b = block(1);
-          return {block(0), b};
-        }
-        const double a = block(0);
-        return {a, block(1)};
-      },
-      region_rule);
+  // The two backends' regions alone, in blocks, as a region against TorchScript in blocks (region_ms).
+  const paired_comparison compared = blocks_until_separated([&] { calls[0](first->inputs); }, [&] { calls[1](second->inputs); },
+                                                            region_rule);
   return region_timing{compared.first_ms, compared.second_ms, compared};
 }
 
@@ -226,26 +233,7 @@ TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const to
                                                                        const std::vector<c10::IValue>& inputs) {
   c10::NoGradGuard no_grad;
   torch::jit::Method calls[2] = {first.get_method(method), second.get_method(method)};
-  for (torch::jit::Method& call : calls) call(inputs);  // the profiling executor optimises after its first calls
-  double longest = 0;
-  for (torch::jit::Method& call : calls) longest = std::max(longest, elapsed_ms([&] { call(inputs); }));
-  const bool drop_first = drops_first_call(longest);
-  const std::size_t per_block = calls_per_block(longest);
-  // A block of one module's calls: the first dropped where calls are short (it pays for what the
-  // other left behind), then the fastest of calls_per_block (a call delayed by another process
-  // is never faster).
-  auto block = [&](torch::jit::Method& call) { return fastest_in_block([&] { call(inputs); }, drop_first, per_block); };
-  std::size_t round = 0;
-  return sample_until_separated(
-      [&]() -> std::pair<double, double> {
-        if (round++ % 2 == 1) {
-          const double b = block(calls[1]);
-          return {block(calls[0]), b};
-        }
-        const double a = block(calls[0]);
-        return {a, block(calls[1])};
-      },
-      method_rule);
+  return blocks_until_separated([&] { calls[0](inputs); }, [&] { calls[1](inputs); }, method_rule);
 }
 
 TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IValue& value) {
