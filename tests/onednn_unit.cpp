@@ -353,18 +353,22 @@ void check_winograd_kernels(const winograd::geometry& g, const std::vector<winog
 
 }  // namespace
 
-TEST_CASE("winograd kernels: F(4x4, 3x3) and F(2x2, 3x3) against a direct convolution, in nChw8c and nChw16c") {
-  if (!winograd::cpu_supported()) return;  // the kernels are AVX2's (and AVX-512's for nChw16c); plans do not use them elsewhere
-  MESSAGE("nChw16c on the AVX-512 kernels: ", winograd::avx512_supported());
+TEST_CASE("winograd kernels: F(4x4, 3x3) and F(2x2, 3x3) against a direct convolution, in nChw8c, nChw16c and nhwc") {
+  if (!winograd::cpu_supported()) return;  // the kernels are AVX2's (and AVX-512's for 16 lanes); plans do not use them elsewhere
+  MESSAGE("16 lanes on the AVX-512 kernels: ", winograd::avx512_supported());
   using op = winograd::epilogue_op;
   const float inf = std::numeric_limits<float>::infinity();
-  for (const std::int64_t block : {8, 16})  // nChw8c (AVX2), nChw16c (AVX-512's layout)
+  // nChw8c (AVX2), nChw16c (AVX-512's layout), nhwc with 8 or 16 lanes (a channels-last region's).
+  for (const auto& [block, channels_last] : {std::pair{8, false}, std::pair{16, false}, std::pair{8, true}, std::pair{16, true}})
   for (const int m : {4, 2})
     for (const auto& [size, pad] : {std::pair{13, 1}, std::pair{8, 1}, std::pair{7, 0}, std::pair{9, 2}}) {
       winograd::geometry g;
-      g.m = m, g.n = 2, g.c = 16, g.k = block == 8 ? 24 : 32, g.h = size, g.w = size + 2, g.pad_top = pad, g.pad_left = pad;
+      g.m = m, g.n = 2, g.c = channels_last ? 48 : 16, g.k = block == 8 ? 24 : 32, g.h = size, g.w = size + 2, g.pad_top = pad,
+      g.pad_left = pad;
       g.layout_block = block;
+      g.channels_last = channels_last;
       g.oh = g.h + 2 * pad - 2, g.ow = g.w + 2 * pad - 2;
+      CAPTURE(channels_last);
       check_winograd_kernels(g, {});
       check_winograd_kernels(g, {{op::clip, 0.f, inf}, {op::add}, {op::clip, 0.f, 6.f}});  // relu, residual, relu6
     }
@@ -412,6 +416,31 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
     const at::Tensor want = at::relu(at::conv2d(first, weights["w2"], weights["b2"], 1, 1) + first);
     CHECK(y.allclose(want, 1e-4, 1e-4));
   }
+  // In a channels-last region (a depthwise convolution in it: on AVX-512 its convolutions run in
+  // nhwc), the transforms read and write nhwc: no reorder around them.
+  weights["wd"] = torch::randn({64, 1, 3, 3}) * 0.3, weights["bd"] = torch::randn({64}) * 0.1;
+  region_payload nhwc_payload{1, 4, {}, {3}};
+  step_record depthwise = record("convolution", {0}, 1), dense = record("convolution", {1}, 2);
+  depthwise.convolution = convolution_parameters{{1, 1}, {1, 1}, {1, 1}, 64};
+  dense.convolution = same;
+  depthwise.weight = "wd", depthwise.bias = "bd", dense.weight = "w1", dense.bias = "b1";
+  nhwc_payload.steps = {depthwise, dense, record("relu", {2}, 3)};
+  compiled_region nhwc_region = compile_region(nhwc_payload, weights);
+  const auto plan = planner(*nhwc_region.region, nhwc_region.plans->weights, {{1, 64, 20, 20}}).build();
+  std::vector<std::string> kernels;  // "step: kind implementation"
+  for (const plan_implementation& each : plan->implementations) kernels.push_back(each.step + ": " + each.kind + " " + each.implementation);
+  CAPTURE(kernels);
+  const auto named = [&](std::string_view part) {
+    return std::count_if(kernels.begin(), kernels.end(), [&](const std::string& k) { return k.find(part) != std::string::npos; });
+  };
+  CHECK(named("winograd_f4x4_") == 2);
+  CHECK(named("_nhwc") == (on_avx512 ? 2 : 0));
+  if (on_avx512) CHECK(named("1 convolution: reorder") == 0);
+  const at::Tensor x = torch::rand({1, 64, 20, 20});
+  const std::vector<c10::IValue> inputs{x};
+  const at::Tensor y = OnednnBackend().execute(nhwc_region, torch_delegate::inputs(inputs))[0].toTensor();
+  const at::Tensor want = at::relu(at::conv2d(at::conv2d(x, weights["wd"], weights["bd"], 1, 1, 1, 64), weights["w1"], weights["b1"], 1, 1));
+  CHECK(y.allclose(want, 1e-4, 1e-4));
 }
 
 TEST_CASE("silu kernel: x / (1 + exp(-x)) within 3e-7, every tail length, in place, the limits") {

@@ -8,9 +8,11 @@
 
 #include <ATen/Parallel.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 namespace onednn_delegate {
 
@@ -52,14 +54,18 @@ namespace {
 /// in nChw8c, 27.2 with no Winograd; docs/onednn.md).
 std::int64_t activation_block() { return onednn_runs_avx512() ? 16 : 8; }
 
-/// The debug query's name of a transform: its tile and the kernels' ISA (winograd_tiles.ipp).
+/// The debug query's name of a transform: its tile, its layout when nhwc and the kernels' ISA
+/// (winograd_tiles.ipp), e.g. winograd_f4x4_input_nhwc:avx512.
 const char* kernel_name(const winograd::geometry& g, bool output) {
+  static const auto names = [] {
+    std::array<std::string, 16> all;
+    for (int k = 0; k < 16; ++k)
+      all[static_cast<std::size_t>(k)] = std::string("winograd_") + (k & 8 ? "f4x4" : "f2x2") + (k & 4 ? "_output" : "_input") +
+                                         (k & 2 ? "_nhwc" : "") + (k & 1 ? ":avx512" : ":avx2");
+    return all;
+  }();
   const bool wide = g.layout_block == 16 && winograd::avx512_supported();
-  if (g.m == 4)
-    return output ? (wide ? "winograd_f4x4_output:avx512" : "winograd_f4x4_output:avx2")
-                  : (wide ? "winograd_f4x4_input:avx512" : "winograd_f4x4_input:avx2");
-  return output ? (wide ? "winograd_f2x2_output:avx512" : "winograd_f2x2_output:avx2")
-                : (wide ? "winograd_f2x2_input:avx512" : "winograd_f2x2_input:avx2");
+  return names[static_cast<std::size_t>((g.m == 4) * 8 + output * 4 + g.channels_last * 2 + wide)].c_str();
 }
 }  // namespace
 
@@ -111,7 +117,11 @@ bool planner::winograd_convolution(std::size_t index) {
   const dims out = conv_output(index);
   const std::optional<winograd_choice> choice = winograd_eligible(conv.weight_sizes, *conv.record.convolution, d, out);
   if (!choice || d[1] != choice->g.c) return false;
-  const winograd::geometry g = choice->g;
+  // In nhwc in a channels-last region (DenseNet's, whose per-channel batch norms run as depthwise
+  // convolutions), as its direct convolutions: no reorder into a blocked layout and back around
+  // each (DenseNet-121: 1.2 ms of reorders a call on AVX-512).
+  winograd::geometry g = choice->g;
+  g.channels_last = channels_last_;
 
   constexpr float infinity = std::numeric_limits<float>::infinity();
   std::vector<winograd::epilogue_op> ops;
@@ -171,7 +181,7 @@ bool planner::winograd_convolution(std::size_t index) {
   const std::size_t bias_slot = constant(store_.biases[index], md({g.k}, f32, tag::x));
   store_.biases[index] = plan_.constants[bias_slot];
 
-  const tag layout = g.layout_block == 16 ? tag::nChw16c : tag::nChw8c;
+  const tag layout = g.channels_last ? tag::nhwc : g.layout_block == 16 ? tag::nChw16c : tag::nChw8c;
   const md blocked_out(out, f32, layout);
   const std::size_t src = as(in, md(d, f32, layout));
   const std::size_t residual_slot = residual ? as(*residual, blocked_out) : no_slot;

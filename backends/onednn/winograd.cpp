@@ -23,12 +23,14 @@ constexpr double g4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.
                              {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6},  {0, 0, 1}};
 constexpr double g2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
 
-/// Where (n, 8-channel group, y, x) starts in nChw8c (layout_block 8) or nChw16c (16, the group's
-/// 8 channels one half of a 16-channel block) of `channels` channels and height x width.
-inline std::size_t blocked(std::int64_t layout_block, std::int64_t channels, std::int64_t n, std::int64_t group, std::int64_t y,
-                           std::int64_t x, std::int64_t height, std::int64_t width) {
-  const std::int64_t block = group * 8 / layout_block, lane = group * 8 % layout_block;
-  return static_cast<std::size_t>((((n * (channels / layout_block) + block) * height + y) * width + x) * layout_block + lane);
+/// Where (n, 8-channel group, y, x) starts in the geometry's layout, for a tensor of `channels`
+/// channels and height x width: nhwc (channels_last), nChw8c (layout_block 8) or nChw16c (16, the
+/// group's 8 channels one half of a 16-channel block).
+inline std::size_t position(const geometry& g, std::int64_t channels, std::int64_t n, std::int64_t group, std::int64_t y,
+                            std::int64_t x, std::int64_t height, std::int64_t width) {
+  if (g.channels_last) return static_cast<std::size_t>(((n * height + y) * width + x) * channels + group * 8);
+  const std::int64_t block = group * 8 / g.layout_block, lane = group * 8 % g.layout_block;
+  return static_cast<std::size_t>((((n * (channels / g.layout_block) + block) * height + y) * width + x) * g.layout_block + lane);
 }
 
 }  // namespace
@@ -119,8 +121,9 @@ inline vec clip(vec v, float low, float high) {
 #include "winograd_tiles.ipp"
 }  // namespace
 
-/// Items [first, last): where an item starts an nChw16c block and the next is its second half,
-/// both at once (16 lanes); any other on AVX2's kernel (a range given an odd boundary).
+/// Items [first, last): where an item starts an nChw16c block (16 channels in nhwc) and the next
+/// is its second half, both at once (16 lanes); any other on AVX2's kernel (a range given an odd
+/// boundary).
 void transform_input(const geometry& g, const float* src, float* transformed, std::int64_t first, std::int64_t last) {
   const std::int64_t groups = g.c / 8;
   for (std::int64_t item = first; item < last;) {
@@ -184,9 +187,9 @@ void reference_convolution(const geometry& g, const float* src, const float* wei
               for (int b = 0; b < 3; ++b) {
                 const std::int64_t iy = y + a - g.pad_top, ix = x + b - g.pad_left;
                 if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-                sum += static_cast<double>(src[blocked(g.layout_block, g.c, n, c / 8, iy, ix, g.h, g.w) + c % 8]) * weights[(k * g.c + c) * 9 + a * 3 + b];
+                sum += static_cast<double>(src[position(g, g.c, n, c / 8, iy, ix, g.h, g.w) + c % 8]) * weights[(k * g.c + c) * 9 + a * 3 + b];
               }
-          const std::size_t at = blocked(g.layout_block, g.k, n, k / 8, y, x, g.oh, g.ow) + static_cast<std::size_t>(k % 8);
+          const std::size_t at = position(g, g.k, n, k / 8, y, x, g.oh, g.ow) + static_cast<std::size_t>(k % 8);
           auto value = static_cast<float>(sum);
           for (const epilogue_op& op : ops) value = op.kind == epilogue_op::add ? value + residual[at] : std::min(std::max(value, op.low), op.high);
           dst[at] = value;

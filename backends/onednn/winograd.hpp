@@ -4,7 +4,8 @@
 // residual add and activations fused (a kernel of ours). For F(4x4, 3x3) the products do 36
 // multiplies per 16 outputs where a direct convolution does 144: 4x fewer (F(2x2, 3x3): 2.25x).
 // The transforms are Lavin and Gray's ("Fast Algorithms for Convolutional Neural Networks", 2015),
-// written out here. Activations are oneDNN's nChw8c or nChw16c (8 channels a vector, 16 on AVX-512); no LibTorch
+// written out here. Activations are oneDNN's nChw8c or nChw16c (8 channels a vector, 16 on AVX-512),
+// or nhwc (a channels-last region's: DenseNet's, whose per-channel batch norms run there); no LibTorch
 // here: the unit tests (tests/onednn_unit.cpp) check these kernels against a direct convolution.
 #pragma once
 
@@ -16,10 +17,12 @@ namespace onednn_delegate::winograd {
 
 /// A convolution's sizes as the Winograd kernels see them (batch n, channels in c and out k, both
 /// multiples of layout_block; input h x w; output oh x ow; zero padding top and left; output tile
-/// m; activations in nChw8c, or nChw16c when layout_block is 16).
+/// m; activations in nChw8c, or nChw16c when layout_block is 16, or in nhwc when channels_last,
+/// where layout_block is only the vector: 16 runs the AVX-512 kernels).
 struct geometry {
   int m = 4;
   std::int64_t n = 1, c = 8, k = 8, h = 0, w = 0, oh = 0, ow = 0, pad_top = 1, pad_left = 1, layout_block = 8;
+  bool channels_last = false;
   int alpha() const { return m + 2; }
   std::int64_t tiles_h() const { return (oh + m - 1) / m; }
   std::int64_t tiles_w() const { return (ow + m - 1) / m; }

@@ -1,8 +1,8 @@
 // The input and output transforms of winograd.cpp, written once for a vector of `lanes` floats.
 // winograd.cpp includes this file twice, each time inside a namespace that first defines `vec`,
 // `lanes` and the operations below, under that ISA's target pragma: AVX2 (8 lanes, one group of
-// 8 channels a vector) and AVX-512 (16 lanes: the two groups of an nChw16c block). Not a header:
-// nothing else includes it.
+// 8 channels a vector) and AVX-512 (16 lanes: the two groups of an nChw16c block, or 16 channels
+// of a pixel in nhwc). Not a header: nothing else includes it.
 //   vec load(const float*), void store(float*, vec), vec zero(), vec add(vec, vec), vec sub(vec, vec),
 //   vec fma_(float a, vec b, vec c) (a b + c), vec fnma_(float a, vec b, vec c) (c - a b),
 //   vec clip(vec, float low, float high)
@@ -58,7 +58,7 @@ void input_tile(const geometry& g, const float* src, float* transformed, std::in
     const std::int64_t y = y0 + i;
     for (int j = 0; j < alpha; ++j) {
       const std::int64_t x = x0 + j;
-      d[i][j] = (y >= 0 && y < g.h && x >= 0 && x < g.w) ? load(src + blocked(g.layout_block, g.c, n, group, y, x, g.h, g.w)) : zero();
+      d[i][j] = (y >= 0 && y < g.h && x >= 0 && x < g.w) ? load(src + position(g, g.c, n, group, y, x, g.h, g.w)) : zero();
     }
   }
   for (int j = 0; j < alpha; ++j) input_1d<M>(&d[0][j], alpha, &t[0][j], alpha);  // B^T d: down each column
@@ -86,7 +86,7 @@ void output_tile(const geometry& g, const float* products, const float* bias, co
     for (int j = 0; j < M; ++j) {
       const std::int64_t x = tx * M + j;
       if (x >= g.ow) break;
-      const std::size_t at = blocked(g.layout_block, g.k, n, group, y, x, g.oh, g.ow);
+      const std::size_t at = position(g, g.k, n, group, y, x, g.oh, g.ow);
       vec value = add(o[i][j], b);
       for (const epilogue_op& op : ops) value = op.kind == epilogue_op::add ? add(value, load(residual + at)) : clip(value, op.low, op.high);
       store(dst + at, value);
