@@ -6,6 +6,7 @@
 // when a decision changes.
 #include "helpers.hpp"
 
+#include <onednn/channel_affine.hpp>
 #include <onednn/internal.hpp>
 #include <onednn/shuffle.hpp>
 #include <onednn/silu.hpp>
@@ -441,6 +442,77 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
   const at::Tensor y = OnednnBackend().execute(nhwc_region, torch_delegate::inputs(inputs))[0].toTensor();
   const at::Tensor want = at::relu(at::conv2d(at::conv2d(x, weights["wd"], weights["bd"], 1, 1, 1, 64), weights["w1"], weights["b1"], 1, 1));
   CHECK(y.allclose(want, 1e-4, 1e-4));
+}
+
+TEST_CASE("channel_affine kernel: a scale and shift per channel of strided nhwc pixels, every tail, with and without relu") {
+  MESSAGE("kernel: ", std::string(channel_affine::kernel_name()));
+  for (const std::int64_t channels : {1, 5, 8, 16, 37, 64})
+    for (const std::int64_t stride : {channels, channels + 3, 2 * channels + 16})
+      for (const bool relu : {false, true}) {
+        const std::int64_t pixels = 11;
+        const auto in = random_floats(static_cast<std::size_t>(pixels * stride), 5);
+        const auto scale = random_floats(static_cast<std::size_t>(channels), 6), shift = random_floats(static_cast<std::size_t>(channels), 7);
+        std::vector<float> out(static_cast<std::size_t>(pixels * channels + 1), std::nanf(""));
+        channel_affine::apply(in.data(), stride, out.data(), channels, scale.data(), shift.data(), relu, 0, 4);
+        channel_affine::apply(in.data(), stride, out.data(), channels, scale.data(), shift.data(), relu, 4, pixels);
+        CAPTURE(channels);
+        CAPTURE(stride);
+        CAPTURE(relu);
+        for (std::int64_t p = 0; p < pixels; ++p)
+          for (std::int64_t c = 0; c < channels; ++c) {
+            const double want = double(in[static_cast<std::size_t>(p * stride + c)]) * scale[static_cast<std::size_t>(c)] + shift[static_cast<std::size_t>(c)];
+            REQUIRE(std::abs(out[static_cast<std::size_t>(p * channels + c)] - (relu ? std::max(0.0, want) : want)) <= 1e-6);
+          }
+        CHECK(std::isnan(out.back()));  // nothing written past the pixels
+      }
+}
+
+TEST_CASE("cat chain: DenseNet's growing cats as views of one buffer, its batch norms on the views, the result ATen's") {
+  // x (0); cat(x) (1); batch norm as a depthwise 1x1 convolution (2), relu (3); conv 3x3 64 -> 32
+  // (4); cat(x, 4) (5); batch norm (6), relu (7); conv 3x3 96 -> 32 (8); cat(x, 4, 8) (9): the
+  // block's result, and 7 as a second one (a view's reader that is a region output).
+  torch::manual_seed(11);
+  std::map<std::string, at::Tensor> weights{{"s1", torch::rand({64, 1, 1, 1}) + 0.5}, {"t1", torch::randn({64}) * 0.1},
+                                            {"w1", torch::randn({32, 64, 3, 3}) * 0.1}, {"b1", torch::randn({32}) * 0.1},
+                                            {"s2", torch::rand({96, 1, 1, 1}) + 0.5}, {"t2", torch::randn({96}) * 0.1},
+                                            {"w2", torch::randn({32, 96, 3, 3}) * 0.1}, {"b2", torch::randn({32}) * 0.1}};
+  region_payload payload{1, 10, {}, {9, 7}};
+  step_record norm1 = record("convolution", {1}, 2), conv1 = record("convolution", {3}, 4), norm2 = record("convolution", {5}, 6),
+              conv2 = record("convolution", {7}, 8);
+  norm1.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 64};
+  norm2.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 96};
+  conv1.convolution = conv2.convolution = convolution_parameters{{1, 1}, {1, 1}, {1, 1}, 1};
+  norm1.weight = "s1", norm1.bias = "t1", conv1.weight = "w1", conv1.bias = "b1";
+  norm2.weight = "s2", norm2.bias = "t2", conv2.weight = "w2", conv2.bias = "b2";
+  payload.steps = {record("cat", {0}, 1), norm1, record("relu", {2}, 3), conv1, record("cat", {0, 4}, 5),
+                   norm2, record("relu", {6}, 7), conv2, record("cat", {0, 4, 8}, 9)};
+  compiled_region region = compile_region(payload, weights);
+  for (const std::int64_t batch : {1, 2}) {
+    const auto plan = planner(*region.region, region.plans->weights, {{batch, 64, 16, 16}}).build();
+    std::vector<std::string> kernels;  // "step: kind implementation"
+    for (const plan_implementation& each : plan->implementations) kernels.push_back(each.step + ": " + each.kind + " " + each.implementation);
+    CAPTURE(kernels);
+    const auto named = [&](std::string_view part) {
+      return std::count_if(kernels.begin(), kernels.end(), [&](const std::string& k) { return k.find(part) != std::string::npos; });
+    };
+    if (onednn_runs_avx512()) {  // channels-last regions: there the cats are views
+      CHECK(named("concat") == 0);
+      CHECK(named("channel_affine:") == 2);
+      CHECK(named("cat: reorder") == 3);  // x, then each convolution's result, copied into the buffer once
+    }
+    const at::Tensor x = torch::rand({batch, 64, 16, 16});
+    const std::vector<c10::IValue> inputs{x};
+    const auto got = OnednnBackend().execute(region, torch_delegate::inputs(inputs));
+    const auto norm = [&](const at::Tensor& v, const char* s, const char* t) {
+      return at::relu(v * weights[s].view({1, -1, 1, 1}) + weights[t].view({1, -1, 1, 1}));
+    };
+    const at::Tensor x1 = at::conv2d(norm(x, "s1", "t1"), weights["w1"], weights["b1"], 1, 1);
+    const at::Tensor n2 = norm(at::cat({x, x1}, 1), "s2", "t2");
+    const at::Tensor x2 = at::conv2d(n2, weights["w2"], weights["b2"], 1, 1);
+    CHECK(got[0].toTensor().allclose(at::cat({x, x1, x2}, 1), 1e-4, 1e-4));
+    CHECK(at::equal(got[0].toTensor().slice(1, 0, 64), x));  // the part copied, not computed
+    CHECK(got[1].toTensor().allclose(n2, 1e-4, 1e-4));  // Winograd's rounding: 2e-5 of values up to 6
+  }
 }
 
 TEST_CASE("silu kernel: x / (1 + exp(-x)) within 3e-7, every tail length, in place, the limits") {

@@ -1,11 +1,13 @@
 // The convolution builder: a oneDNN convolution with the post-ops fusion.cpp gave it, never on a
 // reference kernel (is_reference), falling back in a fixed order (docs/onednn.md "Which kernels a
 // plan runs"): fused, then alone, then in other layouts, then ATen's conv2d.
+#include "channel_affine.hpp"
 #include "internal.hpp"
 
 #include "toolkit/support_rules.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -122,6 +124,7 @@ void planner::convolution(std::size_t index) {
   const dims out = conv_output(index);
   if (out[2] <= 0 || out[3] <= 0) refuse("a convolution's input " + describe(conv) + " is smaller than its kernel");
   if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
+  if (channel_affine_convolution(index)) return;  // a per-channel scale and shift of a cat's view
   const auto fast = [](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()); };
   const auto gemm = [](const std::optional<conv_candidate>& c) {
     return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
@@ -162,6 +165,44 @@ void planner::convolution(std::size_t index) {
     if (fast(candidate)) return emit_conv(index, *candidate, alone);
   }
   conv_in_aten(index);
+}
+
+/// A depthwise 1x1 convolution (a batch norm: a scale and shift per channel), with at most a ReLU
+/// after it, of an nhwc view of part of a wider tensor's channels (a cat of a chain, cat_chain):
+/// our kernel (channel_affine.hpp) reads the view where oneDNN's JIT kernels read only dense
+/// tensors; its result is dense nhwc. False (nothing planned) for any other convolution or input.
+bool planner::channel_affine_convolution(std::size_t index) {
+  const compiled_step& conv = step(index);
+  const convolution_parameters& c = *conv.record.convolution;
+  const std::size_t in = value(conv.record.inputs[0]);
+  const md given = plan_.slots[in];  // a copy: constant() below adds slots
+  const dims d = given.dims();
+  const std::vector<std::int64_t>& w = conv.weight_sizes;
+  if (d.size() != 4 || w != std::vector<std::int64_t>{d[1], 1, 1, 1} || c.groups != d[1] || !conv.fusion.post_ops.empty()) return false;
+  if (c.stride != std::vector<std::int64_t>{1, 1} || c.padding != std::vector<std::int64_t>{0, 0}) return false;
+  if (given.data.format_kind != dnnl_blocked || given.data.format_desc.blocking.inner_nblks != 0) return false;
+  const auto* strides = given.data.format_desc.blocking.strides;
+  const std::int64_t pixel = strides[3];  // the wider tensor's channels
+  if (strides[1] != 1 || pixel <= d[1] || strides[2] != d[3] * pixel || strides[0] != d[2] * d[3] * pixel) return false;
+  const std::size_t weights = constant(store_.weights[index], md(grouped_weight_dims(w, c.groups), f32, tag::goihw));
+  const std::size_t bias = constant(store_.biases[index], md({d[1]}, f32, tag::x));
+  own_weights_.emplace_back(index, weights, bias);
+  define(finished(index), md(d, f32, tag::nhwc));
+  const dnnl::memory scale = plan_.constants[weights], shift = plan_.constants[bias];
+  const std::int64_t channels = d[1], pixels = d[0] * d[2] * d[3], offset = given.data.offset0;
+  const bool relu = conv.fusion.relu.has_value();
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(finished(index))}}, md(),
+       [=](const std::unordered_map<int, dnnl::memory>& bound) {
+         const float* x = static_cast<const float*>(bound.at(DNNL_ARG_SRC).get_data_handle()) + offset;
+         auto* y = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
+         const auto* s = static_cast<const float*>(scale.get_data_handle());
+         const auto* b = static_cast<const float*>(shift.get_data_handle());
+         at::parallel_for(0, pixels, 64, [&](std::int64_t first, std::int64_t last) {
+           channel_affine::apply(x, pixel, y, channels, s, b, relu, first, last);
+         });
+       },
+       "convolution", channel_affine::kernel_name());
+  return true;
 }
 
 void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with) {

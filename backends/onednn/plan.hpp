@@ -163,6 +163,7 @@ class planner {
   void convolution(std::size_t index);
   void emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with);
   void conv_in_aten(std::size_t index);
+  bool channel_affine_convolution(std::size_t index);
   // build_winograd.cpp
   bool winograd_convolution(std::size_t index);
   // build_linear.cpp
@@ -189,6 +190,10 @@ class planner {
   void layer_norm(std::size_t index);
   void cat(std::size_t index);
   bool cat_in_place(std::size_t index);
+  bool cat_chain(std::size_t index);
+  /// A value's channels (dim 1) before it is planned: from its slot, else from the steps that make
+  /// it (a convolution's weights, the input of a step that keeps its shape, a cat's parts).
+  std::optional<std::int64_t> channels_of(std::int64_t id, int depth = 0) const;
   bool channel_shuffle(std::size_t index);
   void permute(std::size_t index);
   void flatten(std::size_t index);
@@ -218,6 +223,9 @@ class planner {
   /// it alone: the product is not made, the convolution reads x and, each call, weights scaled by s
   /// along their input channels (mul(), emit_conv()). Convolution step -> (mul step, s's slot).
   std::unordered_map<std::size_t, std::pair<std::size_t, std::size_t>> scaled_input_;
+  /// A cat chain's parts (cat_chain): value id -> (the chain's buffer slot, its first channel there).
+  std::unordered_map<std::int64_t, std::pair<std::size_t, std::int64_t>> chain_parts_;
+  std::vector<std::size_t> producer_;  // value id -> the step that makes it (no_slot: a region input)
 };
 
 }  // namespace onednn_delegate

@@ -36,8 +36,11 @@ planner::planner(const region_steps& region, weight_store& store, const std::vec
       readers_(static_cast<std::size_t>(region.values)),
       planned_(region.steps.size(), false),
       channels_last_(channels_last_region(region)) {
-  for (std::size_t i = 0; i < region.steps.size(); ++i)
+  producer_.assign(static_cast<std::size_t>(region.values), no_slot);
+  for (std::size_t i = 0; i < region.steps.size(); ++i) {
     for (const std::int64_t input : region.steps[i].record.inputs) readers_.at(static_cast<std::size_t>(input)).push_back(i);
+    producer_.at(static_cast<std::size_t>(region.steps[i].record.output)) = i;
+  }
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     slot_of_[i] = add_slot(dense(dims(shapes[i])));
     shapes_ += i ? ", [" : "[";  // as c10 prints an IntArrayRef: "[1, 3, 96, 96]"
