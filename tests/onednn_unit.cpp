@@ -515,6 +515,67 @@ TEST_CASE("cat chain: DenseNet's growing cats as views of one buffer, its batch 
   }
 }
 
+TEST_CASE("residual adds as sum post-ops written over the residual, only where nothing reads it after") {
+  // Three blocks of two 1x1 convolutions, each with a relu but the last, the second's result
+  // added to the block's input (x: a relu of a first convolution). The first block's input is
+  // read last by its add: the sum is written over it; so is the second's, which shares the first
+  // one's bytes. The third block's input is also added after the block (and twice in its
+  // convolution's post-ops): binary post-ops, the result in bytes of its own.
+  torch::manual_seed(13);
+  std::map<std::string, at::Tensor> weights;
+  std::vector<step_record> steps;
+  std::int64_t next_id = 1;
+  const auto conv = [&](std::int64_t from) {
+    const std::string k = std::to_string(weights.size() / 2);
+    weights["w" + k] = torch::randn({64, 64, 1, 1}) * 0.1, weights["b" + k] = torch::randn({64}) * 0.1;
+    step_record made = record("convolution", {from}, next_id++);
+    made.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
+    made.weight = "w" + k, made.bias = "b" + k;
+    steps.push_back(made);
+    return made.output;
+  };
+  const auto op = [&](const char* kind, std::vector<std::int64_t> from) {
+    steps.push_back(record(kind, std::move(from), next_id++));
+    return steps.back().output;
+  };
+  std::int64_t x = op("relu", {conv(0)});
+  for (int block = 0; block < 2; ++block) x = op("relu", {op("add", {conv(op("relu", {conv(x)})), x})});
+  const std::int64_t last = op("add", {op("add", {conv(op("relu", {conv(x)})), x}), x});
+  region_payload payload{1, next_id, {}, {last}};
+  payload.steps = steps;
+  compiled_region region = compile_region(payload, weights);
+  const auto plan = planner(*region.region, region.plans->weights, {{1, 64, 14, 14}}).build();
+  const auto root = [&](std::size_t slot) { return plan->aliases[slot] == no_slot ? slot : plan->aliases[slot]; };
+  std::vector<const plan_call*> calls;  // the convolutions, in order
+  for (std::size_t i = 0; i < plan->calls.size(); ++i)
+    if (plan->implementations[i].kind == "convolution") calls.push_back(&plan->calls[i]);
+  REQUIRE(calls.size() == 7);
+  const auto argument = [](const plan_call* c, int which) -> std::optional<std::size_t> {
+    for (const auto& [arg, slot] : c->arguments)
+      if (arg == which) return slot;
+    return std::nullopt;
+  };
+  const int addend = DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1;
+  const std::size_t first = root(*argument(calls[0], DNNL_ARG_DST));
+  CHECK(root(*argument(calls[2], DNNL_ARG_DST)) == first);  // over the first block's input
+  CHECK(root(*argument(calls[4], DNNL_ARG_DST)) == first);  // over the second's, in the same bytes
+  CHECK(!argument(calls[2], addend));
+  CHECK(!argument(calls[4], addend));
+  CHECK(root(*argument(calls[6], DNNL_ARG_DST)) != first);  // read after: not written over (binary post-ops, or adds after it)
+  const at::Tensor input = torch::rand({1, 64, 14, 14});
+  const std::vector<c10::IValue> inputs{input};
+  const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+  int k = 0;
+  const auto convolve = [&](const at::Tensor& v) {
+    const std::string name = std::to_string(k++);
+    return at::conv2d(v, weights["w" + name], weights["b" + name]);
+  };
+  at::Tensor want = at::relu(convolve(input));
+  for (int block = 0; block < 2; ++block) want = at::relu(convolve(at::relu(convolve(want))) + want);
+  want = convolve(at::relu(convolve(want))) + want + want;
+  CHECK(y.allclose(want, 1e-5, 1e-5));
+}
+
 TEST_CASE("silu kernel: x / (1 + exp(-x)) within 3e-7, every tail length, in place, the limits") {
   if (!winograd::cpu_supported()) return;  // AVX2's; plans do not use it elsewhere
   std::vector<float> in;

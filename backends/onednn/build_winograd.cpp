@@ -42,6 +42,11 @@ bool linear_as_matmul() {
   return matmul;
 }
 
+bool sum_post_op_enabled() {
+  static const bool enabled = !switched_off("TD_ONEDNN_SUM");
+  return enabled;
+}
+
 bool winograd_enabled() {
   static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_WINOGRAD");
   return enabled;

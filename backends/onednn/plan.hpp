@@ -66,6 +66,10 @@ bool channels_last_region(const region_steps& region);
 /// the inner product reaches 324), unless TD_ONEDNN_LINEAR_MATMUL is 0. Fixed for the process: the
 /// weight store holds a linear's weights as [I, O] then (runtime.cpp), [O, I] otherwise.
 bool linear_as_matmul();
+/// Whether a convolution's residual add may be a sum post-op written over the residual, where no
+/// step reads it after (build_convolution.cpp), rather than a binary post-op: unless
+/// TD_ONEDNN_SUM is 0.
+bool sum_post_op_enabled();
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
 /// on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its swish post-op
 /// is faster: EfficientNet-B0 6.2-6.4 ms against 6.6-6.7), and TD_ONEDNN_SILU not 0.
@@ -156,6 +160,7 @@ class planner {
   struct conv_candidate {
     dnnl::convolution_forward::primitive_desc pd;
     std::vector<std::tuple<int, std::size_t, md>> addends;  // (post-op index, slot, the layout it is read in)
+    std::size_t sum_into = no_slot;  // a residual added as a sum post-op: the result is written over it
   };
   dims conv_output(std::size_t index) const;
   std::optional<conv_candidate> conv_desc(std::size_t index, const std::vector<std::size_t>& with, const md& src,
@@ -163,6 +168,10 @@ class planner {
   void convolution(std::size_t index);
   void emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with);
   void conv_in_aten(std::size_t index);
+  /// Whether value `id` may be written over by convolution `conv` whose fused add (step `adder`)
+  /// reads it last: in bytes of this plan's own (no input's, no constant's) that no value read
+  /// after `adder` or returned shares, and not the convolution's own input's.
+  bool overwritable(std::int64_t id, std::size_t adder, std::size_t conv) const;
   bool channel_affine_convolution(std::size_t index);
   // build_winograd.cpp
   bool winograd_convolution(std::size_t index);
