@@ -312,6 +312,55 @@ TEST_CASE("timing cache file: a damaged line is reported once and ignored; a fil
   std::filesystem::remove_all(foreign);
 }
 
+TEST_CASE("timing cache file: compacted when read past its bound or mostly entries written again") {
+  const std::string directory = fresh_directory("cache_compacted");
+  const std::string path = directory + "/timings-1.txt";
+  const auto key = [](int i) {
+    char text[33];
+    std::snprintf(text, sizeof text, "%032d", i);
+    return std::string(text);
+  };
+  const auto lines = [&] {
+    const std::string text = file_text(path);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  {  // one key written 100 times, another once: the file holds 101 entries
+    timing_cache_file cache(directory);
+    for (int i = 0; i < 100; ++i) cache.store("region", key(0), "payload " + std::to_string(i));
+    cache.store("lowering", key(1), "once");
+  }
+  CHECK(lines() == 102);
+  {
+    timing_cache_file cache(directory);  // reading it compacts it: each key's last entry
+    CHECK(cache.find("region", key(0)) == "payload 99");
+    CHECK(cache.find("lowering", key(1)) == "once");
+  }
+  CHECK(lines() == 3);
+  CHECK(file_text(path).find("torch-delegate timing cache, format 1\n") == 0);
+  {
+    timing_cache_file cache(directory);
+    CHECK(cache.find("region", key(0)) == "payload 99");
+    CHECK(cache.damaged_lines() == 0);
+  }
+  {  // 200 entries of about 100 bytes against a bound of 8 kB: the newest are kept, within half of it
+    timing_cache_file cache(directory, 8192);
+    for (int i = 0; i < 200; ++i) cache.store("region", key(100 + i), std::string(50, 'x'));
+  }
+  CHECK(file_text(path).size() > 8192);
+  {
+    timing_cache_file cache(directory, 8192);
+    CHECK(cache.find("region", key(299)) == std::string(50, 'x'));  // read before the compaction
+  }
+  CHECK(file_text(path).size() <= 4096);
+  timing_cache_file after(directory, 8192);
+  CHECK(after.find("region", key(299)) == std::string(50, 'x'));  // the newest kept
+  CHECK(!after.find("region", key(100)));                          // the oldest dropped
+  CHECK(!after.find("region", key(0)));
+  CHECK(after.damaged_lines() == 0);
+  CHECK(!std::filesystem::exists(path + ".compacting." + std::to_string(::getpid())));
+  std::filesystem::remove_all(directory);
+}
+
 TEST_CASE("timing cache file: two processes writing at once leave every entry whole") {
   const std::string directory = fresh_directory("cache_concurrent");
   constexpr int entries = 300;

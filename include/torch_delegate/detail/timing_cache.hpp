@@ -60,9 +60,12 @@ class timing_cache_file {
   static constexpr std::string_view header = "torch-delegate timing cache, format 1";
   static constexpr std::string_view file_name = "timings-1.txt";
 
-  /// The cache in `directory` (created when first written).
-  explicit timing_cache_file(std::string directory)
-      : directory_(std::move(directory)), path_(directory_ + "/" + std::string(file_name)) {}
+  /// The size past which reading the file compacts it (compact()).
+  static constexpr std::size_t default_max_bytes = std::size_t{16} << 20;
+
+  /// The cache in `directory` (created when first written); `max_bytes`: compact()'s bound.
+  explicit timing_cache_file(std::string directory, std::size_t max_bytes = default_max_bytes)
+      : directory_(std::move(directory)), path_(directory_ + "/" + std::string(file_name)), max_bytes_(max_bytes) {}
 
   /// The payload of the last entry of `kind` and `key`, if any.
   TORCH_DELEGATE_DECL std::optional<std::string> find(std::string_view kind, const std::string& key);
@@ -77,8 +80,16 @@ class timing_cache_file {
 
  private:
   void load();
+  /// Rewrites the file, under an exclusive lock, with each key's last entry only, in the order
+  /// they were written, the oldest dropped while it would be over half of max_bytes (a cache
+  /// only grows by appends: an entry written again, or one of a model long gone, stays
+  /// otherwise). Into a file beside it, then renamed over it: a reader sees the old file or the
+  /// new one, never a part. An entry another process appends to the old file while this one
+  /// compacts is lost, and measured again when needed.
+  void compact();
 
   std::string directory_, path_;
+  std::size_t max_bytes_ = default_max_bytes;
   bool loaded_ = false, foreign_ = false;
   std::size_t damaged_ = 0;
   std::unordered_map<std::string, std::string> entries_;  // kind + '\t' + key -> payload

@@ -205,6 +205,60 @@ void timing_cache_file::load() {
     warn_cache_once(path_, std::to_string(damaged_) + " of its " + std::to_string(total) +
                                " entries are damaged (a CRC that does not match, or a line cut short) and are ignored; "
                                "they are measured again");
+  // Over its bound, or mostly entries written again since: compacted.
+  if (content.size() > max_bytes_ || (total >= 64 && total > 2 * entries_.size())) compact();
+}
+
+void timing_cache_file::compact() {
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX) != 0) {
+    ::close(fd);
+    return;
+  }
+  std::string content;  // again, under the lock: another process may have appended since
+  char buffer[65536];
+  for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) content.append(buffer, static_cast<std::size_t>(got));
+  std::vector<std::pair<std::string, std::string>> lines;  // (kind + '\t' + key, the whole line), whole and undamaged
+  std::unordered_map<std::string, std::size_t> last;       // kind + '\t' + key -> its last line
+  std::istringstream in(content);
+  std::string line;
+  if (std::getline(in, line) && line == header) {
+    while (std::getline(in, line)) {
+      if (in.eof() && content.back() != '\n') break;  // cut short
+      const std::size_t first_tab = line.find('\t'), second_tab = first_tab == std::string::npos ? first_tab : line.find('\t', first_tab + 1);
+      const std::size_t crc_tab = line.rfind('\t');
+      if (second_tab == std::string::npos || crc_tab <= second_tab) continue;
+      const std::string kind = line.substr(0, first_tab), key = line.substr(first_tab + 1, second_tab - first_tab - 1);
+      if (crc_text(entry_text(kind, key, line.substr(second_tab + 1, crc_tab - second_tab - 1))) != line.substr(crc_tab + 1)) continue;
+      last[kind + "\t" + key] = lines.size();
+      lines.emplace_back(kind + "\t" + key, line);
+    }
+    std::vector<const std::string*> kept;
+    std::size_t bytes = header.size() + 1;
+    for (std::size_t i = 0; i < lines.size(); ++i)
+      if (last[lines[i].first] == i) {
+        kept.push_back(&lines[i].second);
+        bytes += lines[i].second.size() + 1;
+      }
+    std::size_t from = 0;
+    for (; from < kept.size() && bytes > max_bytes_ / 2; ++from) bytes -= kept[from]->size() + 1;
+    std::string text(header);
+    text.append("\n");
+    for (std::size_t i = from; i < kept.size(); ++i) text.append(*kept[i]).append("\n");
+    const std::string temporary = path_ + ".compacting." + std::to_string(::getpid());
+    const int out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool written = out >= 0;
+    for (std::size_t done = 0; written && done < text.size();) {
+      const ssize_t n = ::write(out, text.data() + done, text.size() - done);
+      written = n > 0;
+      if (written) done += static_cast<std::size_t>(n);
+    }
+    if (out >= 0) written = ::close(out) == 0 && written;
+    if (!written || ::rename(temporary.c_str(), path_.c_str()) != 0) ::unlink(temporary.c_str());
+  }
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
 }
 
 TORCH_DELEGATE_DECL std::optional<std::string> timing_cache_file::find(std::string_view kind, const std::string& key) {
