@@ -161,7 +161,7 @@ inline std::string crc_text(const std::string& text) {
   return digits;
 }
 
-TORCH_DELEGATE_DECL void timing_cache_file::load() {
+TORCH_DELEGATE_INTERNAL void timing_cache_file::load() {
   loaded_ = true;
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;  // nothing cached yet
@@ -209,7 +209,7 @@ TORCH_DELEGATE_DECL void timing_cache_file::load() {
   if (content.size() > max_bytes_ || (total >= 64 && total > 2 * entries_.size())) compact();
 }
 
-TORCH_DELEGATE_DECL void timing_cache_file::compact() {
+TORCH_DELEGATE_INTERNAL void timing_cache_file::compact() {
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   if (::flock(fd, LOCK_EX) != 0) {
