@@ -161,14 +161,39 @@ inline std::string crc_text(const std::string& text) {
   return digits;
 }
 
+/// A line's kind, key and payload, when it has its four fields, a 32-character key and a CRC that
+/// matches (load() and compact() read lines alike).
+struct cache_entry {
+  std::string kind, key, payload;
+};
+inline std::optional<cache_entry> parse_entry(const std::string& line) {
+  std::vector<std::string> fields;
+  for (std::size_t start = 0;;) {
+    const std::size_t tab = line.find('\t', start);
+    fields.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  if (fields.size() != 4 || fields[1].size() != 32 || crc_text(entry_text(fields[0], fields[1], fields[2])) != fields[3])
+    return std::nullopt;
+  return cache_entry{std::move(fields[0]), std::move(fields[1]), std::move(fields[2])};
+}
+
+/// What is left to read of `fd`.
+inline std::string read_rest(int fd) {
+  std::string content;
+  char buffer[65536];
+  for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) content.append(buffer, static_cast<std::size_t>(got));
+  return content;
+}
+
 TORCH_DELEGATE_INTERNAL void timing_cache_file::load() {
   loaded_ = true;
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;  // nothing cached yet
   std::string content;
   if (::flock(fd, LOCK_SH) == 0) {
-    char buffer[65536];
-    for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) content.append(buffer, static_cast<std::size_t>(got));
+    content = read_rest(fd);
     ::flock(fd, LOCK_UN);
   }
   ::close(fd);
@@ -187,19 +212,12 @@ TORCH_DELEGATE_INTERNAL void timing_cache_file::load() {
   while (std::getline(lines, line)) {
     ++total;
     const bool last = lines.peek() == std::char_traits<char>::eof();
-    std::vector<std::string> fields;
-    for (std::size_t start = 0;;) {
-      const std::size_t tab = line.find('\t', start);
-      fields.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-      if (tab == std::string::npos) break;
-      start = tab + 1;
-    }
-    if (fields.size() != 4 || fields[1].size() != 32 || (last && !ended) ||
-        crc_text(entry_text(fields[0], fields[1], fields[2])) != fields[3]) {
+    std::optional<cache_entry> entry = parse_entry(line);
+    if (!entry || (last && !ended)) {
       ++damaged_;
       continue;
     }
-    entries_[fields[0] + "\t" + fields[1]] = fields[2];
+    entries_[entry->kind + "\t" + entry->key] = std::move(entry->payload);
   }
   if (damaged_ > 0)
     warn_cache_once(path_, std::to_string(damaged_) + " of its " + std::to_string(total) +
@@ -216,9 +234,7 @@ TORCH_DELEGATE_INTERNAL void timing_cache_file::compact() {
     ::close(fd);
     return;
   }
-  std::string content;  // again, under the lock: another process may have appended since
-  char buffer[65536];
-  for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;) content.append(buffer, static_cast<std::size_t>(got));
+  const std::string content = read_rest(fd);  // again, under the lock: another process may have appended since
   std::vector<std::pair<std::string, std::string>> lines;  // (kind + '\t' + key, the whole line), whole and undamaged
   std::unordered_map<std::string, std::size_t> last;       // kind + '\t' + key -> its last line
   std::istringstream in(content);
@@ -226,13 +242,10 @@ TORCH_DELEGATE_INTERNAL void timing_cache_file::compact() {
   if (std::getline(in, line) && line == header) {
     while (std::getline(in, line)) {
       if (in.eof() && content.back() != '\n') break;  // cut short
-      const std::size_t first_tab = line.find('\t'), second_tab = first_tab == std::string::npos ? first_tab : line.find('\t', first_tab + 1);
-      const std::size_t crc_tab = line.rfind('\t');
-      if (second_tab == std::string::npos || crc_tab <= second_tab) continue;
-      const std::string kind = line.substr(0, first_tab), key = line.substr(first_tab + 1, second_tab - first_tab - 1);
-      if (crc_text(entry_text(kind, key, line.substr(second_tab + 1, crc_tab - second_tab - 1))) != line.substr(crc_tab + 1)) continue;
-      last[kind + "\t" + key] = lines.size();
-      lines.emplace_back(kind + "\t" + key, line);
+      const std::optional<cache_entry> entry = parse_entry(line);
+      if (!entry) continue;  // damaged: dropped
+      last[entry->kind + "\t" + entry->key] = lines.size();
+      lines.emplace_back(entry->kind + "\t" + entry->key, line);
     }
     std::vector<const std::string*> kept;
     std::size_t bytes = header.size() + 1;
