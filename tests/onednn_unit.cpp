@@ -444,7 +444,7 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
   CHECK(y.allclose(want, 1e-4, 1e-4));
 }
 
-TEST_CASE("channel_affine kernel: a scale and shift per channel of strided nhwc pixels, every tail, with and without relu") {
+TEST_CASE("channel_affine kernels: a scale and shift per channel of strided nhwc pixels, every tail, with and without relu") {
   MESSAGE("kernel: ", std::string(channel_affine::kernel_name()));
   for (const std::int64_t channels : {1, 5, 8, 16, 37, 64})
     for (const std::int64_t stride : {channels, channels + 3, 2 * channels + 16})
@@ -452,18 +452,21 @@ TEST_CASE("channel_affine kernel: a scale and shift per channel of strided nhwc 
         const std::int64_t pixels = 11;
         const auto in = random_floats(static_cast<std::size_t>(pixels * stride), 5);
         const auto scale = random_floats(static_cast<std::size_t>(channels), 6), shift = random_floats(static_cast<std::size_t>(channels), 7);
-        std::vector<float> out(static_cast<std::size_t>(pixels * channels + 1), std::nanf(""));
-        channel_affine::apply(in.data(), stride, out.data(), channels, scale.data(), shift.data(), relu, 0, 4);
-        channel_affine::apply(in.data(), stride, out.data(), channels, scale.data(), shift.data(), relu, 4, pixels);
-        CAPTURE(channels);
-        CAPTURE(stride);
-        CAPTURE(relu);
-        for (std::int64_t p = 0; p < pixels; ++p)
-          for (std::int64_t c = 0; c < channels; ++c) {
-            const double want = double(in[static_cast<std::size_t>(p * stride + c)]) * scale[static_cast<std::size_t>(c)] + shift[static_cast<std::size_t>(c)];
-            REQUIRE(std::abs(out[static_cast<std::size_t>(p * channels + c)] - (relu ? std::max(0.0, want) : want)) <= 1e-6);
-          }
-        CHECK(std::isnan(out.back()));  // nothing written past the pixels
+        for (const auto kernel : {&channel_affine::apply, &channel_affine::apply_portable}) {
+          std::vector<float> out(static_cast<std::size_t>(pixels * channels + 1), std::nanf(""));
+          kernel(in.data(), stride, out.data(), channels, scale.data(), shift.data(), relu, 0, 4);
+          kernel(in.data(), stride, out.data(), channels, scale.data(), shift.data(), relu, 4, pixels);
+          CAPTURE(channels);
+          CAPTURE(stride);
+          CAPTURE(relu);
+          CAPTURE(kernel == &channel_affine::apply);
+          for (std::int64_t p = 0; p < pixels; ++p)
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const double want = double(in[static_cast<std::size_t>(p * stride + c)]) * scale[static_cast<std::size_t>(c)] + shift[static_cast<std::size_t>(c)];
+              REQUIRE(std::abs(out[static_cast<std::size_t>(p * channels + c)] - (relu ? std::max(0.0, want) : want)) <= 1e-6);
+            }
+          CHECK(std::isnan(out.back()));  // nothing written past the pixels
+        }
       }
 }
 
