@@ -7,6 +7,7 @@
 #include <torch_delegate/partition.hpp>
 
 #include <cstdio>
+#include <set>
 
 #include <torch/csrc/jit/mobile/import.h>
 #include <torch/csrc/jit/mobile/module.h>
@@ -192,6 +193,27 @@ TEST_CASE("content_key: equal content gives the same key, any difference another
   CHECK(torch_delegate::content_key("w", a) != torch_delegate::content_key("w", a + 1));
   CHECK(torch_delegate::content_key("w", a) != torch_delegate::content_key("w", a.reshape({2, 2})));
   CHECK(torch_delegate::content_key("w", a) != torch_delegate::content_key("w", a.to(at::kDouble)));
+
+  // The bytes are hashed in four lanes of 8-byte words with a tail of the last (size % 32) bytes:
+  // a change to any one byte, in any lane or the tail, and swapping two lanes' words give another
+  // key; so does a non-contiguous view of other content, hashed as the dense copy it stands for.
+  const at::Tensor bytes = torch::arange(75, at::kByte);  // two 32-byte strides and an 11-byte tail
+  const std::string key = torch_delegate::content_key("b", bytes);
+  std::set<std::string> keys{key};
+  for (std::int64_t i = 0; i < bytes.numel(); ++i) {
+    at::Tensor changed = bytes.clone();
+    changed[i] += 1;
+    keys.insert(torch_delegate::content_key("b", changed));
+  }
+  CHECK(keys.size() == 76);
+  at::Tensor swapped = bytes.clone();
+  swapped.slice(0, 0, 8).copy_(bytes.slice(0, 8, 16));
+  swapped.slice(0, 8, 16).copy_(bytes.slice(0, 0, 8));
+  CHECK(torch_delegate::content_key("b", swapped) != key);
+  const at::Tensor matrix = torch::arange(64, at::kFloat).reshape({8, 8});
+  CHECK(torch_delegate::content_key("m", matrix.t()) == torch_delegate::content_key("m", matrix.t().contiguous()));
+  CHECK(torch_delegate::content_key("m", matrix.t()) != torch_delegate::content_key("m", matrix));
+  CHECK(torch_delegate::content_key("e", torch::empty({0})) == torch_delegate::content_key("e", torch::empty({0})));
 }
 
 TEST_CASE("named_data_map: data is aligned as asked, a missing key names the keys there are") {

@@ -403,9 +403,10 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
                                                         timing_source& timing, torch::jit::Module lowered);
 
 /// What a whole measured lowering depends on, as text for key_digest: the backends (names,
-/// payload versions, specs), the options that change decisions, each method's canonical graph
-/// and its example inputs' dtypes and sizes, every attribute of the module (tensors by dtype and
-/// sizes, other values by value), and the machine.
+/// payload versions, specs), the options that change decisions, each method's code (its graph and,
+/// once each, the graphs of the methods and functions it calls, not inlined) and its example
+/// inputs' dtypes and sizes, every attribute of the module (tensors by dtype and sizes, other
+/// values by value), and the machine.
 TORCH_DELEGATE_INTERNAL std::string lowering_key(const backend_list& backends, const torch::jit::Module& module,
                                                  const partition_options& options,
                                                  const std::vector<c10::impl::GenericDict>& specs);

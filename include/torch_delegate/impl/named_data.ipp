@@ -35,6 +35,29 @@ inline std::uint64_t fnv1a(std::uint64_t hash, const void* data, std::size_t siz
   return hash;
 }
 
+// A 64-bit hash of `size` bytes at the speed memory delivers them, for content keys of weights
+// (FNV-1a, a byte at a time, took 14 ms of a 0.25 s lowering of MobileNetV2's 14 MB, and ran again
+// for every region a measured lowering preprocesses). Four lanes take 8-byte words in turn, each
+// lane `v = rotl(v + word * m2, 31) * m1` (the multiply-rotate round of xxHash64, written here),
+// so the four multiply chains overlap; the lanes are merged with the length, and the last bytes
+// that fill no 32-byte stride go through FNV-1a.
+inline std::uint64_t content_hash(std::uint64_t seed, const void* data, std::size_t size) {
+  constexpr std::uint64_t m1 = 0x9e3779b185ebca87ULL, m2 = 0xc2b2ae3d27d4eb4fULL;
+  const auto rotl = [](std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::uint64_t lane[4] = {seed + m1 + m2, seed + m2, seed, seed - m1};
+  std::size_t offset = 0;
+  for (; offset + 32 <= size; offset += 32)
+    for (int k = 0; k < 4; ++k) {
+      std::uint64_t word;
+      std::memcpy(&word, bytes + offset + 8 * k, sizeof word);
+      lane[k] = rotl(lane[k] + word * m2, 31) * m1;
+    }
+  std::uint64_t hash = rotl(lane[0], 1) + rotl(lane[1], 7) + rotl(lane[2], 12) + rotl(lane[3], 18);
+  hash = (hash ^ static_cast<std::uint64_t>(size)) * m1;
+  return fnv1a(hash, bytes + offset, size - offset);
+}
+
 TORCH_DELEGATE_INTERNAL std::string describe_named_data(const named_data_entry& entry) {
   std::ostringstream out;
   out << c10::toString(entry.data.scalar_type()) << " " << entry.data.sizes() << " (" << entry.data.nbytes() << " bytes)";
@@ -105,7 +128,7 @@ TORCH_DELEGATE_DECL std::string content_key(std::string_view prefix, const at::T
   const auto type = static_cast<std::int64_t>(data.scalar_type());
   hash = detail::fnv1a(hash, &type, sizeof type);
   for (std::int64_t size : data.sizes()) hash = detail::fnv1a(hash, &size, sizeof size);
-  hash = detail::fnv1a(hash, data.data_ptr(), static_cast<std::size_t>(data.nbytes()));
+  hash = detail::content_hash(hash, data.data_ptr(), static_cast<std::size_t>(data.nbytes()));
   char digits[17];
   std::snprintf(digits, sizeof digits, "%016llx", static_cast<unsigned long long>(hash));
   return std::string(prefix) + "-" + digits;
