@@ -198,21 +198,26 @@ std::optional<std::int64_t> planner::channels_of(std::int64_t id, int depth) con
 }
 
 /// DenseNet's cats: each of the parts of one before it and more (cat(x0), cat(x0, x1), ..., the
-/// block's cat(x0, ..., xn)). In nhwc (a channels-last region) each is a view of the first
-/// channels of one buffer, the chain's last cat's, and each part is copied into its channels once,
-/// by the first cat that has it; oneDNN's concat copied every part again for each cat
-/// (DenseNet-121: 1.7 ms a call of 16.7 in oneDNN's log). A view of some of the channels is
-/// strided: our kernel reads it for a batch norm (channel_affine_convolution), any other reader a
-/// dense copy (as()), no more than the concat copied. False (nothing planned) where the cat starts
-/// no chain (no later cat begins with its parts) or continues none.
+/// block's cat(x0, ..., xn)). Each is a view of the first channels of one buffer, the chain's last
+/// cat's, and each part is copied into its channels once, by the first cat that has it; oneDNN's
+/// concat copied every part again for each cat (DenseNet-121: 1.7 ms a call of 16.7 in oneDNN's
+/// log on AVX-512). In nhwc (a channels-last region) a view of some of the channels is strided:
+/// our kernel reads it for a batch norm (channel_affine_convolution), any other reader a dense copy
+/// (as()), no more than the concat copied. Elsewhere at batch 1, in the channel-blocked layout of
+/// the ISA's convolutions (nChw8c; nChw16c where oneDNN runs AVX-512) with every part in whole
+/// blocks: there the first k blocks of a buffer are a dense tensor of k blocks, so each view is
+/// an ordinary dense value every reader takes. False (nothing planned) where the cat starts no
+/// chain (no later cat begins with its parts) or continues none.
 bool planner::cat_chain(std::size_t index) {
-  if (!channels_last_) return false;
+  if (!cat_chain_enabled()) return false;
   const auto& sources = step(index).record.inputs;
   const dims first = plan_.slots[value(sources[0])].dims();
   if (first.size() != 4) return false;
+  const std::int64_t block = channels_last_ ? 0 : onednn_runs_avx512() ? 16 : 8;  // 0: nhwc
+  if (block && first[0] != 1) return false;  // a blocked prefix is dense at batch 1 only
   for (const std::int64_t source : sources) {
     const dims d = plan_.slots[value(source)].dims();
-    if (d.size() != 4 || d[0] != first[0] || d[2] != first[2] || d[3] != first[3]) return false;
+    if (d.size() != 4 || d[0] != first[0] || d[2] != first[2] || d[3] != first[3] || (block && d[1] % block != 0)) return false;
   }
   // The parts already in a chain's buffer: its first ones, in order.
   std::size_t placed = 0, whole = no_slot;
@@ -236,8 +241,9 @@ bool planner::cat_chain(std::size_t index) {
     }
     if (!last) return false;
     const std::optional<std::int64_t> total = channels_of(step(*last).record.output);
-    if (!total || *total < needed) return false;
-    whole = add_slot(md({first[0], *total, first[2], first[3]}, f32, tag::nhwc));
+    if (!total || *total < needed || (block && *total % block != 0)) return false;
+    const tag layout = !block ? tag::nhwc : block == 16 ? tag::nChw16c : tag::nChw8c;
+    whole = add_slot(md({first[0], *total, first[2], first[3]}, f32, layout));
   } else if (needed > plan_.slots[whole].dims()[1]) {
     return false;
   }
@@ -251,8 +257,9 @@ bool planner::cat_chain(std::size_t index) {
     chain_parts_.emplace(sources[k], std::pair{whole, channels});
     channels += d[1];
   }
+  const dims joined{first[0], channels, first[2], first[3]};
   slot_of_.at(static_cast<std::size_t>(step(index).record.output)) =
-      view(buffer.submemory_desc({first[0], channels, first[2], first[3]}, {0, 0, 0, 0}), whole);
+      view(block ? md(joined, f32, block == 16 ? tag::nChw16c : tag::nChw8c) : buffer.submemory_desc(joined, {0, 0, 0, 0}), whole);
   return true;
 }
 

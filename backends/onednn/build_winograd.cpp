@@ -47,6 +47,11 @@ bool sum_post_op_enabled() {
   return enabled;
 }
 
+bool cat_chain_enabled() {
+  static const bool enabled = !switched_off("TD_ONEDNN_CAT_CHAIN");
+  return enabled;
+}
+
 bool winograd_enabled() {
   static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_WINOGRAD");
   return enabled;

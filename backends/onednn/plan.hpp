@@ -70,6 +70,8 @@ bool linear_as_matmul();
 /// step reads it after (build_convolution.cpp), rather than a binary post-op: unless
 /// TD_ONEDNN_SUM is 0.
 bool sum_post_op_enabled();
+/// Whether growing cats become views of one buffer (planner::cat_chain; TD_ONEDNN_CAT_CHAIN=0: oneDNN's concats).
+bool cat_chain_enabled();
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
 /// on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its swish post-op
 /// is faster: EfficientNet-B0 6.2-6.4 ms against 6.6-6.7), and TD_ONEDNN_SILU not 0.

@@ -182,6 +182,27 @@ for _, _, step, kind, implementation in torch.ops.torch_delegate_onednn.plan_imp
         self.assertEqual(done.returncode, 0, done.stderr)
         return [tuple(line.split("|")) for line in done.stdout.splitlines()]
 
+    DENSE = """
+from torchvision.models.densenet import _DenseBlock
+torch.manual_seed(6)
+m = _DenseBlock(num_layers=3, num_input_features=64, bn_size=4, growth_rate=32, drop_rate=0)
+for module in m.modules():
+    if isinstance(module, torch.nn.BatchNorm2d):
+        module.running_mean.uniform_(-0.2, 0.2), module.running_var.uniform_(0.5, 1.5)
+x = torch.rand(1, 64, 16, 16)
+"""
+
+    def test_densenet_s_growing_cats_are_views_of_one_buffer(self):
+        # Each layer cats all the features before it: no concat at batch 1 (AVX-512: views of an
+        # nhwc buffer, the batch norms on our kernel; AVX2: the first blocks of an nChw8c buffer),
+        # each part copied in once; with the switch off, oneDNN's concat for each cat.
+        calls = self.calls(None, self.DENSE, "TD_ONEDNN_CAT_CHAIN")
+        kinds = [kind for _, kind, _ in calls]
+        self.assertEqual(kinds.count("concat"), 0, calls)
+        self.assertEqual(sum(step.endswith(" cat") and kind == "reorder" for step, kind, _ in calls), 4, calls)
+        self.assertEqual(any(i.startswith("channel_affine") for *_, i in calls), AVX512, calls)
+        self.assertGreaterEqual([k for _, k, _ in self.calls("0", self.DENSE, "TD_ONEDNN_CAT_CHAIN")].count("concat"), 3)
+
     @unittest.skipUnless(AVX512, "nhwc regions are for oneDNN's AVX-512 kernels")
     def test_a_depthwise_region_runs_in_nhwc_with_no_reorder_between_convolutions(self):
         calls = self.calls(None)
