@@ -526,6 +526,47 @@ TEST_CASE("cat chain: DenseNet's growing cats as views of one buffer, its batch 
   }
 }
 
+TEST_CASE("cat chain: a sibling cat and a residual add over a cat's view leave the chain's parts as they are") {
+  // Siblings: f = cat(x, a), g1 = cat(x, a, c), g2 = cat(x, a, d), both g1 and g2 results: d
+  // must not be copied where c is (g2 gets a concat of its own). A residual add: c1 = cat(x, a),
+  // z = conv(x) + c1, c2 = cat(x, a, z): the add must not be a sum written over c1's bytes, which
+  // hold the parts c2 reads.
+  torch::manual_seed(12);
+  std::map<std::string, at::Tensor> weights{{"wa", torch::randn({16, 16, 1, 1}) * 0.2}, {"ba", torch::randn({16}) * 0.1},
+                                            {"wc", torch::randn({16, 32, 1, 1}) * 0.2}, {"bc", torch::randn({16}) * 0.1},
+                                            {"wd", torch::randn({16, 32, 1, 1}) * 0.2}, {"bd", torch::randn({16}) * 0.1},
+                                            {"wt", torch::randn({32, 16, 1, 1}) * 0.2}, {"bt", torch::randn({32}) * 0.1}};
+  const auto conv = [](const char* w, std::int64_t from, std::int64_t to) {
+    step_record made = record("convolution", {from}, to);
+    made.convolution = convolution_parameters{{1, 1}, {0, 0}, {1, 1}, 1};
+    made.weight = std::string("w") + w, made.bias = std::string("b") + w;
+    return made;
+  };
+  const at::Tensor x = torch::rand({1, 16, 8, 8});
+  const std::vector<c10::IValue> inputs{x};
+  const auto aten = [&](const char* w, const at::Tensor& from) {
+    return at::conv2d(from, weights[std::string("w") + w], weights[std::string("b") + w]);
+  };
+  const at::Tensor a = aten("a", x), f = at::cat({x, a}, 1);
+  SUBCASE("siblings") {
+    region_payload payload{1, 7, {}, {4, 6}};
+    payload.steps = {conv("a", 0, 1), record("cat", {0, 1}, 2), conv("c", 2, 3), record("cat", {0, 1, 3}, 4),
+                     conv("d", 2, 5), record("cat", {0, 1, 5}, 6)};
+    compiled_region region = compile_region(payload, weights);
+    const auto got = OnednnBackend().execute(region, torch_delegate::inputs(inputs));
+    CHECK(got[0].toTensor().allclose(at::cat({x, a, aten("c", f)}, 1), 1e-4, 1e-4));
+    CHECK(got[1].toTensor().allclose(at::cat({x, a, aten("d", f)}, 1), 1e-4, 1e-4));
+  }
+  SUBCASE("a residual add over a cat") {
+    region_payload payload{1, 6, {}, {5}};
+    payload.steps = {conv("a", 0, 1), record("cat", {0, 1}, 2), conv("t", 0, 3), record("add", {3, 2}, 4),
+                     record("cat", {0, 1, 4}, 5)};
+    compiled_region region = compile_region(payload, weights);
+    const auto got = OnednnBackend().execute(region, torch_delegate::inputs(inputs));
+    CHECK(got[0].toTensor().allclose(at::cat({x, a, aten("t", x) + f}, 1), 1e-4, 1e-4));
+  }
+}
+
 TEST_CASE("residual adds as sum post-ops written over the residual, only where nothing reads it after") {
   // Three blocks of two 1x1 convolutions, each with a relu but the last, the second's result
   // added to the block's input (x: a relu of a first convolution). The first block's input is

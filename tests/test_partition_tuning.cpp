@@ -782,14 +782,18 @@ TEST_CASE("measured partitioning: a lowering's cache key is the code its methods
   // inlined (issue 40: inlining and the canonical passes took 17 of the 24 ms a warm MobileNetV2
   // lowering spent on its key): an equal module built again replays, a change in a submodule's
   // code or in a helper method is measured again.
-  const auto make = [](const std::string& inner_tail, const std::string& helper_tail) {
-    torch::jit::Module inner("Inner");
-    inner.define("def forward(self, x):\n    return td_test_partition.slow_add(x, x)" + inner_tail + "\n",
-                 std::make_shared<CustomOpsResolver>());
+  // Two submodules made apart are both `__torch__.Inner` (each in a compilation unit of its own):
+  // the second one's code counts too.
+  const auto make = [](const std::string& inner_tail, const std::string& helper_tail, const std::string& second_tail = "") {
     torch::jit::Module top("Top");
-    top.register_module("inner", inner);
+    for (const auto& [name, tail] : {std::pair{"inner", inner_tail}, std::pair{"second", second_tail}}) {
+      torch::jit::Module inner("Inner");
+      inner.define("def forward(self, x):\n    return td_test_partition.slow_add(x, x)" + tail + "\n",
+                   std::make_shared<CustomOpsResolver>());
+      top.register_module(name, inner);
+    }
     top.define("def helper(self, x):\n    return torch.relu(x)" + helper_tail +
-               "\ndef forward(self, x):\n    return self.helper(self.inner.forward(x)) + self.helper(x)\n");
+               "\ndef forward(self, x):\n    return self.helper(self.inner.forward(x)) + self.second.forward(x)\n");
     return top;
   };
   const std::string directory = temp_path("timing_cache_key");
@@ -809,6 +813,7 @@ TEST_CASE("measured partitioning: a lowering's cache key is the code its methods
   CHECK(replayed(make("", "")));
   CHECK(!replayed(make(" * 2", "")));
   CHECK(!replayed(make("", " * 2")));
+  CHECK(!replayed(make("", "", " * 2")));
   CHECK(replayed(make(" * 2", "")));
   std::filesystem::remove_all(directory);
 }

@@ -181,7 +181,7 @@ void planner::convolution(std::size_t index) {
 
 bool planner::overwritable(std::int64_t id, std::size_t adder, std::size_t conv) const {
   const std::size_t base = root(value(id));
-  if (base < static_cast<std::size_t>(region_.inputs) || plan_.constants[base]) return false;
+  if (base < static_cast<std::size_t>(region_.inputs) || plan_.constants[base] || chain_filled_.count(base)) return false;
   // Every value in those bytes (the residual, the value it views, other views of it: a residual
   // that is itself a sum written over the block's input before, a cat's part) is read by no step
   // after the add and is no result.

@@ -244,8 +244,8 @@ bool planner::cat_chain(std::size_t index) {
     if (!total || *total < needed || (block && *total % block != 0)) return false;
     const tag layout = !block ? tag::nhwc : block == 16 ? tag::nChw16c : tag::nChw8c;
     whole = add_slot(md({first[0], *total, first[2], first[3]}, f32, layout));
-  } else if (needed > plan_.slots[whole].dims()[1]) {
-    return false;
+  } else if (needed > plan_.slots[whole].dims()[1] || (placed < sources.size() && channels < chain_filled_.at(whole))) {
+    return false;  // too wide, or new parts where a sibling cat's are (cat(a, b, c), then cat(a, b, d))
   }
   const md buffer = plan_.slots[whole];
   for (std::size_t k = placed; k < sources.size(); ++k) {
@@ -257,6 +257,7 @@ bool planner::cat_chain(std::size_t index) {
     chain_parts_.emplace(sources[k], std::pair{whole, channels});
     channels += d[1];
   }
+  chain_filled_[whole] = std::max(chain_filled_[whole], channels);
   const dims joined{first[0], channels, first[2], first[3]};
   slot_of_.at(static_cast<std::size_t>(step(index).record.output)) =
       view(block ? md(joined, f32, block == 16 ? tag::nChw16c : tag::nChw8c) : buffer.submemory_desc(joined, {0, 0, 0, 0}), whole);

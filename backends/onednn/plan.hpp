@@ -236,6 +236,10 @@ class planner {
   std::unordered_map<std::size_t, std::pair<std::size_t, std::size_t>> scaled_input_;
   /// A cat chain's parts (cat_chain): value id -> (the chain's buffer slot, its first channel there).
   std::unordered_map<std::int64_t, std::pair<std::size_t, std::int64_t>> chain_parts_;
+  /// A cat chain's buffer slot -> how many of its first channels hold parts. A cat that would
+  /// copy a part below that (a sibling of a cat with the same first parts) is no chain's, and no
+  /// sum post-op writes over a chain's buffer (overwritable): its bytes are parts later cats read.
+  std::unordered_map<std::size_t, std::int64_t> chain_filled_;
   std::vector<std::size_t> producer_;  // value id -> the step that makes it (no_slot: a region input)
 };
 

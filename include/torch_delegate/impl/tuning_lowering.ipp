@@ -235,16 +235,16 @@ inline std::optional<delegation_report> report_of_payload(const std::string& pay
   }
 }
 
-// The code `function` runs, as text for a lowering key: its graph, then, once each (by qualified
-// name, in `seen`), the graphs of the methods and functions it calls, through blocks and forked
+// The code `function` runs, as text for a lowering key: its graph, then, once each (`seen`: by
+// identity, not name: two modules made apart, in compilation units of their own, can both be
+// `__torch__.Block`), the graphs of the methods and functions it calls, through blocks and forked
 // subgraphs. Not inlined: inlining a model and the canonical passes took 17–19 ms of the 24 ms a
 // warm MobileNetV2 lowering spent on its key (issue 40), and each module type's code is
-// written once here, not once per instance. Module types differ by name where their code or
-// constants do (TorchScript mangles the names of a class's variants), and the graphs name them.
-inline void describe_code(std::ostream& key, torch::jit::Function& function, std::unordered_set<std::string>& seen) {
-  const std::string name = function.qualname().qualifiedName();
-  if (!seen.insert(name).second) return;
-  key << name << ":";
+// written once here, not once per instance (a type's methods are the same functions in every
+// instance).
+inline void describe_code(std::ostream& key, torch::jit::Function& function, std::unordered_set<const torch::jit::Function*>& seen) {
+  if (!seen.insert(&function).second) return;
+  key << function.qualname().qualifiedName() << ":";
   torch::jit::GraphFunction* graph_function = torch::jit::tryToGraphFunction(function);
   if (!graph_function) {  // a builtin: its name is its code
     key << ";";
@@ -295,7 +295,7 @@ TORCH_DELEGATE_INTERNAL std::string lowering_key(const backend_list& backends, c
       describe_for_key(key, input);
       key << ",";
     }
-    std::unordered_set<std::string> seen;  // the code: each method's own, with what it calls (no run: shapes are above)
+    std::unordered_set<const torch::jit::Function*> seen;  // the code: each method's own, with what it calls (no run: shapes are above)
     describe_code(key, module.get_method(method).function(), seen);
   }
   // What the graph reads from the module: every attribute's value (tensors by dtype and sizes:
