@@ -898,7 +898,10 @@ TEST_CASE("shuffle in a plan: cat, view, transpose, contiguous, view is one call
         }
         CHECK(ours == 1);
         CHECK(concats == 0);
-        CHECK(copies == 0);  // the convolutions write and read the blocked layout the kernel uses
+        // The convolutions write and read the blocked layout the kernel uses; below AVX2 (a
+        // cap) oneDNN's convolutions are not channel-blocked, and the kernel's inputs are copied.
+        const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), avx2 = static_cast<unsigned>(dnnl::cpu_isa::avx2);
+        if ((isa & avx2) == avx2) CHECK(copies == 0);
         const at::Tensor x = torch::randn({batch, 16, h, w});
         const std::vector<c10::IValue> inputs{x};
         const auto y = OnednnBackend().execute(region, torch_delegate::inputs(inputs));
