@@ -214,6 +214,7 @@ bool planner::cat_chain(std::size_t index) {
   const dims first = plan_.slots[value(sources[0])].dims();
   if (first.size() != 4) return false;
   const std::int64_t block = channels_last_ ? 0 : onednn_runs_avx512() ? 16 : 8;  // 0: nhwc
+  const tag layout = !block ? tag::nhwc : block == 16 ? tag::nChw16c : tag::nChw8c;  // the chain's buffer's
   if (block && first[0] != 1) return false;  // a blocked prefix is dense at batch 1 only
   for (const std::int64_t source : sources) {
     const dims d = plan_.slots[value(source)].dims();
@@ -242,7 +243,6 @@ bool planner::cat_chain(std::size_t index) {
     if (!last) return false;
     const std::optional<std::int64_t> total = channels_of(step(*last).record.output);
     if (!total || *total < needed || (block && *total % block != 0)) return false;
-    const tag layout = !block ? tag::nhwc : block == 16 ? tag::nChw16c : tag::nChw8c;
     whole = add_slot(md({first[0], *total, first[2], first[3]}, f32, layout));
   } else if (needed > plan_.slots[whole].dims()[1] || (placed < sources.size() && channels < chain_filled_.at(whole))) {
     return false;  // too wide, or new parts where a sibling cat's are (cat(a, b, c), then cat(a, b, d))
@@ -260,7 +260,7 @@ bool planner::cat_chain(std::size_t index) {
   chain_filled_[whole] = std::max(chain_filled_[whole], channels);
   const dims joined{first[0], channels, first[2], first[3]};
   slot_of_.at(static_cast<std::size_t>(step(index).record.output)) =
-      view(block ? md(joined, f32, block == 16 ? tag::nChw16c : tag::nChw8c) : buffer.submemory_desc(joined, {0, 0, 0, 0}), whole);
+      view(block ? md(joined, f32, layout) : buffer.submemory_desc(joined, {0, 0, 0, 0}), whole);
   return true;
 }
 
