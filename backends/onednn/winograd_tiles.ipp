@@ -46,50 +46,75 @@ inline void output_1d(const vec* in, int in_stride, vec* out, int out_stride) {
   }
 }
 
-/// The input transform of one tile for the `lanes` channels from 8-channel group `group` on.
+/// The input transform of one tile for the `lanes` channels from 8-channel group `group` on, into v.
+/// The tile's pixels are addressed from its plane's origin by row and pixel strides (no division a
+/// pixel), and an interior tile loads without bounds checks.
 template <int M>
-void input_tile(const geometry& g, const float* src, float* transformed, std::int64_t tile, std::int64_t group) {
+void input_values(const geometry& g, const float* src, std::int64_t tile, std::int64_t group, vec (&v)[M + 2][M + 2]) {
   constexpr int alpha = M + 2;
-  const std::int64_t tiles_w = g.tiles_w(), tiles_hw = g.tiles_h() * tiles_w, tiles = g.tiles();
+  const std::int64_t tiles_w = g.tiles_w(), tiles_hw = g.tiles_h() * tiles_w;
   const std::int64_t n = tile / tiles_hw, ty = (tile % tiles_hw) / tiles_w, tx = tile % tiles_w;
   const std::int64_t y0 = ty * M - g.pad_top, x0 = tx * M - g.pad_left;
-  vec d[alpha][alpha], t[alpha][alpha], v[alpha][alpha];
-  for (int i = 0; i < alpha; ++i) {
-    const std::int64_t y = y0 + i;
-    for (int j = 0; j < alpha; ++j) {
-      const std::int64_t x = x0 + j;
-      d[i][j] = (y >= 0 && y < g.h && x >= 0 && x < g.w) ? load(src + position(g, g.c, n, group, y, x, g.h, g.w)) : zero();
-    }
+  const std::int64_t pixel = g.channels_last ? g.c : g.layout_block, row = g.w * pixel;
+  const float* plane = src + position(g, g.c, n, group, 0, 0, g.h, g.w);
+  vec d[alpha][alpha], t[alpha][alpha];
+  if (y0 >= 0 && x0 >= 0 && y0 + alpha <= g.h && x0 + alpha <= g.w) {
+    const float* corner = plane + y0 * row + x0 * pixel;
+    for (int i = 0; i < alpha; ++i)
+      for (int j = 0; j < alpha; ++j) d[i][j] = load(corner + i * row + j * pixel);
+  } else {  // the rows and columns inside the input loaded, the others zero
+    const int i0 = static_cast<int>(std::max<std::int64_t>(0, -y0)), i1 = static_cast<int>(std::min<std::int64_t>(alpha, g.h - y0));
+    const int j0 = static_cast<int>(std::max<std::int64_t>(0, -x0)), j1 = static_cast<int>(std::min<std::int64_t>(alpha, g.w - x0));
+    for (int i = 0; i < alpha; ++i)
+      for (int j = 0; j < alpha; ++j) d[i][j] = zero();
+    for (int i = i0; i < i1; ++i)
+      for (int j = j0; j < j1; ++j) d[i][j] = load(plane + (y0 + i) * row + (x0 + j) * pixel);
   }
   for (int j = 0; j < alpha; ++j) input_1d<M>(&d[0][j], alpha, &t[0][j], alpha);  // B^T d: down each column
   for (int i = 0; i < alpha; ++i) input_1d<M>(&t[i][0], 1, &v[i][0], 1);          // (B^T d) B: along each row
-  for (int i = 0; i < alpha; ++i)
-    for (int j = 0; j < alpha; ++j) store(transformed + (static_cast<std::size_t>(i * alpha + j) * tiles + tile) * g.c + group * 8, v[i][j]);
 }
 
-/// The output transform of one tile for the `lanes` channels from 8-channel group `group` on.
+/// The input transform of one tile for the `lanes` channels from 8-channel group `group` on,
+/// position by position into the alpha^2 matrices. (Streamed, non-temporal stores were tried: the
+/// transform ran up to 2x faster on an AVX-512 EPYC, but the product after it, reading from memory,
+/// lost more than that; docs/onednn.md.)
+template <int M>
+void input_tile(const geometry& g, const float* src, float* transformed, std::int64_t tile, std::int64_t group) {
+  constexpr int alpha = M + 2;
+  vec v[alpha][alpha];
+  input_values<M>(g, src, tile, group, v);
+  float* out = transformed + tile * g.c + group * 8;
+  const std::int64_t position_stride = g.tiles() * g.c;
+  for (int i = 0; i < alpha; ++i)
+    for (int j = 0; j < alpha; ++j) store(out + (i * alpha + j) * position_stride, v[i][j]);
+}
+
+/// The output transform of one tile for the `lanes` channels from 8-channel group `group` on
+/// (addressed as the input transform's).
 template <int M>
 void output_tile(const geometry& g, const float* products, const float* bias, const std::vector<epilogue_op>& ops,
                  const float* residual, float* dst, std::int64_t tile, std::int64_t group) {
   constexpr int alpha = M + 2;
-  const std::int64_t tiles_w = g.tiles_w(), tiles_hw = g.tiles_h() * tiles_w, tiles = g.tiles();
+  const std::int64_t tiles_w = g.tiles_w(), tiles_hw = g.tiles_h() * tiles_w;
   const std::int64_t n = tile / tiles_hw, ty = (tile % tiles_hw) / tiles_w, tx = tile % tiles_w;
+  const float* in = products + tile * g.k + group * 8;
+  const std::int64_t position_stride = g.tiles() * g.k;
   vec p[alpha][alpha], t[M][alpha], o[M][M];
   for (int i = 0; i < alpha; ++i)
-    for (int j = 0; j < alpha; ++j) p[i][j] = load(products + (static_cast<std::size_t>(i * alpha + j) * tiles + tile) * g.k + group * 8);
+    for (int j = 0; j < alpha; ++j) p[i][j] = load(in + (i * alpha + j) * position_stride);
   for (int j = 0; j < alpha; ++j) output_1d<M>(&p[0][j], alpha, &t[0][j], alpha);  // A^T p
   for (int i = 0; i < M; ++i) output_1d<M>(&t[i][0], 1, &o[i][0], 1);              // (A^T p) A
   const vec b = load(bias + group * 8);
-  for (int i = 0; i < M; ++i) {
-    const std::int64_t y = ty * M + i;
-    if (y >= g.oh) break;
-    for (int j = 0; j < M; ++j) {
-      const std::int64_t x = tx * M + j;
-      if (x >= g.ow) break;
-      const std::size_t at = position(g, g.k, n, group, y, x, g.oh, g.ow);
+  const std::int64_t pixel = g.channels_last ? g.k : g.layout_block, row = g.ow * pixel;
+  const float* plane_start = dst + position(g, g.k, n, group, 0, 0, g.oh, g.ow);
+  const std::int64_t plane = plane_start - dst;
+  const int rows = static_cast<int>(std::min<std::int64_t>(M, g.oh - ty * M));
+  const int columns = static_cast<int>(std::min<std::int64_t>(M, g.ow - tx * M));
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < columns; ++j) {
+      const std::int64_t at = plane + (ty * M + i) * row + (tx * M + j) * pixel;
       vec value = add(o[i][j], b);
       for (const epilogue_op& op : ops) value = op.kind == epilogue_op::add ? add(value, load(residual + at)) : clip(value, op.low, op.high);
       store(dst + at, value);
     }
-  }
 }
