@@ -190,6 +190,30 @@ TEST_CASE("fusion as planned: the residual block runs as two convolutions, nothi
   CHECK(y.allclose(residual_reference(x, weights), 1e-4, 1e-5));
 }
 
+TEST_CASE("small steps are made and run on the calling thread; large ones on all; the thread count restored") {
+  std::map<std::string, at::Tensor> weights;
+  const compiled_region region = compile_region(residual_payload(weights), weights);
+  // 4 -> 4 channels, 3x3: 9 k multiply-adds a convolution at 8x8 (below one_thread_work), 2.4 M at 128x128.
+  for (const auto& [size, small] : {std::pair{8, true}, std::pair{128, false}}) {
+    CAPTURE(size);
+    const auto plan = planner(*region.region, region.plans->weights, {{1, 4, size, size}}).build();
+    int convolutions = 0;
+    for (std::size_t i = 0; i < plan->calls.size(); ++i)
+      if (plan->implementations[i].kind == "convolution") {
+        ++convolutions;
+        CHECK(plan->calls[i].one_thread == small);
+      }
+    CHECK(convolutions == 2);
+    const int threads = at::get_num_threads();
+    const at::Tensor x = torch::rand({1, 4, size, size});
+    compiled_region runnable = region;
+    const std::vector<c10::IValue> inputs{x};
+    const at::Tensor y = OnednnBackend().execute(runnable, torch_delegate::inputs(inputs))[0].toTensor();
+    CHECK(at::get_num_threads() == threads);
+    CHECK(y.allclose(residual_reference(x, weights), 1e-4, 1e-5));
+  }
+}
+
 TEST_CASE("placement: values alive at once never share bytes; dead ones do; 64-byte slots") {
   // a: calls 0-1, b: 1-2, c: 2-3 (100 bytes each), d: none (not in the buffer), e: 0-3 (10 bytes)
   const std::vector<buffer_slot> slots{{100, 0, 1}, {100, 1, 2}, {100, 2, 3}, {0, 0, 3}, {10, 0, 3}};

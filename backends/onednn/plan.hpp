@@ -101,6 +101,9 @@ struct plan_call {
   /// Instead of a primitive: a step run by ATen (only where oneDNN had nothing but a reference
   /// kernel for it), given the call's arguments.
   std::function<void(const std::unordered_map<int, dnnl::memory>&)> host;
+  /// Made and run on the calling thread alone (small_work): a step so small that waking the other
+  /// threads costs more than they save.
+  bool one_thread = false;
 };
 
 /// What a region runs for one set of input shapes: its primitives in order, each slot's memory
@@ -155,6 +158,10 @@ class planner {
   void record(const dnnl::primitive& primitive, std::string step);
   std::size_t constant(dnnl::memory given, const md& want);
   void run(std::size_t index);
+  void run_step(std::size_t index);
+  /// The multiply-adds (a convolution) or values read (a pooling, an elementwise step) of a step
+  /// whose calls run on one thread (plan_call::one_thread), else nullopt.
+  std::optional<std::int64_t> small_work(std::size_t index) const;
   void place();
   [[noreturn]] void refuse(const std::string& why) const;
 

@@ -7,6 +7,10 @@
 
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include <algorithm>
 
 namespace onednn_delegate {
@@ -78,7 +82,79 @@ std::shared_ptr<const execution_plan> planner::build() {
   return made_;
 }
 
+/// Below this many multiply-adds (or values read), a convolution, pooling or elementwise step runs on
+/// the calling thread: a squeeze-excitation's one-pixel convolutions took 6-8 us on 2 threads and
+/// 2-4 us on one on an AVX-512 EPYC (oneDNN's OpenMP fork and join), and its pooling and multiply
+/// likewise (docs/onednn.md).
+constexpr std::int64_t one_thread_work = 256 * 1024;
+
+std::optional<std::int64_t> planner::small_work(std::size_t index) const {
+  static const bool enabled = !switched_off("TD_ONEDNN_ONE_THREAD");
+  const compiled_step& s = step(index);
+  if (!enabled || s.record.inputs.empty()) return std::nullopt;
+  const auto elements = [](const dims& d) {
+    std::int64_t n = 1;
+    for (const auto e : d) n *= e;
+    return n;
+  };
+  std::int64_t work = 0;
+  switch (s.kind) {
+    case step_kind::convolution: {
+      if (s.weight_sizes.size() != 4) return std::nullopt;
+      work = elements(conv_output(index)) * s.weight_sizes[1] * s.weight_sizes[2] * s.weight_sizes[3];
+      break;
+    }
+    case step_kind::global_avg_pool2d:
+    case step_kind::relu:
+    case step_kind::activation:
+    case step_kind::mul:
+    case step_kind::add:
+      work = elements(plan_.slots[value(s.record.inputs[0])].dims());
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (work > one_thread_work) return std::nullopt;
+  return work;
+}
+
+namespace {
+/// OpenMP's thread count for this thread set to `n` while it lives (oneDNN reads it when it makes
+/// a primitive, its kernels' split, and when it runs one).
+class thread_count {
+ public:
+  explicit thread_count(int n) {
+#ifdef _OPENMP
+    saved_ = omp_get_max_threads();
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+  }
+  ~thread_count() {
+#ifdef _OPENMP
+    omp_set_num_threads(saved_);
+#endif
+  }
+  thread_count(const thread_count&) = delete;
+  thread_count& operator=(const thread_count&) = delete;
+
+ private:
+  int saved_ = 1;
+};
+}  // namespace
+
 void planner::run(std::size_t index) {
+  if (!small_work(index)) return run_step(index);
+  const std::size_t first = plan_.calls.size();
+  {
+    const thread_count one(1);
+    run_step(index);
+  }
+  for (std::size_t k = first; k < plan_.calls.size(); ++k) plan_.calls[k].one_thread = !plan_.calls[k].host;
+}
+
+void planner::run_step(std::size_t index) {
   step_ = index;
   switch (step(index).kind) {
     case step_kind::convolution: return convolution(index);
