@@ -16,6 +16,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -101,9 +105,31 @@ struct plan_call {
   /// Instead of a primitive: a step run by ATen (only where oneDNN had nothing but a reference
   /// kernel for it), given the call's arguments.
   std::function<void(const std::unordered_map<int, dnnl::memory>&)> host;
-  /// Made and run on the calling thread alone (small_work): a step so small that waking the other
+  /// Made and run on the calling thread alone (small_step): a step so small that waking the other
   /// threads costs more than they save.
   bool one_thread = false;
+};
+
+/// OpenMP's thread count for this thread set to `n` while it lives: oneDNN reads it when it makes a
+/// primitive (its kernels' split) and when it runs one (plan_call::one_thread).
+class thread_count {
+ public:
+  explicit thread_count([[maybe_unused]] int n) {
+#ifdef _OPENMP
+    saved_ = omp_get_max_threads();
+    omp_set_num_threads(n);
+#endif
+  }
+  ~thread_count() {
+#ifdef _OPENMP
+    omp_set_num_threads(saved_);
+#endif
+  }
+  thread_count(const thread_count&) = delete;
+  thread_count& operator=(const thread_count&) = delete;
+
+ private:
+  int saved_ = 1;
 };
 
 /// What a region runs for one set of input shapes: its primitives in order, each slot's memory
@@ -159,9 +185,9 @@ class planner {
   std::size_t constant(dnnl::memory given, const md& want);
   void run(std::size_t index);
   void run_step(std::size_t index);
-  /// The multiply-adds (a convolution) or values read (a pooling, an elementwise step) of a step
-  /// whose calls run on one thread (plan_call::one_thread), else nullopt.
-  std::optional<std::int64_t> small_work(std::size_t index) const;
+  /// Whether a step's multiply-adds (a convolution) or values read (a pooling, an elementwise step)
+  /// are few enough that its calls run on one thread (plan_call::one_thread).
+  bool small_step(std::size_t index) const;
   void place();
   [[noreturn]] void refuse(const std::string& why) const;
 

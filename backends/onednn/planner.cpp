@@ -7,10 +7,6 @@
 
 #include <oneapi/dnnl/dnnl_debug.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include <algorithm>
 
 namespace onednn_delegate {
@@ -88,10 +84,10 @@ std::shared_ptr<const execution_plan> planner::build() {
 /// likewise (docs/onednn.md).
 constexpr std::int64_t one_thread_work = 256 * 1024;
 
-std::optional<std::int64_t> planner::small_work(std::size_t index) const {
+bool planner::small_step(std::size_t index) const {
   static const bool enabled = !switched_off("TD_ONEDNN_ONE_THREAD");
   const compiled_step& s = step(index);
-  if (!enabled || s.record.inputs.empty()) return std::nullopt;
+  if (!enabled || s.record.inputs.empty()) return false;
   const auto elements = [](const dims& d) {
     std::int64_t n = 1;
     for (const auto e : d) n *= e;
@@ -100,7 +96,7 @@ std::optional<std::int64_t> planner::small_work(std::size_t index) const {
   std::int64_t work = 0;
   switch (s.kind) {
     case step_kind::convolution: {
-      if (s.weight_sizes.size() != 4) return std::nullopt;
+      if (s.weight_sizes.size() != 4) return false;
       work = elements(conv_output(index)) * s.weight_sizes[1] * s.weight_sizes[2] * s.weight_sizes[3];
       break;
     }
@@ -112,40 +108,13 @@ std::optional<std::int64_t> planner::small_work(std::size_t index) const {
       work = elements(plan_.slots[value(s.record.inputs[0])].dims());
       break;
     default:
-      return std::nullopt;
+      return false;
   }
-  if (work > one_thread_work) return std::nullopt;
-  return work;
+  return work <= one_thread_work;
 }
 
-namespace {
-/// OpenMP's thread count for this thread set to `n` while it lives (oneDNN reads it when it makes
-/// a primitive, its kernels' split, and when it runs one).
-class thread_count {
- public:
-  explicit thread_count(int n) {
-#ifdef _OPENMP
-    saved_ = omp_get_max_threads();
-    omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-  }
-  ~thread_count() {
-#ifdef _OPENMP
-    omp_set_num_threads(saved_);
-#endif
-  }
-  thread_count(const thread_count&) = delete;
-  thread_count& operator=(const thread_count&) = delete;
-
- private:
-  int saved_ = 1;
-};
-}  // namespace
-
 void planner::run(std::size_t index) {
-  if (!small_work(index)) return run_step(index);
+  if (!small_step(index)) return run_step(index);
   const std::size_t first = plan_.calls.size();
   {
     const thread_count one(1);

@@ -10,10 +10,6 @@
 
 #include <algorithm>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 namespace onednn_delegate {
 
 bool is_reference(std::string_view implementation) {
@@ -111,26 +107,6 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
   return {std::move(region), std::move(store)};
 }
 
-namespace {
-/// A primitive made for one thread (plan_call::one_thread) run on the calling one: OpenMP's thread
-/// count set to 1 around it, so that its kernels' loops do not fork.
-void run_on_this_thread(const dnnl::primitive& primitive, dnnl::stream& stream, const std::unordered_map<int, dnnl::memory>& arguments) {
-#ifdef _OPENMP
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  try {
-    primitive.execute(stream, arguments);
-  } catch (...) {
-    omp_set_num_threads(saved);
-    throw;
-  }
-  omp_set_num_threads(saved);
-#else
-  primitive.execute(stream, arguments);
-#endif
-}
-}  // namespace
-
 std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch_delegate::inputs args) {
   const region_steps& region = *compiled.region;
   TORCH_CHECK(static_cast<std::int64_t>(args.size()) == region.inputs, "onednn: region ", region.method, " takes ", region.inputs,
@@ -175,8 +151,9 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch
     if (plan->calls[k].host) {
       stream.wait();  // ATen reads what the primitives before it wrote
       plan->calls[k].host(context->arguments[k]);
-    } else if (plan->calls[k].one_thread) {
-      run_on_this_thread(plan->calls[k].primitive, stream, context->arguments[k]);
+    } else if (plan->calls[k].one_thread) {  // made for one thread: its loops do not fork
+      const thread_count one(1);
+      plan->calls[k].primitive.execute(stream, context->arguments[k]);
     } else {
       plan->calls[k].primitive.execute(stream, context->arguments[k]);
     }

@@ -46,18 +46,20 @@ inline void output_1d(const vec* in, int in_stride, vec* out, int out_stride) {
   }
 }
 
-/// The input transform of one tile for the `lanes` channels from 8-channel group `group` on, into v.
-/// The tile's pixels are addressed from its plane's origin by row and pixel strides (no division a
-/// pixel), and an interior tile loads without bounds checks.
+/// The input transform of one tile for the `lanes` channels from 8-channel group `group` on,
+/// position by position into the alpha^2 matrices. The tile's pixels are addressed from its plane's
+/// origin by row and pixel strides (no division a pixel), and an interior tile loads without bounds
+/// checks. (Non-temporal stores were tried: the transform ran up to 2x faster on an AVX-512 EPYC,
+/// but the product after it, reading from memory, lost more than that; docs/onednn.md.)
 template <int M>
-void input_values(const geometry& g, const float* src, std::int64_t tile, std::int64_t group, vec (&v)[M + 2][M + 2]) {
+void input_tile(const geometry& g, const float* src, float* transformed, std::int64_t tile, std::int64_t group) {
   constexpr int alpha = M + 2;
   const std::int64_t tiles_w = g.tiles_w(), tiles_hw = g.tiles_h() * tiles_w;
   const std::int64_t n = tile / tiles_hw, ty = (tile % tiles_hw) / tiles_w, tx = tile % tiles_w;
   const std::int64_t y0 = ty * M - g.pad_top, x0 = tx * M - g.pad_left;
   const std::int64_t pixel = g.channels_last ? g.c : g.layout_block, row = g.w * pixel;
   const float* plane = src + position(g, g.c, n, group, 0, 0, g.h, g.w);
-  vec d[alpha][alpha], t[alpha][alpha];
+  vec d[alpha][alpha], t[alpha][alpha], v[alpha][alpha];
   if (y0 >= 0 && x0 >= 0 && y0 + alpha <= g.h && x0 + alpha <= g.w) {
     const float* corner = plane + y0 * row + x0 * pixel;
     for (int i = 0; i < alpha; ++i)
@@ -72,17 +74,6 @@ void input_values(const geometry& g, const float* src, std::int64_t tile, std::i
   }
   for (int j = 0; j < alpha; ++j) input_1d<M>(&d[0][j], alpha, &t[0][j], alpha);  // B^T d: down each column
   for (int i = 0; i < alpha; ++i) input_1d<M>(&t[i][0], 1, &v[i][0], 1);          // (B^T d) B: along each row
-}
-
-/// The input transform of one tile for the `lanes` channels from 8-channel group `group` on,
-/// position by position into the alpha^2 matrices. (Streamed, non-temporal stores were tried: the
-/// transform ran up to 2x faster on an AVX-512 EPYC, but the product after it, reading from memory,
-/// lost more than that; docs/onednn.md.)
-template <int M>
-void input_tile(const geometry& g, const float* src, float* transformed, std::int64_t tile, std::int64_t group) {
-  constexpr int alpha = M + 2;
-  vec v[alpha][alpha];
-  input_values<M>(g, src, tile, group, v);
   float* out = transformed + tile * g.c + group * 8;
   const std::int64_t position_stride = g.tiles() * g.c;
   for (int i = 0; i < alpha; ++i)
@@ -106,8 +97,7 @@ void output_tile(const geometry& g, const float* products, const float* bias, co
   for (int i = 0; i < M; ++i) output_1d<M>(&t[i][0], 1, &o[i][0], 1);              // (A^T p) A
   const vec b = load(bias + group * 8);
   const std::int64_t pixel = g.channels_last ? g.k : g.layout_block, row = g.ow * pixel;
-  const float* plane_start = dst + position(g, g.k, n, group, 0, 0, g.oh, g.ow);
-  const std::int64_t plane = plane_start - dst;
+  const auto plane = static_cast<std::int64_t>(position(g, g.k, n, group, 0, 0, g.oh, g.ow));
   const int rows = static_cast<int>(std::min<std::int64_t>(M, g.oh - ty * M));
   const int columns = static_cast<int>(std::min<std::int64_t>(M, g.ow - tx * M));
   for (int i = 0; i < rows; ++i)
