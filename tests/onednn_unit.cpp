@@ -470,6 +470,41 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
   CHECK(y.allclose(want, 1e-4, 1e-4));
 }
 
+TEST_CASE("a wide direct convolution of an nChw16c region runs on brgconv in nhwc between two reorders (AVX-512); a narrow one stays") {
+  // conv 3x3 3 -> 128 (0 -> 1), relu (-> 2), conv 3x3 stride 2 128 -> 32 (-> 3), relu (-> 4),
+  // conv 3x3 32 -> 32 (-> 5), relu (-> 6). The first makes nChw16c from the plain input; the
+  // second (128 input channels) is wide; the third (32) is not, and reads nChw16c again.
+  torch::manual_seed(11);
+  std::map<std::string, at::Tensor> weights{{"w1", torch::randn({128, 3, 3, 3}) * 0.3}, {"b1", torch::randn({128}) * 0.1},
+                                            {"w2", torch::randn({32, 128, 3, 3}) * 0.05}, {"b2", torch::randn({32}) * 0.1},
+                                            {"w3", torch::randn({32, 32, 3, 3}) * 0.1}, {"b3", torch::randn({32}) * 0.1}};
+  region_payload payload{1, 7, {}, {6}};
+  step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {2}, 3), conv3 = record("convolution", {4}, 5);
+  conv1.convolution = conv3.convolution = convolution_parameters{{1, 1}, {1, 1}, {1, 1}, 1};
+  conv2.convolution = convolution_parameters{{2, 2}, {1, 1}, {1, 1}, 1};
+  conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2", conv3.weight = "w3", conv3.bias = "b3";
+  payload.steps = {conv1, record("relu", {1}, 2), conv2, record("relu", {3}, 4), conv3, record("relu", {5}, 6)};
+  compiled_region region = compile_region(payload, weights);
+  const auto plan = planner(*region.region, region.plans->weights, {{1, 3, 24, 24}}).build();
+  std::vector<std::string> kernels;  // "step: kind implementation"
+  for (const plan_implementation& each : plan->implementations) kernels.push_back(each.step + ": " + each.kind + " " + each.implementation);
+  CAPTURE(kernels);
+  const auto named = [&](std::string_view part) {
+    return std::count_if(kernels.begin(), kernels.end(), [&](const std::string& k) { return k.find(part) != std::string::npos; });
+  };
+  const bool brgconv = onednn_runs_avx512() && brgconv_between_reorders_enabled();
+  CHECK(named("2 convolution: convolution brgconv:") == (brgconv ? 1 : 0));
+  CHECK(named("2 convolution: reorder") == (brgconv ? 2 : 0));  // its input into nhwc, its result back
+  CHECK(named("4 convolution: reorder") == 0);                   // the narrow one reads the region's layout
+  CHECK(named("4 convolution: convolution brgconv") == 0);
+  const at::Tensor x = torch::rand({1, 3, 24, 24});
+  const std::vector<c10::IValue> inputs{x};
+  const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+  const at::Tensor first = at::relu(at::conv2d(x, weights["w1"], weights["b1"], 1, 1));
+  const at::Tensor second = at::relu(at::conv2d(first, weights["w2"], weights["b2"], 2, 1));
+  CHECK(y.allclose(at::relu(at::conv2d(second, weights["w3"], weights["b3"], 1, 1)), 1e-4, 1e-4));
+}
+
 TEST_CASE("channel_affine kernels: a scale and shift per channel of strided nhwc pixels, every tail, with and without relu") {
   MESSAGE("kernel: ", std::string(channel_affine::kernel_name()));
   for (const std::int64_t channels : {1, 5, 8, 16, 37, 64})

@@ -116,11 +116,34 @@ std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, con
   return made;
 }
 
+/// Whether a convolution whose input is in nChw16c runs on oneDNN's pick, brgconv in nhwc, with a
+/// reorder of its input into nhwc and of its result back into nChw16c, rather than on the direct
+/// kernel that reads nChw16c (jit:avx512_core). On AVX-512, for a kernel wider than 1x1 with at
+/// least 96 input channels, or 64 at a stride above 1, brgconv is 15-40 % faster (a standalone
+/// run, caches flushed between calls: ResNet-50's 512 -> 512 at 7x7 888 -> 722 us, at 14x14
+/// stride 2 1037 -> 731; GoogLeNet's 160 -> 320 at 7x7 198 -> 139), far more than the two reorders
+/// cost; below that (SqueezeNet's 16 -> 64 at 54x54: 4 %) the reorders ate the gain (SqueezeNet
+/// 1.10x its time with every 3x3 convolution so). Not with a residual add fused (its addend is in
+/// nChw16c). TD_ONEDNN_BRGCONV=0 turns it off.
+bool planner::brgconv_between_reorders(std::size_t index, const conv_candidate& picked) const {
+  if (!brgconv_between_reorders_enabled()) return false;
+  const compiled_step& conv = step(index);
+  const convolution_parameters& c = *conv.record.convolution;
+  const dims d = plan_.slots[value(conv.record.inputs[0])].dims();
+  const std::int64_t channels = d[1];
+  const bool wide = c.groups == 1 && (conv.weight_sizes[2] > 1 || conv.weight_sizes[3] > 1) &&
+                    (channels >= 96 || (channels >= 64 && (c.stride[0] > 1 || c.stride[1] > 1)));
+  return wide && std::string_view(picked.pd.impl_info_str()).starts_with("brgconv:") &&
+         picked.pd.src_desc() == md(d, f32, tag::nhwc) && plan_.slots[value(conv.record.inputs[0])] == md(d, f32, tag::nChw16c) &&
+         picked.sum_into == no_slot && picked.addends.empty();
+}
+
 /// A convolution, never on a reference kernel (is_reference). First Winograd, where it applies
 /// (build_winograd.cpp). Then, in order, the first that oneDNN
 /// runs with a JIT kernel: (1) with its post-ops fused, in nhwc in a channels-last region
 /// (channels_last_region; not a GEMM-based kernel), else in the layout oneDNN picks or in its
-/// input's own (no reorder; preferred when both are fast); (2) alone, the fused steps after it as
+/// input's own (no reorder; preferred when both are fast, but for a wide brgconv:
+/// brgconv_between_reorders); (2) alone, the fused steps after it as
 /// primitives of their own, the same two layouts; (3) alone, source and destination in each of
 /// nChw16c, nChw8c, nhwc, nchw (weights: oneDNN's pick); (4) ATen's conv2d on dense NCHW, as
 /// LibTorch runs it. Its folded relu goes with it in each.
@@ -149,6 +172,7 @@ void planner::convolution(std::size_t index) {
   for (const std::vector<std::size_t>* with : {&with_onednn, &alone}) {
     if (with == &alone && with_onednn.empty()) break;  // (1) was already alone
     std::optional<conv_candidate> chosen;
+    bool between_reorders = false;  // oneDNN's pick, brgconv in nhwc, where the input is in nChw16c
     if (channels_last_) {  // nhwc in and out (its input reordered once if need be), where oneDNN has a direct kernel for it
       chosen = conv_desc(index, *with, md(d, f32, tag::nhwc), tag::nhwc);
       if (!fast(chosen) || gemm(chosen)) chosen.reset();
@@ -164,10 +188,15 @@ void planner::convolution(std::size_t index) {
       // layout) gets AVX2 kernels where oneDNN's pick, nChw16c, gets AVX-512 ones (ResNeXt-50's
       // 1x1 convolutions: 46 ms a call that way against 28).
       const bool narrower = own && fast(chosen) && isa_rank(own->pd.impl_info_str()) < isa_rank(chosen->pd.impl_info_str());
-      if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen)) && !narrower) chosen = std::move(own);
+      between_reorders = chosen && with == &with_onednn && !silu_after && brgconv_between_reorders(index, *chosen);
+      if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen)) && !narrower && !between_reorders) chosen = std::move(own);
     }
     if (fast(chosen)) {
       emit_conv(index, *chosen, *with);
+      if (between_reorders) {  // back into the region's layout: its next steps keep theirs
+        const std::int64_t made = with->empty() ? finished(index) : finished(with->back());
+        slot_of_.at(static_cast<std::size_t>(made)) = as(value(made), md(out, f32, tag::nChw16c));
+      }
       if (silu_after && !with->empty()) post_op_alone(fused.back());  // emit_conv ran the post-ops itself when alone
       return;
     }

@@ -47,6 +47,11 @@ bool sum_post_op_enabled() {
   return enabled;
 }
 
+bool brgconv_between_reorders_enabled() {
+  static const bool enabled = !switched_off("TD_ONEDNN_BRGCONV");
+  return enabled;
+}
+
 bool cat_chain_enabled() {
   static const bool enabled = !switched_off("TD_ONEDNN_CAT_CHAIN");
   return enabled;

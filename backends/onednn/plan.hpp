@@ -74,6 +74,10 @@ bool linear_as_matmul();
 /// step reads it after (build_convolution.cpp), rather than a binary post-op: unless
 /// TD_ONEDNN_SUM is 0.
 bool sum_post_op_enabled();
+/// Whether a wide direct convolution of a channel-blocked region may run on oneDNN's brgconv in
+/// nhwc, between a reorder in and one back to nChw16c (planner::brgconv_between_reorders), rather
+/// than on the older direct kernel in nChw16c: unless TD_ONEDNN_BRGCONV is 0.
+bool brgconv_between_reorders_enabled();
 /// Whether growing cats become views of one buffer (planner::cat_chain; TD_ONEDNN_CAT_CHAIN=0: oneDNN's concats).
 bool cat_chain_enabled();
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
@@ -207,6 +211,7 @@ class planner {
   /// reads it last: in bytes of this plan's own (no input's, no constant's) that no value read
   /// after `adder` or returned shares, and not the convolution's own input's.
   bool overwritable(std::int64_t id, std::size_t adder, std::size_t conv) const;
+  bool brgconv_between_reorders(std::size_t index, const conv_candidate& picked) const;
   bool channel_affine_convolution(std::size_t index);
   // build_winograd.cpp
   bool winograd_convolution(std::size_t index);
