@@ -79,6 +79,18 @@ at::Tensor residual_reference(const at::Tensor& x, const std::map<std::string, a
   return at::relu(at::conv2d(y, w.at("w2"), w.at("b2")) + y).permute({0, 2, 3, 1}).flatten(1);
 }
 
+/// Each call of a plan as "step: kind implementation" ("2 convolution: reorder jit:uni").
+std::vector<std::string> kernels_of(const execution_plan& plan) {
+  std::vector<std::string> kernels;
+  for (const plan_implementation& each : plan.implementations) kernels.push_back(each.step + ": " + each.kind + " " + each.implementation);
+  return kernels;
+}
+
+/// How many of `kernels` contain `part`.
+std::ptrdiff_t count_named(const std::vector<std::string>& kernels, std::string_view part) {
+  return std::count_if(kernels.begin(), kernels.end(), [&](const std::string& k) { return k.find(part) != std::string::npos; });
+}
+
 std::vector<std::string> kinds_of(const execution_plan& plan) {
   std::vector<std::string> kinds;
   for (const plan_implementation& each : plan.implementations) kinds.push_back(each.step + " " + each.kind);
@@ -454,12 +466,9 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
   nhwc_payload.steps = {depthwise, dense, record("relu", {2}, 3)};
   compiled_region nhwc_region = compile_region(nhwc_payload, weights);
   const auto plan = planner(*nhwc_region.region, nhwc_region.plans->weights, {{1, 64, 20, 20}}).build();
-  std::vector<std::string> kernels;  // "step: kind implementation"
-  for (const plan_implementation& each : plan->implementations) kernels.push_back(each.step + ": " + each.kind + " " + each.implementation);
+  const std::vector<std::string> kernels = kernels_of(*plan);
   CAPTURE(kernels);
-  const auto named = [&](std::string_view part) {
-    return std::count_if(kernels.begin(), kernels.end(), [&](const std::string& k) { return k.find(part) != std::string::npos; });
-  };
+  const auto named = [&](std::string_view part) { return count_named(kernels, part); };
   CHECK(named("winograd_f4x4_") == 2);
   CHECK(named("_nhwc") == (on_avx512 ? 2 : 0));
   if (on_avx512) CHECK(named("1 convolution: reorder") == 0);
@@ -486,12 +495,9 @@ TEST_CASE("a wide direct convolution of an nChw16c region runs on brgconv in nhw
   payload.steps = {conv1, record("relu", {1}, 2), conv2, record("relu", {3}, 4), conv3, record("relu", {5}, 6)};
   compiled_region region = compile_region(payload, weights);
   const auto plan = planner(*region.region, region.plans->weights, {{1, 3, 24, 24}}).build();
-  std::vector<std::string> kernels;  // "step: kind implementation"
-  for (const plan_implementation& each : plan->implementations) kernels.push_back(each.step + ": " + each.kind + " " + each.implementation);
+  const std::vector<std::string> kernels = kernels_of(*plan);
   CAPTURE(kernels);
-  const auto named = [&](std::string_view part) {
-    return std::count_if(kernels.begin(), kernels.end(), [&](const std::string& k) { return k.find(part) != std::string::npos; });
-  };
+  const auto named = [&](std::string_view part) { return count_named(kernels, part); };
   const bool brgconv = onednn_runs_avx512() && brgconv_between_reorders_enabled();
   CHECK(named("2 convolution: convolution brgconv:") == (brgconv ? 1 : 0));
   CHECK(named("2 convolution: reorder") == (brgconv ? 2 : 0));  // its input into nhwc, its result back
@@ -555,12 +561,9 @@ TEST_CASE("cat chain: DenseNet's growing cats as views of one buffer, its batch 
   compiled_region region = compile_region(payload, weights);
   for (const std::int64_t batch : {1, 2}) {
     const auto plan = planner(*region.region, region.plans->weights, {{batch, 64, 16, 16}}).build();
-    std::vector<std::string> kernels;  // "step: kind implementation"
-    for (const plan_implementation& each : plan->implementations) kernels.push_back(each.step + ": " + each.kind + " " + each.implementation);
+    const std::vector<std::string> kernels = kernels_of(*plan);
     CAPTURE(kernels);
-    const auto named = [&](std::string_view part) {
-      return std::count_if(kernels.begin(), kernels.end(), [&](const std::string& k) { return k.find(part) != std::string::npos; });
-    };
+    const auto named = [&](std::string_view part) { return count_named(kernels, part); };
     if (onednn_runs_avx512()) {  // channels-last regions: there the cats are views, strided ones
       CHECK(named("concat") == 0);
       CHECK(named("channel_affine:") == 2);

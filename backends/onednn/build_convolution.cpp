@@ -129,13 +129,13 @@ bool planner::brgconv_between_reorders(std::size_t index, const conv_candidate& 
   if (!brgconv_between_reorders_enabled()) return false;
   const compiled_step& conv = step(index);
   const convolution_parameters& c = *conv.record.convolution;
-  const dims d = plan_.slots[value(conv.record.inputs[0])].dims();
+  const md& given = plan_.slots[value(conv.record.inputs[0])];
+  const dims d = given.dims();
   const std::int64_t channels = d[1];
   const bool wide = c.groups == 1 && (conv.weight_sizes[2] > 1 || conv.weight_sizes[3] > 1) &&
                     (channels >= 96 || (channels >= 64 && (c.stride[0] > 1 || c.stride[1] > 1)));
-  return wide && std::string_view(picked.pd.impl_info_str()).starts_with("brgconv:") &&
-         picked.pd.src_desc() == md(d, f32, tag::nhwc) && plan_.slots[value(conv.record.inputs[0])] == md(d, f32, tag::nChw16c) &&
-         picked.sum_into == no_slot && picked.addends.empty();
+  return wide && given == md(d, f32, tag::nChw16c) && picked.pd.src_desc() == md(d, f32, tag::nhwc) &&
+         std::string_view(picked.pd.impl_info_str()).starts_with("brgconv:") && picked.sum_into == no_slot && picked.addends.empty();
 }
 
 /// A convolution, never on a reference kernel (is_reference). First Winograd, where it applies
