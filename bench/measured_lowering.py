@@ -86,7 +86,8 @@ def isa():
     flags = open("/proc/cpuinfo").read()
     name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
     level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
-    return f"{name}, {os.cpu_count()} cores, {level}"
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
 
 
 def seconds(call):

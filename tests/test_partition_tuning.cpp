@@ -591,6 +591,72 @@ def forward(self, x):
   }
 }
 
+TEST_CASE("choose_order's screen: an order whose partition by the rules alone is slower is not refined") {
+  // Two distinct slow_add regions (one input, then two), split by a relu no backend takes: all
+  // the delegated nodes, so an order that puts a backend first with both is screened.
+  torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    b = torch.relu(a)
+    return td_test_partition.slow_add(b, x)
+)");
+  const at::Tensor x = torch::randn({16});
+  const at::Tensor want = torch::relu(x + x) + x;
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.measure = true;
+  options.choose_order = true;
+  options.timing_cache = false;
+  std::vector<torch_delegate::progress_update> updates;
+  options.progress = [&](const torch_delegate::progress_update& update) { updates.push_back(update); };
+  auto count = [&](const std::string& part) {
+    return std::count_if(updates.begin(), updates.end(), [&](const auto& update) { return contains(update.detail, part); });
+  };
+  auto backends_of = [](const torch::jit::Module& lowered) {
+    std::vector<std::string> names;
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    for (const auto& region : report.methods[0].regions) names.push_back(region.backend);
+    return names;
+  };
+  const std::string faster = "td_partition_faster_adds", equal = "td_partition_equal_adds";
+
+  SUBCASE("slower beyond the spread: its regions are never timed") {
+    // The list's order: both regions on td_partition_faster_adds (no cost). td_partition_equal_adds
+    // first takes both by the rules (8 ms each, as TorchScript): screened out, and neither of its
+    // regions is timed, against TorchScript or td_partition_faster_adds.
+    auto lowered = torch_delegate::lower_partially<FasterAdds, EqualAdds>(module, options);
+    CHECK(backends_of(lowered) == std::vector<std::string>{faster, faster});
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(count("forward: screening (" + equal + ", " + faster + ") by the rules alone (" + equal +
+                ": 2 distinct regions, 100 % of the nodes) against (" + faster + ", " + equal + ")") == 1);
+    CHECK(count("forward: faster with (" + faster + ", " + equal + "): ") == 1);
+    CHECK(count("lowering 2 of 2 (" + equal + ", " + faster + "): not refined: by the rules alone it is slower than (" + faster +
+                ", " + equal + ") beyond the spread; its regions are not timed") == 1);
+    CHECK(count(" on " + equal + " (") == 0);  // no "timing: ... region k of n on td_partition_equal_adds (m nodes)"
+  }
+  SUBCASE("not slower: the order is refined and compared as before") {
+    // The list's order: both on td_partition_equal_adds (not separable from TorchScript: by the
+    // list). td_partition_faster_adds first passes the screen, its regions are timed, and it wins.
+    auto lowered = torch_delegate::lower_partially<EqualAdds, FasterAdds>(module, options);
+    CHECK(backends_of(lowered) == std::vector<std::string>{faster, faster});
+    CHECK(torch_delegate::delegation_report_data_of(lowered)->backend == faster + ", " + equal);
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(count("forward: screening (" + faster + ", " + equal + ") by the rules alone") == 1);
+    CHECK(count("not refined") == 0);
+    CHECK(count("lowering 2 of 2 (" + faster + ", " + equal + "): region 1 of 2 on " + faster + " (") == 1);
+    CHECK(count("forward: (" + faster + ", " + equal + ") against (" + equal + ", " + faster + ")") == 1);
+  }
+  SUBCASE("one region: refined without a screen (refining it costs what the screen would)") {
+    torch::jit::Module one = script_with_custom_ops(R"(
+def forward(self, x):
+    a = td_test_partition.slow_add(x, x)
+    return torch.relu(a)
+)");
+    CHECK(backends_of(torch_delegate::lower_partially<FasterAdds, EqualAdds>(one, options)) == std::vector<std::string>{faster});
+    CHECK(count("screening") == 0);
+  }
+}
+
 TEST_CASE("tuning: measure without example inputs is an error, as choose_order without measure") {
   const auto module = script(forward_source);
   torch_delegate::partition_options options;

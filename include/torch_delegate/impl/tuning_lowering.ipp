@@ -51,6 +51,36 @@ inline std::vector<method_delegation> entries_of(const std::vector<partitioned_m
   return entries;
 }
 
+// What refining an order that puts the backend named `backend` first would time, in `planned`
+// (its partition by the rules), over the methods with example inputs: its distinct regions
+// (region_key: alike ones are timed once), and their nodes' share of all its regions' nodes.
+struct promoted_regions {
+  std::size_t distinct = 0;
+  double share = 0;
+};
+inline promoted_regions promoted_regions_in(const std::string& backend, const backend_list& order,
+                                            const std::vector<c10::impl::GenericDict>& specs, const partitioned_module& planned,
+                                            const partition_options& options) {
+  std::set<std::string> keys;
+  std::size_t distinct_nodes = 0, all_nodes = 0;
+  for (const partitioned_method& method : planned.methods) {
+    const auto examples = options.example_inputs.find(method.method);
+    if (examples == options.example_inputs.end()) continue;
+    std::optional<example_value_map> values;  // computed once per method, when needed
+    for (std::size_t i = 0; i < method.regions.size(); ++i) {
+      const std::size_t k = method.backend_of[i], nodes = method.entry.regions[i].node_count;
+      all_nodes += nodes;
+      if (order[k]->name() != backend) continue;
+      if (!values) values = example_values(planned.copy, method.graph, examples->second);
+      if (keys.insert(region_key({*order[k], planned.copy, method.method, method.regions[i], method.entry.regions[i].name, *values,
+                                  specs[k]}))
+              .second)
+        distinct_nodes += nodes;
+    }
+  }
+  return {keys.size(), all_nodes ? double(distinct_nodes) / double(all_nodes) : 0.0};
+}
+
 // Whether a partition gives regions to more than one backend.
 inline bool mixes_backends(const std::vector<method_delegation>& methods) {
   std::set<std::string> used;
@@ -131,11 +161,45 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   // delegated): one that keeps a node require_full forbids is not built.
   partition_options candidate_options = options;
   candidate_options.require_full = false;
+  // The screen of an order with a backend put first (screen_min_regions): its partition by the
+  // rules alone, built and compared with the best so far in each method. True (the order is not
+  // refined) where the best is faster beyond the spread in a method and slower beyond it in none.
+  // Not screened: an order whose promoted backend has fewer or smaller distinct regions there
+  // (refining them costs less than the screen), or whose partition by the rules is one made already.
+  auto screened_out = [&](const backend_list& order, const std::vector<c10::impl::GenericDict>& order_specs,
+                          const std::string& text, const promotion& promoted) {
+    partition_options rules_only = candidate_options;
+    rules_only.measure = false;
+    rule_decider rules;
+    partitioned_module planned = partition_module(order, module, rules_only, rules);
+    const promoted_regions refined = promoted_regions_in(promoted.backend, order, order_specs, planned, options);
+    if (refined.distinct < screen_min_regions || refined.share < screen_min_share) return false;
+    const std::string signature = partition_signature(entries_of(planned.methods));
+    if (std::any_of(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; })) return false;
+    const torch::jit::Module built = build_partitioned(order, std::move(planned), rules_only, order_specs);
+    bool faster = false, slower = false;
+    for (const auto& [method, inputs] : options.example_inputs) {
+      timing.progress("choosing", method + ": screening (" + text + ") by the rules alone (" + promoted.backend + ": " +
+                                      std::to_string(refined.distinct) + " distinct regions, " + std::to_string(std::lround(100 * refined.share)) +
+                                      " % of the nodes) against (" + candidates[best].text + ")");
+      const paired_comparison compared = timing.compare_methods(candidates[best].lowered, built, method, inputs);
+      timing.progress("choosing", method + ": " +
+                                      verdict_text(compared, method_rule, "with (" + candidates[best].text + ")",
+                                                   "with (" + text + ") by the rules alone"));
+      faster |= compared.verdict == separation::second_faster;
+      slower |= compared.verdict == separation::first_faster;
+    }
+    if (!slower || faster) return false;
+    timing.progress("choosing", "not refined: by the rules alone it is slower than (" + candidates[best].text +
+                                    ") beyond the spread; its regions are not timed");
+    return true;
+  };
   // `promoted`: the backend the order puts ahead of its place in the list (nullptr for one alone).
   auto try_order = [&](backend_list order, std::vector<c10::impl::GenericDict> order_specs, const promotion* promoted) {
     const std::string text = order_text(order);
     timing.lowering_step(step, steps, "lowering " + std::to_string(step + 1) + " of " + std::to_string(steps) + " (" + text + ")");
     ++step;
+    if (promoted && screened_out(order, order_specs, text, *promoted)) return;
     partitioned_module planned =
         partition_module(order, module, candidate_options, *decider_for(candidate_options, &order_specs, timing, promoted));
     std::vector<method_delegation> methods = entries_of(planned.methods);
@@ -203,7 +267,10 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 9: a region's TorchScript neighbours are seen through views (timed_between_neighbours).
 // 10: a backend choose_order puts first takes a region only where it is also faster than the
 //     first backend listed before it that runs the region.
-inline constexpr int tuning_logic_version = 10;
+// 11: an order whose promoted backend's distinct regions are screen_min_regions or more, with
+//     screen_min_share of the nodes, is first screened by its partition by the rules alone,
+//     timed whole against the best so far.
+inline constexpr int tuning_logic_version = 11;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
 inline std::string report_payload(const delegation_report& report) {
