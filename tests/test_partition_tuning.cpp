@@ -657,6 +657,18 @@ def forward(self, x):
   }
 }
 
+TEST_CASE("choose_order's screen: which orders are screened (refining them would cost more than one comparison)") {
+  using torch_delegate::detail::screens;
+  CHECK_FALSE(screens(1, 1.0));   // one region: refining it is that comparison
+  CHECK(screens(10, 1.0));        // GoogLeNet's inception blocks on xnnpack
+  CHECK(screens(2, 0.5));
+  CHECK_FALSE(screens(11, 0.12));  // ConvNeXt-T's small regions on xnnpack: 1 s to refine
+  CHECK_FALSE(screens(8, 0.07));   // and on pointwise_fusion
+  CHECK(screens(29, 0.19));        // EfficientNet-B0's on pointwise_fusion: 3.8 s to refine
+  CHECK(screens(16, 0.0));
+  CHECK_FALSE(screens(15, 0.49));
+}
+
 TEST_CASE("tuning: measure without example inputs is an error, as choose_order without measure") {
   const auto module = script(forward_source);
   torch_delegate::partition_options options;

@@ -164,8 +164,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   // The screen of an order with a backend put first (screen_min_regions): its partition by the
   // rules alone, built and compared with the best so far in each method. True (the order is not
   // refined) where the best is faster beyond the spread in a method and slower beyond it in none.
-  // Not screened: an order whose promoted backend has fewer or smaller distinct regions there
-  // (refining them costs less than the screen), or whose partition by the rules is one made already.
+  // Not screened (screens): an order whose promoted backend has few and small distinct regions
+  // there (refining them costs less than the screen), or whose partition by the rules is one
+  // made already.
   auto screened_out = [&](const backend_list& order, const std::vector<c10::impl::GenericDict>& order_specs,
                           const std::string& text, const promotion& promoted) {
     partition_options rules_only = candidate_options;
@@ -173,7 +174,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     rule_decider rules;
     partitioned_module planned = partition_module(order, module, rules_only, rules);
     const promoted_regions refined = promoted_regions_in(promoted.backend, order, order_specs, planned, options);
-    if (refined.distinct < screen_min_regions || refined.share < screen_min_share) return false;
+    if (!screens(refined.distinct, refined.share)) return false;
     const std::string signature = partition_signature(entries_of(planned.methods));
     if (std::any_of(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; })) return false;
     const torch::jit::Module built = build_partitioned(order, std::move(planned), rules_only, order_specs);
@@ -267,9 +268,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
 // 9: a region's TorchScript neighbours are seen through views (timed_between_neighbours).
 // 10: a backend choose_order puts first takes a region only where it is also faster than the
 //     first backend listed before it that runs the region.
-// 11: an order whose promoted backend's distinct regions are screen_min_regions or more, with
-//     screen_min_share of the nodes, is first screened by its partition by the rules alone,
-//     timed whole against the best so far.
+// 11: an order whose promoted backend's distinct regions are many enough or hold enough of the
+//     nodes (screens) is first screened by its partition by the rules alone, timed whole against
+//     the best so far.
 inline constexpr int tuning_logic_version = 11;
 
 // The delegation report as a cache payload (timing_cache.hpp): pickled, in hex.
