@@ -177,13 +177,24 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     if (!screens(refined.distinct, refined.share)) return false;
     const std::string signature = partition_signature(entries_of(planned.methods));
     if (std::any_of(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; })) return false;
-    const torch::jit::Module built = build_partitioned(order, std::move(planned), rules_only, order_specs);
+    std::optional<torch::jit::Module> built;
+    try {
+      built = build_partitioned(order, std::move(planned), rules_only, order_specs);
+    } catch (const c10::Error& error) {
+      // The screen is a shortcut: a partition it cannot build leaves the order to be refined.
+      timing.progress("choosing", "not screened: its partition by the rules alone did not build: " +
+                                      std::string(error.what_without_backtrace()));
+      return false;
+    } catch (const std::exception& error) {
+      timing.progress("choosing", "not screened: its partition by the rules alone did not build: " + std::string(error.what()));
+      return false;
+    }
     bool faster = false, slower = false;
     for (const auto& [method, inputs] : options.example_inputs) {
       timing.progress("choosing", method + ": screening (" + text + ") by the rules alone (" + promoted.backend + ": " +
                                       std::to_string(refined.distinct) + " distinct regions, " + std::to_string(std::lround(100 * refined.share)) +
                                       " % of the nodes) against (" + candidates[best].text + ")");
-      const paired_comparison compared = timing.compare_methods(candidates[best].lowered, built, method, inputs);
+      const paired_comparison compared = timing.compare_methods(candidates[best].lowered, *built, method, inputs);
       timing.progress("choosing", method + ": " +
                                       verdict_text(compared, method_rule, "with (" + candidates[best].text + ")",
                                                    "with (" + text + ") by the rules alone"));
