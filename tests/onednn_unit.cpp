@@ -537,6 +537,71 @@ TEST_CASE("channel_affine kernels: a scale and shift per channel of strided nhwc
       }
 }
 
+TEST_CASE("channel_affine kernels without a shift: a scale alone (a squeeze-excitation's multiply), in place too") {
+  for (const std::int64_t channels : {1, 8, 16, 37, 1152})
+    for (const bool in_place : {false, true}) {
+      const std::int64_t pixels = 7;
+      const auto in = random_floats(static_cast<std::size_t>(pixels * channels), 8);
+      const auto scale = random_floats(static_cast<std::size_t>(channels), 9);
+      for (const auto kernel : {&channel_affine::apply, &channel_affine::apply_portable}) {
+        std::vector<float> out(static_cast<std::size_t>(pixels * channels + 1), std::nanf(""));
+        if (in_place) std::copy(in.begin(), in.end(), out.begin());
+        const float* from = in_place ? out.data() : in.data();
+        kernel(from, channels, out.data(), channels, scale.data(), nullptr, false, 0, 3);
+        kernel(from, channels, out.data(), channels, scale.data(), nullptr, false, 3, pixels);
+        CAPTURE(channels);
+        CAPTURE(in_place);
+        CAPTURE(kernel == &channel_affine::apply);
+        for (std::int64_t p = 0; p < pixels; ++p)
+          for (std::int64_t c = 0; c < channels; ++c) {
+            const std::size_t at = static_cast<std::size_t>(p * channels + c);
+            REQUIRE(out[at] == in[at] * scale[static_cast<std::size_t>(c)]);  // one rounding, as a product
+          }
+        CHECK(std::isnan(out.back()));
+      }
+    }
+}
+
+TEST_CASE("a squeeze-excitation's multiply in a plan: our kernel where oneDNN runs AVX-512, over nhwc or whole channel blocks; the result ATen's") {
+  // x (0), s (1) of [N, C, 1, 1]: conv 3x3 16 -> C (-> 2), with `depthwise` a 3x3 depthwise
+  // convolution after it (-> 3: the region runs in nhwc), then the multiply by s (-> 4). The
+  // product is the region's result: no 1x1 convolution takes it as scaled weights.
+  for (const bool depthwise : {false, true})
+    for (const std::int64_t channels : {32, 40})
+      for (const std::int64_t batch : {1, 2}) {
+        torch::manual_seed(13);
+        std::map<std::string, at::Tensor> weights{{"w", torch::randn({channels, 16, 3, 3}) * 0.2}, {"b", torch::randn({channels}) * 0.1},
+                                                  {"d", torch::randn({channels, 1, 3, 3}) * 0.3}, {"e", torch::randn({channels}) * 0.1}};
+        region_payload payload{2, 5, {}, {4}};
+        step_record conv = record("convolution", {0}, 2), dw = record("convolution", {2}, 3);
+        conv.convolution = convolution_parameters{{1, 1}, {1, 1}, {1, 1}, 1};
+        conv.weight = "w", conv.bias = "b";
+        dw.convolution = convolution_parameters{{1, 1}, {1, 1}, {1, 1}, channels};
+        dw.weight = "d", dw.bias = "e";
+        payload.steps = {conv};
+        if (depthwise) payload.steps.push_back(dw);
+        payload.steps.push_back(record("mul", {depthwise ? 3 : 2, 1}, 4));
+        compiled_region region = compile_region(payload, weights);
+        const auto plan = planner(*region.region, region.plans->weights, {{batch, 16, 12, 12}, {batch, channels, 1, 1}}).build();
+        const std::vector<std::string> kernels = kernels_of(*plan);
+        CAPTURE(depthwise);
+        CAPTURE(channels);
+        CAPTURE(batch);
+        CAPTURE(kernels);
+        const std::ptrdiff_t ours = count_named(kernels, "channel_scale:avx512"), binaries = count_named(kernels, ": binary jit");
+        CHECK(ours + binaries == 1);
+        const bool expected = onednn_runs_avx512() && channel_affine::runs_avx512() && (depthwise || channels % 16 == 0);
+        if (expected) CHECK(ours == 1);
+        if (!onednn_runs_avx512()) CHECK(ours == 0);
+        const at::Tensor x = torch::randn({batch, 16, 12, 12}), s = torch::rand({batch, channels, 1, 1});
+        const std::vector<c10::IValue> inputs{x, s};
+        const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+        at::Tensor made = at::conv2d(x, weights["w"], weights["b"], 1, 1);
+        if (depthwise) made = at::conv2d(made, weights["d"], weights["e"], 1, 1, 1, channels);
+        CHECK(y.allclose(made * s, 1e-4, 1e-4));  // Winograd (AVX2) rounds differently from ATen's direct convolution
+      }
+}
+
 TEST_CASE("cat chain: DenseNet's growing cats as views of one buffer, its batch norms on the views, the result ATen's") {
   // On AVX-512 the region is channels-last (nhwc views, our kernel for the batch norms); on AVX2
   // (or under ONEDNN_MAX_CPU_ISA=AVX2) nChw8c at batch 1, a concat at batch 2.

@@ -1,6 +1,7 @@
 // The eltwise and binary builders: activations (relu and the ones of activation_parameters), and
 // the binary primitives of add, mul (a squeeze-excitation's broadcast scale) and scale (times a
 // constant), each in a layout where oneDNN has a JIT kernel when one has.
+#include "channel_affine.hpp"
 #include "internal.hpp"
 #include "silu.hpp"
 
@@ -104,8 +105,55 @@ void planner::mul(std::size_t index) {
   for (std::size_t k = 0; k < da.size(); ++k)
     TORCH_CHECK(da.size() == db.size() && (db[k] == da[k] || db[k] == 1), "onednn: region ", region_.method, ": a mul of ",
                 c10::IntArrayRef(da), " and ", c10::IntArrayRef(db), " (the second must be of the first's shape or [N, C, 1, 1])");
-  if (mul_into_weights(index, a, b)) return;
+  if (mul_into_weights(index, a, b) || channel_scale(a, b, product.record.output)) return;
   binary(dnnl::algorithm::binary_mul, a, b, {}, product.record.output);
+}
+
+/// oneDNN 2.6's binary multiply by [N, C, 1, 1] (jit:uni, nhwc) ran 3-6x slower than a pass of
+/// ours over the same bytes (EfficientNet-B0's 14x14 and 7x7 squeeze-excitations: 17-32 us, a
+/// pooling over the same values 6-13 us; docs/onednn.md). TD_ONEDNN_CHANNEL_SCALE=0 turns it off.
+bool planner::channel_scale(std::size_t a, std::size_t b, std::int64_t made) {
+  static const bool enabled = !switched_off("TD_ONEDNN_CHANNEL_SCALE") && channel_affine::runs_avx512() && onednn_runs_avx512();
+  const md x = plan_.slots[a], s = plan_.slots[b];  // copies: define() below adds slots
+  const dims da = x.dims(), db = s.dims();
+  if (!enabled || da.size() != 4 || db != dims{da[0], da[1], 1, 1}) return false;
+  const std::int64_t images = da[0], channels = da[1], pixels = da[2] * da[3];
+  // x as planes of pixels of `width` channels each: nhwc (a plane an image), or blocks of 16 or 8
+  // channels that C fills (no padding: a block's channels are all real).
+  std::int64_t width = 0;
+  if (x == md(da, f32, tag::nhwc))
+    width = channels;
+  else if (channels % 16 == 0 && x == md(da, f32, tag::nChw16c))
+    width = 16;
+  else if (channels % 8 == 0 && x == md(da, f32, tag::nChw8c))
+    width = 8;
+  if (width == 0) return false;
+  // s as N x C values in channel order: so in nchw and nhwc, and in channel blocks that C fills.
+  if (s != dense(db) && s != md(db, f32, tag::nhwc) && !(channels % 16 == 0 && s == md(db, f32, tag::nChw16c)) &&
+      !(channels % 8 == 0 && s == md(db, f32, tag::nChw8c)))
+    return false;
+  define(made, x);
+  const std::int64_t planes = images * channels / width;
+  call(dnnl::primitive(), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(made)}}, md(),
+       [=](const std::unordered_map<int, dnnl::memory>& bound) {
+         const auto* from = static_cast<const float*>(bound.at(DNNL_ARG_SRC_0).get_data_handle());
+         const auto* by = static_cast<const float*>(bound.at(DNNL_ARG_SRC_1).get_data_handle());
+         auto* to = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
+         // Pixel runs of planes, split where a plane ends (plane q's scale: its `width` values at q * width).
+         // One thread below 64 K values: a fork costs more than half of such a pass.
+         const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / width);
+         at::parallel_for(0, planes * pixels, grain, [&](std::int64_t first, std::int64_t last) {
+           while (first < last) {
+             const std::int64_t plane = first / pixels, from_pixel = first % pixels;
+             const std::int64_t to_pixel = std::min(pixels, from_pixel + (last - first));
+             const std::int64_t offset = plane * pixels * width;
+             channel_affine::apply(from + offset, width, to + offset, width, by + plane * width, nullptr, false, from_pixel, to_pixel);
+             first += to_pixel - from_pixel;
+           }
+         });
+       },
+       "binary", "channel_scale:avx512");
+  return true;
 }
 
 bool planner::mul_into_weights(std::size_t index, std::size_t a, std::size_t b) {
@@ -141,7 +189,9 @@ void planner::make_scaled_input(std::size_t index) {
   scaled_input_.erase(found);
   const std::size_t saved = step_;
   step_ = product;  // the debug query names the mul
-  binary(dnnl::algorithm::binary_mul, value(step(product).record.inputs[0]), scale, {}, step(product).record.output);
+  const std::size_t x = value(step(product).record.inputs[0]);
+  if (!channel_scale(x, scale, step(product).record.output))
+    binary(dnnl::algorithm::binary_mul, x, scale, {}, step(product).record.output);
   step_ = saved;
 }
 

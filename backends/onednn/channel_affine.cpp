@@ -23,8 +23,8 @@ __attribute__((target("avx512f"))) void avx512(const float* in, std::int64_t in_
     float* y = out + p * channels;
     for (std::int64_t c = 0; c < channels; c += 16) {
       const auto mask = static_cast<__mmask16>(channels - c >= 16 ? 0xFFFF : (1u << (channels - c)) - 1);
-      __m512 v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + c), _mm512_maskz_loadu_ps(mask, scale + c),
-                                 _mm512_maskz_loadu_ps(mask, shift + c));
+      const __m512 value = _mm512_maskz_loadu_ps(mask, x + c), factor = _mm512_maskz_loadu_ps(mask, scale + c);
+      __m512 v = shift ? _mm512_fmadd_ps(value, factor, _mm512_maskz_loadu_ps(mask, shift + c)) : _mm512_mul_ps(value, factor);
       if (relu) v = _mm512_mask_max_ps(v, 0xFFFF, v, zero);  // masked: GCC 12's unmasked form trips -Wmaybe-uninitialized
       _mm512_mask_storeu_ps(y + c, mask, v);
     }
@@ -37,7 +37,8 @@ void apply_portable(const float* in, std::int64_t in_stride, float* out, std::in
                     const float* shift, bool relu, std::int64_t first, std::int64_t last) {
   for (std::int64_t p = first; p < last; ++p)
     for (std::int64_t c = 0; c < channels; ++c) {
-      const float v = in[p * in_stride + c] * scale[c] + shift[c];
+      const float product = in[p * in_stride + c] * scale[c];
+      const float v = shift ? product + shift[c] : product;
       out[p * channels + c] = relu ? std::max(0.f, v) : v;
     }
 }
@@ -48,5 +49,7 @@ void apply(const float* in, std::int64_t in_stride, float* out, std::int64_t cha
 }
 
 const char* kernel_name() { return wide() ? "channel_affine:avx512" : "channel_affine:cpp"; }
+
+bool runs_avx512() { return wide(); }
 
 }  // namespace onednn_delegate::channel_affine

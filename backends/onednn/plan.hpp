@@ -228,6 +228,10 @@ class planner {
   /// Whether mul step `index` (a of [1, C, H, W] times b of [1, C, 1, 1]) is left to the one
   /// convolution that reads it, as weights scaled by b (scaled_input_).
   bool mul_into_weights(std::size_t index, std::size_t a, std::size_t b);
+  /// a of [N, C, H, W] times b of [N, C, 1, 1] making value `made` on our kernel (channel_affine.hpp,
+  /// a scale alone) where oneDNN runs AVX-512 and a is nhwc, or in channel blocks that C fills;
+  /// false (nothing planned) otherwise.
+  bool channel_scale(std::size_t a, std::size_t b, std::int64_t made);
   /// The product scaled_input_ left unmade for convolution `index`, made after all (a binary) for a
   /// path that reads its input as it is (ATen's conv2d).
   void make_scaled_input(std::size_t index);

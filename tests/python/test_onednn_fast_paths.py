@@ -272,6 +272,8 @@ x = torch.rand(BATCH, 32, 20, 20)
             # Switched off; a batch of 2 (a scale per image); the product read by two convolutions.
             self.assertEqual([kind for _, kind, _ in off].count("binary"), 1, off)
             self.assertNotIn("scale_weights:cpp", [i for _, _, i in off], off)
+            # The product made: on our kernel where oneDNN runs AVX-512 (nhwc), else oneDNN's binary.
+            self.assertEqual("channel_scale:avx512" in [i for _, _, i in off], AVX512, off)
 
     @unittest.skipIf(AVX512, "where oneDNN runs AVX-512 the region is nhwc")
     def test_below_avx512_the_layouts_are_onednn_s_picks(self):
