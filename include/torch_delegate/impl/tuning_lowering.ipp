@@ -122,11 +122,15 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
   // A partition worth building: not one made before, and not one that saves too little (a share
   // of its regions' time, or milliseconds). The list's order (`baseline`) is built already: it
   // only sets the bars.
+  // The text of the order that made a partition of this signature already, or null.
+  auto made_already = [&](const std::string& signature) -> const std::string* {
+    const auto same = std::find_if(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; });
+    return same == partitions.end() ? nullptr : &same->second;
+  };
   auto worth_building = [&](const std::vector<method_delegation>& methods, const std::string& text, bool baseline = false) {
     const std::string signature = partition_signature(methods);
-    const auto same = std::find_if(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; });
-    if (same != partitions.end()) {
-      timing.progress("choosing", "not compared: the same partition as (" + same->second + ")");
+    if (const std::string* same = made_already(signature)) {
+      timing.progress("choosing", "not compared: the same partition as (" + *same + ")");
       return false;
     }
     partitions.emplace_back(signature, text);
@@ -175,8 +179,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     partitioned_module planned = partition_module(order, module, rules_only, rules);
     const promoted_regions refined = promoted_regions_in(promoted.backend, order, order_specs, planned, options);
     if (!screens(refined.distinct, refined.share)) return false;
-    const std::string signature = partition_signature(entries_of(planned.methods));
-    if (std::any_of(partitions.begin(), partitions.end(), [&](const auto& p) { return p.first == signature; })) return false;
+    if (made_already(partition_signature(entries_of(planned.methods)))) return false;
     std::optional<torch::jit::Module> built;
     try {
       built = build_partitioned(order, std::move(planned), rules_only, order_specs);
