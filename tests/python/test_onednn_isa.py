@@ -113,11 +113,12 @@ class NoReferenceKernels(unittest.TestCase):
                     self.assertLess(error, 1e-4)
                     # The query lists what ran: oneDNN's log of the call has the same kernels (the
                     # log also shows the weights' reorders made while planning; the steps run by
-                    # ATen and our own kernels, Winograd's transforms, SiLU, the channel shuffle and a
-                    # squeeze-excitation's scaled weights, are not oneDNN's to log).
+                    # ATen and our own kernels, Winograd's transforms, SiLU, the channel shuffle, a
+                    # squeeze-excitation's scaled weights and its multiply, are not oneDNN's to log).
                     ran = {(kind, impl) for kind, impl in log if kind != "reorder"}
                     listed = {(kind, impl) for _, _, _, kind, impl in plan
-                              if kind != "reorder" and not impl.startswith(("aten::", "winograd_", "silu:", "shuffle:", "scale_weights:"))}
+                              if kind != "reorder" and not impl.startswith(("aten::", "winograd_", "silu:", "shuffle:", "scale_weights:",
+                                                                            "channel_scale:", "channel_affine:"))}
                     self.assertEqual(ran, listed)
                     self.assertTrue(all(method and shapes.startswith("[1, ") and step for method, shapes, step, _, _ in plan))
                     if cap == "AVX2" and name == "shufflenet_v2_x1_0":
