@@ -109,9 +109,9 @@ void planner::mul(std::size_t index) {
   binary(dnnl::algorithm::binary_mul, a, b, {}, product.record.output);
 }
 
-/// oneDNN 2.6's binary multiply by [N, C, 1, 1] (jit:uni, nhwc) ran 3-6x slower than a pass of
-/// ours over the same bytes (EfficientNet-B0's 14x14 and 7x7 squeeze-excitations: 17-32 us, a
-/// pooling over the same values 6-13 us; docs/onednn.md). TD_ONEDNN_CHANNEL_SCALE=0 turns it off.
+/// Why ours: oneDNN 2.6's binary multiply by [N, C, 1, 1] (jit:uni, nhwc) took three times its
+/// global pooling over the same values (EfficientNet-B0's 7x7 and 14x14 squeeze-excitations: 17
+/// and 32 us against 6 and 13; docs/onednn.md). TD_ONEDNN_CHANNEL_SCALE=0 turns it off.
 bool planner::channel_scale(std::size_t a, std::size_t b, std::int64_t made) {
   static const bool enabled = !switched_off("TD_ONEDNN_CHANNEL_SCALE") && channel_affine::runs_avx512() && onednn_runs_avx512();
   const md x = plan_.slots[a], s = plan_.slots[b];  // copies: define() below adds slots
