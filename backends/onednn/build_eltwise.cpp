@@ -98,6 +98,18 @@ void planner::post_op_alone(std::size_t index) {
   run(index);
 }
 
+namespace {
+/// Whether scale s of [N, C, 1, 1] (layout `sd`) holds its N x C values in order, image by image
+/// and channel by channel: in nchw and nhwc, and in channel blocks where C fills them (or N is 1:
+/// the padding then follows the C values).
+bool channels_in_order(const md& sd, const dims& db) {
+  if (sd == dense(db) || sd == md(db, f32, tag::nhwc)) return true;
+  const std::int64_t images = db[0], channels = db[1];
+  return ((images == 1 || channels % 16 == 0) && sd == md(db, f32, tag::nChw16c)) ||
+         ((images == 1 || channels % 8 == 0) && sd == md(db, f32, tag::nChw8c));
+}
+}  // namespace
+
 void planner::mul(std::size_t index) {
   const compiled_step& product = step(index);
   const std::size_t a = value(product.record.inputs[0]), b = value(product.record.inputs[1]);
@@ -113,7 +125,8 @@ void planner::mul(std::size_t index) {
 /// global pooling over the same values (EfficientNet-B0's 7x7 and 14x14 squeeze-excitations: 17
 /// and 32 us against 6 and 13; docs/onednn.md). TD_ONEDNN_CHANNEL_SCALE=0 turns it off.
 bool planner::channel_scale(std::size_t a, std::size_t b, std::int64_t made) {
-  static const bool enabled = !switched_off("TD_ONEDNN_CHANNEL_SCALE") && channel_affine::runs_avx512() && onednn_runs_avx512();
+  // oneDNN running AVX-512 means the CPU has it: apply() takes its AVX-512 variant.
+  static const bool enabled = !switched_off("TD_ONEDNN_CHANNEL_SCALE") && onednn_runs_avx512();
   const md x = plan_.slots[a], s = plan_.slots[b];  // copies: define() below adds slots
   const dims da = x.dims(), db = s.dims();
   if (!enabled || da.size() != 4 || db != dims{da[0], da[1], 1, 1}) return false;
@@ -128,10 +141,7 @@ bool planner::channel_scale(std::size_t a, std::size_t b, std::int64_t made) {
   else if (channels % 8 == 0 && x == md(da, f32, tag::nChw8c))
     width = 8;
   if (width == 0) return false;
-  // s as N x C values in channel order: so in nchw and nhwc, and in channel blocks that C fills.
-  if (s != dense(db) && s != md(db, f32, tag::nhwc) && !(channels % 16 == 0 && s == md(db, f32, tag::nChw16c)) &&
-      !(channels % 8 == 0 && s == md(db, f32, tag::nChw8c)))
-    return false;
+  if (!channels_in_order(s, db)) return false;
   define(made, x);
   const std::int64_t planes = images * channels / width;
   call(dnnl::primitive(), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(made)}}, md(),
@@ -139,8 +149,8 @@ bool planner::channel_scale(std::size_t a, std::size_t b, std::int64_t made) {
          const auto* from = static_cast<const float*>(bound.at(DNNL_ARG_SRC_0).get_data_handle());
          const auto* by = static_cast<const float*>(bound.at(DNNL_ARG_SRC_1).get_data_handle());
          auto* to = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
-         // Pixel runs of planes, split where a plane ends (plane q's scale: its `width` values at q * width).
-         // One thread below 64 K values: a fork costs more than half of such a pass.
+         // Pixel runs of planes, split where a plane ends (plane q's scale: its `width` values at q * width),
+         // 64 K values a run at least (a step of at most 256 K values runs on one thread: small_step).
          const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / width);
          at::parallel_for(0, planes * pixels, grain, [&](std::int64_t first, std::int64_t last) {
            while (first < last) {
@@ -174,9 +184,7 @@ bool planner::mul_into_weights(std::size_t index, std::size_t a, std::size_t b) 
   // (EfficientNet-B0's 28x28 maps and larger; with 1x instead of 4x its 14x14 ones too, and no
   // faster: docs/onednn.md).
   if (conv.weight_sizes[0] * 4 >= da[2] * da[3]) return false;
-  // s's C values in channel order: true of [1, C, 1, 1] in nchw, nhwc and the channel-blocked layouts.
-  const md& sd = plan_.slots[b];
-  if (sd != dense(db) && sd != md(db, f32, tag::nhwc) && sd != md(db, f32, tag::nChw8c) && sd != md(db, f32, tag::nChw16c)) return false;
+  if (!channels_in_order(plan_.slots[b], db)) return false;
   scaled_input_[readers[0]] = {index, b};
   slot_of_.at(static_cast<std::size_t>(made)) = a;  // the convolution reads x
   return true;

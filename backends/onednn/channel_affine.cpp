@@ -50,6 +50,4 @@ void apply(const float* in, std::int64_t in_stride, float* out, std::int64_t cha
 
 const char* kernel_name() { return wide() ? "channel_affine:avx512" : "channel_affine:cpp"; }
 
-bool runs_avx512() { return wide(); }
-
 }  // namespace onednn_delegate::channel_affine

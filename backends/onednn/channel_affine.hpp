@@ -1,7 +1,8 @@
 // A per-channel scale and shift (and a ReLU) over nhwc pixels whose channels are a part of a wider
-// tensor's (or a scale alone over dense ones: a squeeze-excitation's multiply, build_eltwise.cpp): DenseNet's batch norm (a 1x1 depthwise convolution here) of a cat that is a view of
-// the channels of a buffer its block's cats share (build_layout.cpp, cat_chain), which oneDNN 2.6's
-// JIT kernels do not read (a strided source: its reference kernel). An AVX-512 variant, compiled
+// tensor's (or a scale alone over dense ones: a squeeze-excitation's multiply, build_eltwise.cpp):
+// DenseNet's batch norm (a 1x1 depthwise convolution here) of a cat that is a view of the channels
+// of a buffer its block's cats share (build_layout.cpp, cat_chain), which oneDNN 2.6's JIT kernels
+// do not read (a strided source: its reference kernel). An AVX-512 variant, compiled
 // for it whatever the build's flags (plans make such views only in channels-last regions, which
 // are AVX-512's), and a plain loop elsewhere. No LibTorch here: tests/onednn_unit.cpp compares
 // both with a loop in double.
@@ -23,8 +24,5 @@ void apply_portable(const float* in, std::int64_t in_stride, float* out, std::in
 
 /// The kernel apply() runs on this CPU: "channel_affine:avx512" or "channel_affine:cpp" (the debug query).
 const char* kernel_name();
-
-/// Whether apply() runs its AVX-512 variant on this CPU.
-bool runs_avx512();
 
 }  // namespace onednn_delegate::channel_affine
