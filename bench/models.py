@@ -99,7 +99,7 @@ def model_and_input(name):
     torch.manual_seed(0)
     if name == "bert_base_encoder":
         return Encoder().eval(), torch.rand(1, 128, 768)
-    kwargs = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    kwargs = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
     model = getattr(torchvision.models, name)(weights=None, **kwargs).eval()
     # Random BatchNorm statistics and affine parameters: with the defaults some models' outputs
     # hardly depend on their input, and a comparison of outputs would prove little.

@@ -311,6 +311,22 @@ struct SleepyTaker : test_backends::GenericBackend {
     return run_free(handle, inputs);
   }
 };
+/// A device that holds one program: lowering two regions onto it at once fails (its preprocess
+/// throws, as a compiler out of program memory would); a region alone lowers. It runs a region
+/// of one input (slow_add(x, x)) at no cost, and one of two inputs in 16 ms, twice TorchScript's.
+struct OneProgramAdds : test_backends::GenericBackend {
+  static constexpr std::string_view name = "td_partition_one_program";
+  static bool supports(const torch::jit::Node* node) { return SwitchingBackend::supports(node); }
+  static std::string preprocess(const torch_delegate::method_to_lower& method) {
+    const std::size_t programs = method.module().get_methods().size();
+    TORCH_CHECK(programs == 1, "td_partition_one_program: the device holds one program, asked for ", programs);
+    return GenericBackend::preprocess(method);
+  }
+  static std::vector<c10::IValue> execute(test_backends::graph_handle& handle, torch_delegate::inputs inputs) {
+    if (inputs.size() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(16));
+    return run_free(handle, inputs);
+  }
+};
 /// Runs sleepy at no cost and slow_add in the 8 ms TorchScript takes (the two do not separate).
 struct AllRounder : test_backends::GenericBackend {
   static constexpr std::string_view name = "td_partition_all_rounder";

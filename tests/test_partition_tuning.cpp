@@ -646,6 +646,24 @@ def forward(self, x):
     CHECK(count("lowering 2 of 2 (" + faster + ", " + equal + "): region 1 of 2 on " + faster + " (") == 1);
     CHECK(count("forward: (" + faster + ", " + equal + ") against (" + equal + ", " + faster + ")") == 1);
   }
+  SUBCASE("a partition by the rules alone that does not build: the order is refined instead, the lowering goes on") {
+    // td_partition_one_program holds one region: put first, it takes both by the rules and its
+    // preprocess throws. The screen says so and the order is refined: each region timed alone
+    // (which lowers), the second slower than TorchScript there; the partition refined builds.
+    const std::string one = "td_partition_one_program";
+    auto lowered = torch_delegate::lower_partially<FasterAdds, OneProgramAdds>(module, options);
+    CHECK(lowered.forward({x}).toTensor().allclose(want));
+    CHECK(count("lowering 2 of 2 (" + one + ", " + faster +
+                "): not screened: its partition by the rules alone did not build: td_partition_one_program: the device holds "
+                "one program, asked for 2") == 1);
+    CHECK(count("screening") == 0);
+    CHECK(count("lowering 2 of 2 (" + one + ", " + faster + "): region 1 of 2 on " + one + " (") == 1);
+    CHECK(count("lowering 2 of 2 (" + one + ", " + faster + "): region 2 of 2 on " + one + " (") == 1);
+    // Refined, both regions went to td_partition_faster_adds (the first is not separable on the
+    // two: left to the list's order), as in the list's partition: not compared again.
+    CHECK(count("lowering 2 of 2 (" + one + ", " + faster + "): not compared: the same partition as (" + faster + ", " + one + ")") == 1);
+    CHECK(backends_of(lowered) == std::vector<std::string>{faster, faster});
+  }
   SUBCASE("one region: refined without a screen (refining it costs what the screen would)") {
     torch::jit::Module one = script_with_custom_ops(R"(
 def forward(self, x):
