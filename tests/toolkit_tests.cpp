@@ -110,6 +110,31 @@ TEST_CASE("toolkit support rules: conv2d with weights known at lowering, adaptiv
   CHECK(toolkit::two_values({3}) == std::vector<std::int64_t>{3, 3});
 }
 
+TEST_CASE("toolkit support rules: an adaptive pool to a size that divides its input's is fixed windows") {
+  auto graph = parse(R"IR(
+graph(%self : Tensor, %x : Float(1, 4, 12, 14), %u : Tensor):
+  %six_seven : int[] = prim::Constant[value=[6, 7]]()
+  %twelve : int[] = prim::Constant[value=[12, 14]]()
+  %five : int[] = prim::Constant[value=[5, 7]]()
+  %a : Float(1, 4, 6, 7) = aten::adaptive_avg_pool2d(%x, %six_seven)
+  %b : Float(1, 4, 12, 14) = aten::adaptive_avg_pool2d(%x, %twelve)
+  %c : Float(1, 4, 5, 7) = aten::adaptive_avg_pool2d(%x, %five)
+  %d : Tensor = aten::adaptive_avg_pool2d(%u, %six_seven)
+  %r : (Tensor, Tensor, Tensor, Tensor) = prim::TupleConstruct(%a, %b, %c, %d)
+  return (%r)
+)IR");
+  std::vector<const torch::jit::Node*> pools;
+  for (const torch::jit::Node* node : graph->nodes())
+    if (toolkit::is(node, "aten::adaptive_avg_pool2d")) pools.push_back(node);
+  REQUIRE(pools.size() == 4);
+  CHECK(toolkit::adaptive_pool_window(pools[0]) == std::vector<std::int64_t>{2, 2});
+  CHECK(toolkit::adaptive_pool_window(pools[1]) == std::vector<std::int64_t>{1, 1});  // its own size: windows of one
+  CHECK_FALSE(toolkit::adaptive_pool_window(pools[2]));  // 12 rows into 5: windows of 2 and 3 rows
+  CHECK_FALSE(toolkit::adaptive_pool_window(pools[3]));  // sizes unknown
+  CHECK_FALSE(toolkit::adaptive_pool_to_one(pools[0]));
+  CHECK_FALSE(toolkit::adaptive_pool_window(first(*graph, "prim::TupleConstruct")));
+}
+
 TEST_CASE("toolkit fused activations: clamp ranges, activation kinds, and folding the one reader of an output") {
   auto graph = parse(conv_graph);
   const torch::jit::Node* hardtanh = first(*graph, "aten::hardtanh");

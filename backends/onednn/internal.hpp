@@ -41,7 +41,7 @@ void emit_relu(step_builder& builder, const torch::jit::Node* node);
 void emit_add(step_builder& builder, const torch::jit::Node* node);
 void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node);
 void emit_avg_pool2d(step_builder& builder, const torch::jit::Node* node);
-void emit_global_avg_pool2d(step_builder& builder, const torch::jit::Node* node);
+void emit_adaptive_avg_pool2d(step_builder& builder, const torch::jit::Node* node);
 void emit_activation(step_builder& builder, const torch::jit::Node* node);
 void emit_permute(step_builder& builder, const torch::jit::Node* node);
 void emit_layer_norm(step_builder& builder, const torch::jit::Node* node);

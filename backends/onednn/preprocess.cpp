@@ -103,7 +103,18 @@ void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node) {
   builder.add_unary("max_pool2d", node).pooling = pooling_parameters{read.kernel, read.stride, read.padding, read.ceil_mode};
 }
 
-void emit_global_avg_pool2d(step_builder& builder, const torch::jit::Node* node) { builder.add_unary("adaptive_avg_pool2d", node); }
+// To 1x1: oneDNN's global average pooling. To a size that divides the input's: windows of
+// {H / oh, W / ow} at that stride, as avg_pool2d (to the input's own size: windows of one, a copy).
+void emit_adaptive_avg_pool2d(step_builder& builder, const torch::jit::Node* node) {
+  if (tk::adaptive_pool_to_one(node)) {
+    builder.add_unary("adaptive_avg_pool2d", node);
+    return;
+  }
+  const std::vector<std::int64_t> window = *tk::adaptive_pool_window(node);
+  const std::int64_t channels = (*tk::float_sizes(node->input(0)))[1];
+  const at::Tensor weight = at::full({channels, 1, window[0], window[1]}, 1.0 / static_cast<double>(window[0] * window[1]));
+  emit_depthwise(builder, node->input(0), node->output(), weight, at::zeros({channels}), window, {0, 0});
+}
 
 void emit_activation(step_builder& builder, const torch::jit::Node* node) {
   builder.add_unary("activation", node).activation = activation_of(node).value();

@@ -122,8 +122,10 @@ bool supports_add(const torch::jit::Node* node) {  // two float tensors, sizes k
 bool supports_max_pool2d(const torch::jit::Node* node) {  // oneDNN's pooling has no dilation
   return node->inputs().size() == 6 && tk::constant_ints_all(node->input(4), 1) && float_4d_or_unknown(node->input(0));
 }
-bool supports_global_avg_pool2d(const torch::jit::Node* node) {
-  return tk::adaptive_pool_to_one(node) && float_4d_or_unknown(node->input(0));
+// adaptive_avg_pool2d to 1x1 (a global pooling), or to a size that divides its input's known
+// one (emit_adaptive_avg_pool2d: fixed windows, as avg_pool2d).
+bool supports_adaptive_avg_pool2d(const torch::jit::Node* node) {
+  return (tk::adaptive_pool_to_one(node) && float_4d_or_unknown(node->input(0))) || tk::adaptive_pool_window(node).has_value();
 }
 bool supports_activation(const torch::jit::Node* node) {
   return activation_of(node) && (float_4d_or_unknown(node->input(0)) || tk::float_sizes(node->input(0)).has_value());
@@ -301,7 +303,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
         .add("aten::add", supports_add_any, emit_add)
         .add("aten::max_pool2d", supports_max_pool2d, emit_max_pool2d)
         .add("aten::avg_pool2d", supports_avg_pool2d, emit_avg_pool2d)
-        .add("aten::adaptive_avg_pool2d", supports_global_avg_pool2d, emit_global_avg_pool2d)
+        .add("aten::adaptive_avg_pool2d", supports_adaptive_avg_pool2d, emit_adaptive_avg_pool2d)
         .add({"aten::sigmoid", "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::gelu", "aten::relu6", "aten::hardtanh",
               "aten::clamp"},
              supports_activation, emit_activation)

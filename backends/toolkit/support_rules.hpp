@@ -1,6 +1,7 @@
 // Support rules CNN backends share, and the normalisation of pooling arguments: the conv2d form a
 // backend can fold (weights known at lowering, numeric padding), an eval-mode BatchNorm, an
-// adaptive average pool to 1x1 (a global pool), and max/avg pooling's kernel, stride, padding and
+// adaptive average pool to 1x1 (a global pool) or to a size that divides its input's (a pool of
+// fixed windows), and max/avg pooling's kernel, stride, padding and
 // dilation read as two values each (PyTorch accepts one for both, and an empty stride).
 #pragma once
 
@@ -35,6 +36,23 @@ inline bool batch_norm_eval(const torch::jit::Node* node) {
 inline bool adaptive_pool_to_one(const torch::jit::Node* node) {
   const auto size = is(node, "aten::adaptive_avg_pool2d") ? constant_ints(node->input(1)) : std::nullopt;
   return size && *size == std::vector<std::int64_t>{1, 1};
+}
+
+/// adaptive_avg_pool2d(input, [oh, ow]) whose input's height and width are known at lowering and
+/// multiples of oh and ow (AlexNet's and VGG's pools to 6x6 and 7x7, often of a map that size):
+/// its windows are then all {H / oh, W / ow} at that stride, an avg_pool2d without padding. The
+/// window, or nullopt (another op, sizes unknown, an output size that does not divide them).
+inline std::optional<std::vector<std::int64_t>> adaptive_pool_window(const torch::jit::Node* node) {
+  const auto size = is(node, "aten::adaptive_avg_pool2d") ? constant_ints(node->input(1)) : std::nullopt;
+  const auto sizes = size ? float_sizes(node->input(0)) : std::nullopt;
+  if (!sizes || sizes->size() != 4 || size->size() != 2) return std::nullopt;
+  std::vector<std::int64_t> window;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::int64_t in = (*sizes)[k + 2], out = (*size)[k];
+    if (out <= 0 || in <= 0 || in % out != 0) return std::nullopt;
+    window.push_back(in / out);
+  }
+  return window;
 }
 
 /// The arguments of max_pool2d or avg_pool2d, two values each (height, width).

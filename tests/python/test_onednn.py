@@ -68,7 +68,7 @@ class Residual(nn.Module):
 # torchvision CNNs one region each: a smoke set in `meson test`, every one in the sweep
 # (torchvision_models.py).
 ONE_REGION_CNNS = selected(["regnet_y_400mf", "efficientnet_b0", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_0",
-                            "convnext_tiny"], smoke=["regnet_y_400mf", "mobilenet_v3_small"])
+                            "convnext_tiny", "alexnet", "vgg11_bn"], smoke=["regnet_y_400mf", "mobilenet_v3_small", "alexnet"])
 RESNETS = selected(["resnet18", "resnet50"], smoke=["resnet18"])
 
 
@@ -265,6 +265,31 @@ class Ops(unittest.TestCase):
                 self.assertLess(relative_error(got, want), 1e-4)
         self.assertEqual([r.kinds for r in regions(low)], [["aten::batch_norm", "aten::conv2d"]])
 
+    def test_adaptive_pools_to_sizes_that_divide_the_input(self):
+        # AlexNet's and VGG's classifier heads: fixed windows (12x14 to 6x7: 2x2) and the map's own
+        # size (a copy) in the region; 12 rows into 5 (windows of 2 and 3 rows) stays in TorchScript.
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3, padding=1)
+                self.linear = nn.Linear(8 * 6 * 7, 10)
+
+            def forward(self, x):
+                y = torch.relu(self.conv(x))
+                same = F.adaptive_avg_pool2d(y, (12, 14))
+                head = self.linear(torch.flatten(F.adaptive_avg_pool2d(same, (6, 7)), 1))
+                return head, F.adaptive_avg_pool2d(y, (5, 7))
+
+        model = randomized(Model())
+        x = torch.rand(2, 3, 12, 14)
+        low = lowered(model, x)
+        with torch.no_grad():
+            for got, want in zip(low(x), model(x)):
+                self.assertLess(relative_error(got, want), 1e-5)
+        self.assertEqual(kept(low).get("aten::adaptive_avg_pool2d"), "unsupported kind")
+        self.assertEqual(len(regions(low)), 1, kept(low))
+        self.assertIn("aten::adaptive_avg_pool2d", regions(low)[0].kinds)
+
     def test_densenet_blocks_are_one_region(self):
         # DenseNet's dense block: a list of features grown by appends, each layer a cat of all of
         # them, then BatchNorm (after the cat: a depthwise 1x1 convolution), ReLU, convolutions;
@@ -332,7 +357,8 @@ class Ops(unittest.TestCase):
 
 class Models(unittest.TestCase):
     def test_torchvision_cnns_in_one_region(self):
-        # Squeeze-excitation (RegNet-Y, EfficientNet, MobileNetV3), SiLU, hardswish, ReLU6, cat.
+        # Squeeze-excitation (RegNet-Y, EfficientNet, MobileNetV3), SiLU, hardswish, ReLU6, cat;
+        # AlexNet's and VGG's adaptive pools to 6x6 and 7x7.
         import torchvision
         for name in ONE_REGION_CNNS:
             with self.subTest(model=name):
