@@ -1,6 +1,6 @@
 // The pooling family of the xnnpack backend: max_pool2d (ceil mode as extra bottom and right
 // padding), avg_pool2d (floor mode, no padding) and adaptive_avg_pool2d to 1x1 (a global average
-// pooling). Emit: a node's record from PyTorch's arguments; define: the record as an XNNPACK node.
+// pooling) or to a size that divides its input's (an average pooling of fixed windows). Emit: a node's record from PyTorch's arguments; define: the record as an XNNPACK node.
 #include "xnnpack_internal.hpp"
 
 #include "toolkit/graph.hpp"
@@ -38,11 +38,24 @@ void emit_pooling(subgraph_builder& builder, const torch::jit::Node* node) {
   }
 }
 
-void emit_global_pooling(subgraph_builder& builder, const torch::jit::Node* node) {
+void emit_adaptive_pooling(subgraph_builder& builder, const torch::jit::Node* node) {
   const std::int64_t input = builder.id(node->input(0));
   const torch::jit::Value* output = node->output();
   const output_range range = builder.fused_activation(output);
-  builder.add_node(global_avg_pool2d, unary_record{input, builder.define(output)}, range);
+  if (toolkit::adaptive_pool_to_one(node)) {
+    builder.add_node(global_avg_pool2d, unary_record{input, builder.define(output)}, range);
+    return;
+  }
+  // To a size that divides the input's (toolkit::adaptive_pool_window): fixed windows at that
+  // stride, an average pooling without padding; to the input's own size, a copy (a clamp to the
+  // activation folded into it, if any: XNNPACK's pooling takes no window of one).
+  const std::vector<std::int64_t> window = *toolkit::adaptive_pool_window(node);
+  if (window[0] == 1 && window[1] == 1) {
+    builder.add_node(clamp, unary_record{input, builder.define(output)}, range);
+    return;
+  }
+  builder.add_node(avg_pool2d, average_pooling_record{input, builder.define(output), 0, 0, 0, 0, window[0], window[1], window[0], window[1]},
+                   range);
 }
 
 bool define_pooling(const definition_context& context, const node_record& node) {

@@ -83,7 +83,9 @@ const toolkit::op_table<subgraph_builder>& xnnpack_ops() {
     t.add({"aten::add", "aten::mul"}, binary_supported, emit_binary);
     t.add("aten::max_pool2d", max_pool_supported, emit_pooling);
     t.add("aten::avg_pool2d", avg_pool_supported, emit_pooling);
-    t.add("aten::adaptive_avg_pool2d", toolkit::adaptive_pool_to_one, emit_global_pooling);
+    t.add("aten::adaptive_avg_pool2d", [](const torch::jit::Node* node) {
+      return toolkit::adaptive_pool_to_one(node) || toolkit::adaptive_pool_window(node).has_value();
+    }, emit_adaptive_pooling);
     t.add("aten::flatten", flatten_supported, emit_flatten);
     t.add("aten::dropout", dropout_supported, emit_dropout);
     t.add("aten::softmax", softmax_supported, emit_softmax);

@@ -199,7 +199,7 @@ const toolkit::op_table<subgraph_builder>& xnnpack_ops();
 void emit_convolution(subgraph_builder& builder, const torch::jit::Node* node);  // convolution.cpp
 void emit_linear(subgraph_builder& builder, const torch::jit::Node* node);
 void emit_pooling(subgraph_builder& builder, const torch::jit::Node* node);  // pooling.cpp
-void emit_global_pooling(subgraph_builder& builder, const torch::jit::Node* node);
+void emit_adaptive_pooling(subgraph_builder& builder, const torch::jit::Node* node);
 void emit_clamp(subgraph_builder& builder, const torch::jit::Node* node);  // elementwise.cpp
 void emit_batch_norm(subgraph_builder& builder, const torch::jit::Node* node);
 void emit_binary(subgraph_builder& builder, const torch::jit::Node* node);

@@ -111,6 +111,19 @@ class Ops(unittest.TestCase):
                 model = nn.Sequential(nn.Conv2d(3, 5, 3), pool)
                 self.check(model, torch.randn(1, 3, 14, 13), ["aten::conv2d"])
 
+    def test_adaptive_pools_to_sizes_that_divide_the_input(self):
+        # A 12x11 map to 6x11 (windows of 2x1) and to its own size (windows of one: a copy, the
+        # ReLU after it folded in): delegated; to 5x5 (windows of unequal sizes): kept in TorchScript.
+        torch.manual_seed(3)
+        for size in [(6, 11), (12, 11)]:
+            with self.subTest(size=size):
+                model = nn.Sequential(nn.Conv2d(3, 5, 3), nn.AdaptiveAvgPool2d(size), nn.ReLU(), nn.Flatten(),
+                                      nn.Linear(5 * size[0] * size[1], 4))
+                self.check(model, torch.randn(2, 3, 14, 13), ["aten::conv2d", "aten::adaptive_avg_pool2d", "aten::linear"])
+        model = nn.Sequential(nn.Conv2d(3, 5, 3), nn.AdaptiveAvgPool2d((5, 5))).eval()
+        low = lowered(model, torch.randn(1, 3, 14, 13))
+        self.assertEqual(kept_kinds(low).get("aten::adaptive_avg_pool2d"), "unsupported kind")
+
     def test_squeeze_excitation_broadcast_mul_and_residual_add(self):
         class Block(nn.Module):
             def __init__(self):
