@@ -1,6 +1,7 @@
 // The pooling family of the xnnpack backend: max_pool2d (ceil mode as extra bottom and right
 // padding), avg_pool2d (floor mode, no padding) and adaptive_avg_pool2d to 1x1 (a global average
-// pooling) or to a size that divides its input's (an average pooling of fixed windows). Emit: a node's record from PyTorch's arguments; define: the record as an XNNPACK node.
+// pooling) or to a size that divides its input's (an average pooling of fixed windows). Emit: a
+// node's record from PyTorch's arguments; define: the record as an XNNPACK node.
 #include "xnnpack_internal.hpp"
 
 #include "toolkit/graph.hpp"

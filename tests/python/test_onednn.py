@@ -289,6 +289,15 @@ class Ops(unittest.TestCase):
         self.assertEqual(kept(low).get("aten::adaptive_avg_pool2d"), "unsupported kind")
         self.assertEqual(len(regions(low)), 1, kept(low))
         self.assertIn("aten::adaptive_avg_pool2d", regions(low)[0].kinds)
+        # The windows come from the example's sizes: another size is the input spec's error, or,
+        # with on_other_shapes="torchscript", the region's TorchScript (windows of 4x4 there).
+        bigger = torch.rand(2, 3, 24, 28)
+        with torch.no_grad():
+            with self.assertRaisesRegex(Exception, r"its input spec when the method was lowered"):
+                low(bigger)
+            elsewhere = lowered(model, x, on_other_shapes="torchscript")
+            for got, want in zip(elsewhere(bigger), model(bigger)):
+                self.assertLess(relative_error(got, want), 1e-5)
 
     def test_densenet_blocks_are_one_region(self):
         # DenseNet's dense block: a list of features grown by appends, each layer a cat of all of
