@@ -77,13 +77,20 @@ void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {
   emit_depthwise(builder, node->input(0), node->output(), scale.reshape({scale.size(0), 1, 1, 1}), shift, {1, 1}, {0, 0});
 }
 
-// The mean of each window: a depthwise convolution of weights 1 / (kh * kw) (support.cpp took
-// only those where the two agree: no ceil_mode, no divisor, padding none or counted).
+/// The mean of each `kernel` window of `node`'s input (4-d, its channels known at lowering): a
+/// depthwise convolution of weights 1 / (kh * kw); avg_pool2d's and the fixed-window adaptive pool's.
+void emit_window_mean(step_builder& builder, const torch::jit::Node* node, const std::vector<std::int64_t>& kernel,
+                      std::vector<std::int64_t> stride, std::vector<std::int64_t> padding) {
+  const std::int64_t channels = (*tk::float_sizes(node->input(0)))[1];
+  const at::Tensor weight = at::full({channels, 1, kernel[0], kernel[1]}, 1.0 / static_cast<double>(kernel[0] * kernel[1]));
+  emit_depthwise(builder, node->input(0), node->output(), weight, at::zeros({channels}), std::move(stride), std::move(padding));
+}
+
+// support.cpp took only the avg_pool2d whose sums agree with the depthwise convolution's: no
+// ceil_mode, no divisor, padding none or counted.
 void emit_avg_pool2d(step_builder& builder, const torch::jit::Node* node) {
   const tk::pool2d_arguments read = tk::read_pool2d(builder.region(), node, "onednn");
-  const std::int64_t channels = (*tk::float_sizes(node->input(0)))[1];
-  const at::Tensor weight = at::full({channels, 1, read.kernel[0], read.kernel[1]}, 1.0 / static_cast<double>(read.kernel[0] * read.kernel[1]));
-  emit_depthwise(builder, node->input(0), node->output(), weight, at::zeros({channels}), read.stride, read.padding);
+  emit_window_mean(builder, node, read.kernel, read.stride, read.padding);
 }
 
 void emit_relu(step_builder& builder, const torch::jit::Node* node) { builder.add_unary("relu", node); }
@@ -111,9 +118,7 @@ void emit_adaptive_avg_pool2d(step_builder& builder, const torch::jit::Node* nod
     return;
   }
   const std::vector<std::int64_t> window = *tk::adaptive_pool_window(node);
-  const std::int64_t channels = (*tk::float_sizes(node->input(0)))[1];
-  const at::Tensor weight = at::full({channels, 1, window[0], window[1]}, 1.0 / static_cast<double>(window[0] * window[1]));
-  emit_depthwise(builder, node->input(0), node->output(), weight, at::zeros({channels}), window, {0, 0});
+  emit_window_mean(builder, node, window, window, {0, 0});
 }
 
 void emit_activation(step_builder& builder, const torch::jit::Node* node) {
