@@ -65,6 +65,16 @@ import torch_delegate  # noqa: E402
 
 for backend in ("xnnpack", "onednn", "pointwise_fusion"):
     torch_delegate.load_backend(backend)
+# glibc's malloc keeps what LibTorch frees, as ONNX Runtime's arena keeps its memory: else a
+# model's TorchScript parts (and scripted, optimize_for_inference) fault their tensors in again
+# each call or not, by what the process happened to allocate before (bench/allocator.py).
+# TD_BENCH_GLIBC_DEFAULTS=1 leaves glibc as it is.
+if os.environ.get("TD_BENCH_GLIBC_DEFAULTS") == "1":
+    ALLOCATOR = "glibc's malloc as it is"
+elif torch_delegate.keep_freed_memory():
+    ALLOCATOR = "glibc's malloc after keep_freed_memory()"
+else:
+    ALLOCATOR = "the C library's malloc (not glibc: keep_freed_memory changed nothing)"
 RECIPE = ["onednn", "xnnpack", "pointwise_fusion"]
 
 
@@ -229,7 +239,8 @@ def report_only(paths):
 
     class Saved:
         version, error = runs[0]["ort"], None
-    return table(rows, Saved, runs[0]["gemm_peak"], runs[0]["machine"], runs[0]["blas"])
+    return table(rows, Saved, runs[0]["gemm_peak"], runs[0]["machine"], runs[0]["blas"],
+                 runs[0].get("allocator", "glibc's malloc as it is (a run before keep_freed_memory)"))
 
 
 def main():
@@ -254,9 +265,9 @@ def main():
         rows.append(row)
         print(name, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
     if option("--json"):
-        json.dump({"machine": isa(), "blas": blas, "ort": ort.version, "gemm_peak": peak, "commit": commit(),
+        json.dump({"machine": isa(), "blas": blas, "allocator": ALLOCATOR, "ort": ort.version, "gemm_peak": peak, "commit": commit(),
                    "date": time.strftime('%Y-%m-%d'), "quick": quick, "rows": rows}, open(option("--json"), "w"), indent=1)
-    write(table(rows, ort, peak, isa(), blas))
+    write(table(rows, ort, peak, isa(), blas, ALLOCATOR))
 
 
 def commit():
@@ -281,7 +292,7 @@ def write(text, stamp=None):
             out.write(doc[:doc.index(begin) + len(begin)] + stamp + text + doc[doc.index(end):])
 
 
-def table(rows, ort, peak, machine, blas):
+def table(rows, ort, peak, machine, blas, allocator):
     def cell(row, key):
         return f"{row[key]:.2f}" if key in row else "-"
 
@@ -302,6 +313,7 @@ def table(rows, ort, peak, machine, blas):
                      f"{ratio(row.get('oif'), ours)} | {ratio(row.get('scripted'), ours)} | {regions or '-'} | "
                      f"{error.get('ort', float('nan')):.0e} / {max(v for k, v in error.items() if k != 'ort'):.0e} |")
     summary = ["", f"Machine: {machine}; {rows[0]['threads']} threads; batch 1; LibTorch's BLAS: {blas}; "
+               f"LibTorch's allocator: {allocator}; "
                f"ONNX Runtime {ort.version or 'not measured: ' + str(ort.error)}. Times in ms (medians, interleaved). "
                f"The machine's measured GEMM rate (a 2048^3 float matrix product on that BLAS): {peak:.0f} GFLOP/s.", ""]
     for label, group in (("CNNs", models.CNNS), ("transformers", models.TRANSFORMERS)):

@@ -97,6 +97,16 @@ TEST_CASE("row: a truncated or foreign file") {
   std::filesystem::remove(path);
 }
 
+TEST_CASE("row: keep_freed_memory given too few or too many bytes") {
+  // Only refusals here: an accepted call would change this test process's allocator for good
+  // (test_package.py's KeepFreedMemory runs the accepted one in a process of its own).
+  const std::string allowed =
+      "torch_delegate::keep_freed_memory: bytes must be 33554432 (32 MiB) to 2147483647 (glibc's mallopt takes an int), given ";
+  CHECK(error_of([] { torch_delegate::keep_freed_memory(0); }) == allowed + "0");
+  CHECK(error_of([] { torch_delegate::keep_freed_memory(torch_delegate::min_kept_memory - 1); }) == allowed + "33554431");
+  CHECK(error_of([] { torch_delegate::keep_freed_memory(std::size_t{1} << 31); }) == allowed + "2147483648");
+}
+
 TEST_CASE("row: a corrupted, foreign or differently versioned payload") {
   const c10::IValue processed = processed_of(demo_lowered().module());
   CHECK_NOTHROW(compile_processed(processed));

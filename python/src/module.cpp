@@ -9,6 +9,7 @@
 #include <torch_delegate/load.hpp>
 #include <torch_delegate/lower.hpp>
 #include <torch_delegate/partition.hpp>
+#include <torch_delegate/process_memory.hpp>
 #include <torch_delegate/report_format.hpp>
 #include <torch_delegate/version.hpp>
 
@@ -393,6 +394,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_loadable", [](const std::string& path, bool verify) {
     guarded([&] { td::check_loadable(path, td::load_options{.verify = verify}); });
   }, py::arg("path"), py::arg("verify") = true);
+  m.def("keep_freed_memory", [](std::size_t bytes) { return guarded([&] { return td::keep_freed_memory(bytes); }); });
+  m.attr("min_kept_memory") = td::min_kept_memory;
+  m.attr("default_kept_memory") = td::default_kept_memory;
   m.def("check_archive", [](const std::string& path) { guarded([&] { td::check_archive(path); }); });
   m.def("backends_needed", [](const std::string& path) { return guarded([&] { return td::backends_needed(path); }); });
 }

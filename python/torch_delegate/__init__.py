@@ -43,6 +43,7 @@ __all__ = [
     "backends",
     "backends_needed",
     "check_archive",
+    "keep_freed_memory",
     "load",
     "load_backend",
     "lower",
@@ -182,3 +183,24 @@ def check_archive(path: str) -> None:
 def backends_needed(path: str) -> List[str]:
     """The backends a saved module delegates to, read from its code without loading it."""
     return list(_C.backends_needed(str(path)))
+
+
+def keep_freed_memory(bytes: int = _C.default_kept_memory) -> bool:
+    """Tells glibc's malloc to keep the memory this process frees, up to `bytes` (1 GiB by
+    default), instead of giving it back to the kernel: a block smaller than `bytes` comes from the
+    heap, not a mapping of its own, and the heap is trimmed only when more than `bytes` lie free
+    at its top. A partially lowered model's TorchScript parts allocate large tensors in every
+    call; with glibc's defaults each call can fault them in again, page by page (Swin V2-T lowered
+    to onednn, in a fresh process: 2.2x slower; docs/performance.md, "What the allocator costs").
+
+    Process-wide and not undone: call it once, early. The process keeps up to `bytes` more memory
+    resident than it otherwise would. Returns True when glibc took the settings; False, changing
+    nothing, where the C library is not glibc. A preloaded allocator (tcmalloc, jemalloc) keeps
+    or returns memory by its own rules, which this does not change. `bytes` must be an int from
+    32 MiB to 2**31 - 1 (glibc's mallopt takes an int)."""
+    if isinstance(bytes, bool) or not isinstance(bytes, int):
+        raise TypeError(f"torch_delegate.keep_freed_memory: bytes must be an int, given {type(bytes).__name__}")
+    if not _C.min_kept_memory <= bytes <= 2**31 - 1:
+        raise ValueError(f"torch_delegate.keep_freed_memory: bytes must be {_C.min_kept_memory} (32 MiB) to "
+                         f"{2**31 - 1} (glibc's mallopt takes an int), given {bytes}")
+    return bool(_C.keep_freed_memory(bytes))

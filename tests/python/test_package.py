@@ -11,6 +11,7 @@ Run by `meson test` with /usr/bin/python3 (Debian's python3-torch); the environm
 import contextlib
 import dataclasses
 import io
+import json
 import math
 import os
 import struct
@@ -895,6 +896,71 @@ class DamagedFiles(unittest.TestCase):
             self.assertEqual(cli(*command), (6, "", f"torch_delegate {command[0]}: {self.refusal}\n"))
         self.assertEqual(cli("needs", "--no-verify", self.damaged), (0, "pointwise_fusion\n", ""))
         self.assertEqual(cli("needs", self.intact), (0, "pointwise_fusion\n", ""))
+
+
+KEEP_FREED_CHILD = r"""
+import ctypes, json, resource, sys
+import torch
+import torch_delegate as td
+
+
+class Mallinfo2(ctypes.Structure):  # glibc's struct mallinfo2 (2.33 and later): all size_t
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Mallinfo2
+BLOCK = 64 << 20  # above glibc's largest dynamic mmap threshold (32 MiB): its own mapping by default
+
+
+def state(keep):
+    tensor = torch.empty(BLOCK, dtype=torch.uint8).fill_(1)
+    mapped_while_alive = libc.mallinfo2().hblkhd
+    del tensor
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    again = torch.empty(BLOCK, dtype=torch.uint8).fill_(2)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    del again
+    return {"mapped_while_alive": mapped_while_alive, "heap_after_free": libc.mallinfo2().arena, "faults_again": faults}
+
+
+before = state(False)
+kept = td.keep_freed_memory()
+after = state(True)
+print(json.dumps({"before": before, "kept": kept, "after": after, "block": BLOCK}))
+"""
+
+
+class KeepFreedMemory(unittest.TestCase):
+    def test_a_freed_block_stays_in_the_heap_and_is_not_faulted_in_again(self):
+        # In a process of its own: the setting is process-wide and cannot be undone.
+        done = subprocess.run([sys.executable, "-c", KEEP_FREED_CHILD], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        block = got["block"]
+        self.assertTrue(got["kept"])
+        # glibc's defaults: a block of 64 MiB gets a mapping of its own, given back when freed.
+        self.assertGreaterEqual(got["before"]["mapped_while_alive"], block)
+        # Kept: it comes from the heap, the heap keeps it when it is freed, and the next block of
+        # that size reuses those pages instead of faulting new ones in (16,384 of 4 KiB).
+        self.assertLess(got["after"]["mapped_while_alive"], block)
+        self.assertGreaterEqual(got["after"]["heap_after_free"], block)
+        self.assertLess(got["after"]["faults_again"], 1000)
+
+    def test_bad_values(self):
+        allowed = "bytes must be 33554432 (32 MiB) to 2147483647 (glibc's mallopt takes an int)"
+        for bad in (0, (32 << 20) - 1, 2**31):
+            with self.assertRaises(ValueError) as raised:
+                td.keep_freed_memory(bad)
+            self.assertEqual(str(raised.exception), f"torch_delegate.keep_freed_memory: {allowed}, given {bad}")
+        for bad, name in ((1.5, "float"), (True, "bool"), ("1G", "str")):
+            with self.assertRaises(TypeError) as raised:
+                td.keep_freed_memory(bad)
+            self.assertEqual(str(raised.exception), f"torch_delegate.keep_freed_memory: bytes must be an int, given {name}")
+        with self.assertRaises(td.Error) as raised:  # the C++ check, through the extension
+            td._C.keep_freed_memory(5)
+        self.assertEqual(str(raised.exception), f"torch_delegate::keep_freed_memory: {allowed}, given 5")
 
 
 if __name__ == "__main__":
