@@ -11,6 +11,10 @@ scripted, partial, with example inputs), calls it `warmup` times, then times `ca
 median. The table gives per model each build's median over its processes and B / A (< 1: B is
 faster), with the machine's ISA and the thread count.
 
+Each process calls torch_delegate.keep_freed_memory() first (--glibc-defaults: not), as
+bench/ort_models.py does: else whether a model's TorchScript parts fault their tensors in again
+each call depends on the process's history (bench/allocator.py).
+
 A and B may also be one build run two ways: --env-a and --env-b set environment variables in
 the processes of each side (a backend's switch, as TD_ONEDNN_SILU=0).
 
@@ -31,6 +35,8 @@ import json, statistics, sys, time
 import torch, torchvision
 import torch_delegate
 backend, name, threads, batch, warmup, calls = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+if sys.argv[8] == "keep" and hasattr(torch_delegate, "keep_freed_memory"):  # a build before it: glibc as it is
+    torch_delegate.keep_freed_memory()
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 model = getattr(torchvision.models, name)(weights=None).eval()
@@ -61,7 +67,8 @@ def measure(build, args, name, settings=()):
         key, _, value = setting.partition("=")
         env[key] = value
     done = subprocess.run([sys.executable, "-c", CHILD, args.backend, name, str(args.threads), str(args.batch),
-                           str(args.warmup), str(args.calls), "scripted" if args.scripted else "frozen"], env=env, capture_output=True, text=True)
+                           str(args.warmup), str(args.calls), "scripted" if args.scripted else "frozen",
+                           "glibc" if args.glibc_defaults else "keep"], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{build}: {name} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])["ms"]
@@ -79,6 +86,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--scripted", action="store_true", help="lower the scripted model, not the frozen one (the ORT bench's way)")
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's malloc as it is (by default each process calls keep_freed_memory() first)")
     parser.add_argument("--env-a", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--env-b", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
@@ -87,7 +96,8 @@ def main():
             parser.error(f"--env-a/--env-b take KEY=VALUE, got {setting!r}")
     side = lambda build, settings: build + (" with " + " ".join(settings) if settings else "")  # noqa: E731
     print(f"{args.backend}: A = {side(args.a, args.env_a)}, B = {side(args.b, args.env_b)}; {isa()}, {args.threads} thread(s), batch {args.batch}, "
-          f"{'scripted' if args.scripted else 'frozen'}, {args.pairs} process pairs x {args.calls} calls (median)")
+          f"{'scripted' if args.scripted else 'frozen'}, "
+          f"{'glibc as it is' if args.glibc_defaults else 'keep_freed_memory()'}, {args.pairs} process pairs x {args.calls} calls (median)")
     print(f"| model | A ms | B ms | B / A |\n|---|---|---|---|")
     ratios = []
     for name in args.models.split(","):

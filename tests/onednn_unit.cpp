@@ -337,6 +337,24 @@ TEST_CASE("payload: version 1's relu flags read as relu steps, which fusion fold
   CHECK(caster::load(v2).steps.size() == 4);
 }
 
+TEST_CASE("payload: a linear reads its bias as a second value exactly when it has no bias key") {
+  region_payload payload;
+  payload.inputs = 2;
+  payload.values = 3;
+  payload.outputs = {2};
+  step_record& linear = payload.steps.emplace_back();
+  linear.op = "linear";
+  linear.output = 2;
+  linear.weight = "w";
+  linear.inputs = {0, 1};  // x and a bias computed in the call
+  CHECK(decode_steps(payload, "forward").size() == 1);
+  linear.inputs = {0};  // no bias key and no bias value
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) == "onednn: region forward: step 0: a linear that reads 1 values");
+  linear.bias = "b";  // a stored bias and a bias value
+  linear.inputs = {0, 1};
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) == "onednn: region forward: step 0: a linear that reads 2 values");
+}
+
 namespace {
 
 /// Random values in nChw8c order (any order will do for the kernels' test: both read the same).

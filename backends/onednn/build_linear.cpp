@@ -24,6 +24,14 @@ void planner::linear(std::size_t index) {
   const std::size_t flat = view(plan_.slots[in].reshape({rows, features}), in);
   dims shaped(d.begin(), d.end() - 1);
   shaped.push_back(outputs);
+  // A bias computed in the call (the step's second input; Swin V2's qkv): dense [O], read as a
+  // matmul's [1, O] where the linear is one; no_slot: the store's constant.
+  std::size_t given_bias = no_slot;
+  if (fc.record.inputs.size() == 2) {
+    const dims b = plan_.slots[value(fc.record.inputs[1])].dims();
+    if (b != dims{outputs}) refuse("a linear of " + std::to_string(outputs) + " outputs given a bias of " + std::to_string(b.size()) + " dims");
+    given_bias = as(value(fc.record.inputs[1]), dense(b));
+  }
   // Never a reference kernel: with its activations as post-ops, else alone (the activations
   // after it as primitives of their own), else ATen's linear. As a matmul where oneDNN runs
   // AVX-512 (linear_as_matmul: the store holds the weights as [I, O]), else an inner product.
@@ -55,8 +63,9 @@ void planner::linear(std::size_t index) {
     const auto pd = primitive(*with);
     if (!pd) continue;
     const std::size_t weights = constant(store_.weights[index], pd->weights_desc());
-    const std::size_t bias = constant(store_.biases[index], pd->weights_desc(1));  // [O] or, for a matmul, [1, O]
-    own_weights_.emplace_back(index, weights, bias);
+    const std::size_t bias = given_bias != no_slot ? view(pd->weights_desc(1), given_bias)  // [O] or, for a matmul, [1, O]
+                                                   : constant(store_.biases[index], pd->weights_desc(1));
+    own_weights_.emplace_back(index, weights, given_bias != no_slot ? no_slot : bias);
     const std::size_t out = add_slot(pd->dst_desc());
     const std::int64_t made = with->empty() ? fc.record.output : finished(with->back());
     slot_of_.at(static_cast<std::size_t>(made)) = view(dense(shaped), out);
@@ -68,19 +77,19 @@ void planner::linear(std::size_t index) {
   }
   // Dense [O, I] bytes: from the store's [I, O] as its transposed layout (ba) when it holds [I, O].
   const std::size_t weights = constant(store_.weights[index], as_matmul ? md({features, outputs}, f32, tag::ba) : md({outputs, features}, f32, tag::ab));
-  const std::size_t bias = constant(store_.biases[index], md({outputs}, f32, tag::a));
-  own_weights_.emplace_back(index, weights, bias);
+  const std::size_t bias = given_bias != no_slot ? given_bias : constant(store_.biases[index], md({outputs}, f32, tag::a));
+  own_weights_.emplace_back(index, weights, given_bias != no_slot ? no_slot : bias);
   define(fc.record.output, dense(shaped));
-  const dnnl::memory weight_memory = plan_.constants[weights], bias_memory = plan_.constants[bias];
+  const dnnl::memory weight_memory = plan_.constants[weights];
   auto run_linear = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
     c10::InferenceMode inference;
     const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), {rows, features}, at::kFloat);
     const at::Tensor w = at::from_blob(weight_memory.get_data_handle(), {outputs, features}, at::kFloat);
-    const at::Tensor b = at::from_blob(bias_memory.get_data_handle(), {outputs}, at::kFloat);
+    const at::Tensor b = at::from_blob(arguments.at(DNNL_ARG_BIAS).get_data_handle(), {outputs}, at::kFloat);
     at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), {rows, outputs}, at::kFloat).copy_(at::linear(x, w, b));
   };
-  call(dnnl::primitive(), {{DNNL_ARG_SRC, flat}, {DNNL_ARG_DST, value(fc.record.output)}}, md(), run_linear, "inner_product",
-       "aten::linear");
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, flat}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(fc.record.output)}}, md(), run_linear,
+       "inner_product", "aten::linear");
   for (std::size_t next : fused) run(next);
 }
 

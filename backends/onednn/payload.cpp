@@ -185,7 +185,9 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
     const std::optional<step_kind> kind = step_kind_named(record.op);
     if (!kind) fail(i, "unknown op '" + record.op + "' (a payload from a newer onednn backend?)");
     const std::size_t reads = record.inputs.size();
-    const bool two = *kind == step_kind::add || *kind == step_kind::mul || *kind == step_kind::matmul;
+    // A linear reads its bias as a second value when it has no bias key (computed in the call).
+    const bool two = *kind == step_kind::add || *kind == step_kind::mul || *kind == step_kind::matmul ||
+                     (*kind == step_kind::linear && record.bias.empty());
     if (*kind == step_kind::cat ? reads < 1 : reads != (two ? 2u : 1u))
       fail(i, "a " + record.op + " that reads " + std::to_string(reads) + " values");
     for (const std::int64_t id : record.inputs)

@@ -47,7 +47,9 @@ struct slice_parameters {
 /// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
 /// the one it makes, the parameters of its family (absent for the others), and the named-data
 /// keys of its weight and bias (convolution, linear, layer_norm; scale: its factor as the weight).
-/// A transpose is a permute.
+/// A transpose is a permute. A linear whose bias is computed in the call (Swin V2's, its keys'
+/// part zeroed in every call) reads it as its second input, its bias key empty; a build before
+/// that refuses such a payload at compile (it has no named data '').
 struct step_record {
   std::string op;
   std::vector<std::int64_t> inputs;

@@ -154,8 +154,17 @@ void emit_dropout(step_builder& builder, const torch::jit::Node* node) {  // eva
 
 void emit_linear(step_builder& builder, const torch::jit::Node* node) {
   const at::Tensor weight = builder.region().argument<at::Tensor>(node, "weight");
-  const auto bias = builder.region().argument<std::optional<at::Tensor>>(node, "bias");
   if (weight.dim() != 2) builder.base.reject(node, "a linear's weight must be 2-d");
+  if (!tk::known_at_lowering(node->input(2))) {  // a bias computed in the call: the step's second input
+    const auto sizes = tk::known_sizes(node->input(2));
+    if (!sizes || *sizes != std::vector<std::int64_t>{weight.size(0)})
+      builder.base.reject(node, "a linear's bias computed in the call must have the weight's " + std::to_string(weight.size(0)) +
+                                    " output features");
+    builder.add("linear", {builder.base.id(node->input(0)), builder.base.id(node->input(2))}, node->output()).weight =
+        builder.base.store_constant(weight);
+    return;
+  }
+  const auto bias = builder.region().argument<std::optional<at::Tensor>>(node, "bias");
   step_record& step = builder.add_unary("linear", node);
   step.weight = builder.base.store_constant(weight);
   step.bias = builder.base.store_constant(bias ? *bias : at::zeros({weight.size(0)}));

@@ -73,7 +73,7 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
         weight_memory = dnnl::memory(dense(dims(weight.sizes().begin(), weight.sizes().end())), cpu_engine(), weight.data_ptr());
       store->dense.push_back(weight);
       used.push_back(record.weight);
-      if (kind != step_kind::scale) {
+      if (kind != step_kind::scale && !(kind == step_kind::linear && record.bias.empty())) {  // else: computed in the call
         const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
         TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.dim() == 1 && bias.size(0) == weight.size(0), "onednn: region ",
                     context.method(), ": a ", record.op, " with weight ", weight.sizes(), " and bias ", bias.sizes());

@@ -145,9 +145,13 @@ bool supports_flatten(const torch::jit::Node* node) {
 bool supports_dropout(const torch::jit::Node* node) {  // eval mode: the identity
   return node->inputs().size() == 3 && tk::constant_is(node->input(2), false) && tk::float_sizes(node->input(0));
 }
+/// A linear with known weights; its bias known too, or a 1-d float tensor computed in the call
+/// (Swin V2's qkv bias, cloned and its keys' part zeroed in every call).
 bool supports_linear(const torch::jit::Node* node) {
-  return node->inputs().size() == 3 && tk::float_sizes(node->input(0)) && tk::known_at_lowering(node->input(1)) &&
-         tk::known_at_lowering(node->input(2));
+  if (node->inputs().size() != 3 || !tk::float_sizes(node->input(0)) || !tk::known_at_lowering(node->input(1))) return false;
+  if (tk::known_at_lowering(node->input(2))) return true;
+  const auto bias = tk::float_sizes(node->input(2));
+  return bias && bias->size() == 1;
 }
 bool supports_mul(const torch::jit::Node* node) {
   if (node->inputs().size() != 2) return false;

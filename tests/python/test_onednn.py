@@ -299,6 +299,38 @@ class Ops(unittest.TestCase):
             for got, want in zip(elsewhere(bigger), model(bigger)):
                 self.assertLess(relative_error(got, want), 1e-5)
 
+    def test_a_linear_whose_bias_is_computed_in_the_call(self):
+        # Swin V2's qkv: the bias cloned and its keys' third zeroed in every call. The clone and
+        # zero_ stay in TorchScript; the linear takes their result as a region input, and reads
+        # it in each call (a changed parameter changes the result), after the zero_.
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.qkv, self.proj = nn.Linear(32, 96), nn.Linear(96, 32)
+
+            def forward(self, x):
+                bias = self.qkv.bias.clone()
+                third = bias.numel() // 3
+                bias[third:2 * third].zero_()
+                return self.proj(torch.relu(F.linear(x, self.qkv.weight, bias)))
+
+        model = randomized(Model())
+        x = torch.rand(2, 49, 32)
+        low = lowered(model, x)
+        self.assertEqual(len(regions(low)), 1, kept(low))
+        self.assertEqual((regions(low)[0].node_count, regions(low)[0].kinds), (3, ["aten::linear", "aten::relu"]))
+        self.assertEqual(kept(low).get("aten::zero_"), "unsupported kind")
+        self.assertNotIn("aten::linear", kept(low))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+            for module in (low, model):
+                module.qkv.bias.add_(0.5)
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+            path = os.path.join(WORKDIR, f"onednn_given_bias_{os.getpid()}.pt")
+            low.save(path)
+            self.assertLess(relative_error(torch_delegate.load(path)(x), model(x)), 1e-5)
+            os.remove(path)
+
     def test_densenet_blocks_are_one_region(self):
         # DenseNet's dense block: a list of features grown by appends, each layer a cat of all of
         # them, then BatchNorm (after the cat: a depthwise 1x1 convolution), ReLU, convolutions;
