@@ -182,6 +182,32 @@ x = torch.rand(1, 6, 16, 16)
                           ("5 linear", "inner_product", "aten::linear")])
         self.assertIn(("6 activation", "eltwise"), [(e[2], e[3]) for e in plan])
 
+    COMPUTED_BIAS = """
+import torch.nn.functional as F
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+    def forward(self, x):
+        bias = self.qkv.bias.clone()
+        third = bias.numel() // 3
+        bias[third:2 * third].zero_()
+        return torch.relu(F.linear(x, self.qkv.weight, bias))
+torch.manual_seed(0)
+model = Model()
+x = torch.rand(2, 49, 32)
+"""
+
+    def test_a_linear_whose_bias_is_computed_in_the_call_on_each_path(self):
+        # Swin V2's qkv bias (test_onednn.py has the matmul oneDNN runs on AVX-512): at AVX2 an
+        # inner product, and where every kernel is "reference" ATen's linear, each reading the
+        # bias the call gives it (plan_of checks the result against eager's).
+        plan = self.plan_of(self.COMPUTED_BIAS)
+        self.assertIn(("0 linear", "inner_product"), [(e[2], e[3]) for e in plan])
+        self.assertEqual([e for e in plan if e[4].startswith("aten::")], [])
+        plan = self.plan_of(self.COMPUTED_BIAS, extra_env={"TD_ONEDNN_TREAT_AS_REFERENCE": "jit,gemm"})
+        self.assertIn(("0 linear", "inner_product", "aten::linear"), [(e[2], e[3], e[4]) for e in plan])
+
 
 class Query(unittest.TestCase):
     def test_regions_of_a_partial_lowering_and_the_error(self):
