@@ -65,16 +65,6 @@ import torch_delegate  # noqa: E402
 
 for backend in ("xnnpack", "onednn", "pointwise_fusion"):
     torch_delegate.load_backend(backend)
-# glibc's malloc keeps what LibTorch frees, as ONNX Runtime's arena keeps its memory: else a
-# model's TorchScript parts (and scripted, optimize_for_inference) fault their tensors in again
-# each call or not, by what the process happened to allocate before (bench/allocator.py).
-# TD_BENCH_GLIBC_DEFAULTS=1 leaves glibc as it is.
-if os.environ.get("TD_BENCH_GLIBC_DEFAULTS") == "1":
-    ALLOCATOR = "glibc's malloc as it is"
-elif torch_delegate.keep_freed_memory():
-    ALLOCATOR = "glibc's malloc after keep_freed_memory()"
-else:
-    ALLOCATOR = "the C library's malloc (not glibc: keep_freed_memory changed nothing)"
 RECIPE = ["onednn", "xnnpack", "pointwise_fusion"]
 
 
@@ -251,6 +241,16 @@ def main():
                           for run in runs)
         write(report_only(paths), f"Measured by bench/ort_models.py in {len(runs)} runs (full runs; bench/run runs it): {parts}.\n\n")
         return
+    # glibc's malloc keeps what LibTorch frees, as ONNX Runtime's arena keeps its memory: else a
+    # model's TorchScript parts (and scripted, optimize_for_inference) fault their tensors in again
+    # each call or not, by what the process happened to allocate before (bench/allocator.py).
+    # TD_BENCH_GLIBC_DEFAULTS=1 leaves glibc as it is. Not in --report: nothing runs there.
+    if os.environ.get("TD_BENCH_GLIBC_DEFAULTS") == "1":
+        allocator = "glibc's malloc as it is"
+    elif torch_delegate.keep_freed_memory():
+        allocator = "glibc's malloc after keep_freed_memory()"
+    else:
+        allocator = "the C library's malloc (not glibc: keep_freed_memory changed nothing)"
     names = option("--models", ",".join(models.CNNS + models.TRANSFORMERS)).split(",")
     workdir = os.path.join(build, "ort")
     os.makedirs(workdir, exist_ok=True)
@@ -265,9 +265,9 @@ def main():
         rows.append(row)
         print(name, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
     if option("--json"):
-        json.dump({"machine": isa(), "blas": blas, "allocator": ALLOCATOR, "ort": ort.version, "gemm_peak": peak, "commit": commit(),
+        json.dump({"machine": isa(), "blas": blas, "allocator": allocator, "ort": ort.version, "gemm_peak": peak, "commit": commit(),
                    "date": time.strftime('%Y-%m-%d'), "quick": quick, "rows": rows}, open(option("--json"), "w"), indent=1)
-    write(table(rows, ort, peak, isa(), blas, ALLOCATOR))
+    write(table(rows, ort, peak, isa(), blas, allocator))
 
 
 def commit():

@@ -29,7 +29,7 @@ void planner::linear(std::size_t index) {
   std::size_t given_bias = no_slot;
   if (fc.record.inputs.size() == 2) {
     const dims b = plan_.slots[value(fc.record.inputs[1])].dims();
-    if (b != dims{outputs}) refuse("a linear of " + std::to_string(outputs) + " outputs given a bias of " + std::to_string(b.size()) + " dims");
+    if (b != dims{outputs}) refuse("a linear of " + std::to_string(outputs) + " outputs given a bias of sizes " + c10::str(c10::IntArrayRef(b)));
     given_bias = as(value(fc.record.inputs[1]), dense(b));
   }
   // Never a reference kernel: with its activations as post-ops, else alone (the activations

@@ -49,7 +49,7 @@ struct slice_parameters {
 /// keys of its weight and bias (convolution, linear, layer_norm; scale: its factor as the weight).
 /// A transpose is a permute. A linear whose bias is computed in the call (Swin V2's, its keys'
 /// part zeroed in every call) reads it as its second input, its bias key empty; a build before
-/// that refuses such a payload at compile (it has no named data '').
+/// that refuses such a payload at compile ("a linear that reads 2 values").
 struct step_record {
   std::string op;
   std::vector<std::int64_t> inputs;
