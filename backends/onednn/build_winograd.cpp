@@ -57,6 +57,11 @@ bool cat_chain_enabled() {
   return enabled;
 }
 
+bool direct_outputs_enabled() {
+  static const bool enabled = !switched_off("TD_ONEDNN_DIRECT_OUTPUTS");
+  return enabled;
+}
+
 bool winograd_enabled() {
   static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_WINOGRAD");
   return enabled;

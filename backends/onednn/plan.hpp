@@ -80,6 +80,9 @@ bool sum_post_op_enabled();
 bool brgconv_between_reorders_enabled();
 /// Whether growing cats become views of one buffer (planner::cat_chain; TD_ONEDNN_CAT_CHAIN=0: oneDNN's concats).
 bool cat_chain_enabled();
+/// Whether a region's dense results are written by their primitives straight into the tensors the
+/// call returns (no copy at the end). TD_ONEDNN_DIRECT_OUTPUTS=0 turns it off.
+bool direct_outputs_enabled();
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
 /// on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its swish post-op
 /// is faster: EfficientNet-B0 6.2-6.4 ms against 6.6-6.7), and TD_ONEDNN_SILU not 0.
@@ -151,7 +154,11 @@ struct execution_plan {
   std::size_t scratchpad_offset = 0;
   std::vector<std::size_t> outputs;      // slots read out, in order
   std::vector<dims> output_dims;
-  std::vector<dnnl::primitive> output_reorders;  // slot -> a dense (row-major) tensor
+  std::vector<dnnl::primitive> output_reorders;  // slot -> a dense (row-major) tensor; empty where the output is direct
+  // Per slot: the output whose returned tensor holds its bytes (a direct output and the views of
+  // it; bound each call, as the inputs are), or no_slot: such a slot is not in the call's buffer.
+  std::vector<std::size_t> in_output;
+  std::vector<bool> output_direct;       // per output: written in place (in_output), not reordered
   std::vector<plan_implementation> implementations;  // per call, then per output reorder: the debug query
 };
 

@@ -60,16 +60,36 @@ std::shared_ptr<const execution_plan> planner::build() {
              ": oneDNN refused it: " + error.what());
     }
   }
+  plan_.in_output.assign(plan_.slots.size(), no_slot);
   for (std::int64_t index : region_.outputs) {
     const std::size_t slot = value(index);
     const dims d = plan_.slots[slot].dims();
+    const std::size_t k = plan_.outputs.size();
     plan_.outputs.push_back(slot);
     plan_.output_dims.push_back(d);
+    // Direct: a dense result whose bytes are all of a buffer of the call's own (not an input's or
+    // a weight's, none of another output's, not empty; the result itself or a view of all of it,
+    // as a linear's [rows, O] seen as [1, rows, O]) is written where the call returns it; else it
+    // is copied there at the end.
+    const std::size_t whole = root(slot);
+    const bool direct = direct_outputs_enabled() && whole >= static_cast<std::size_t>(region_.inputs) &&
+                        !plan_.constants[whole] && plan_.in_output[whole] == no_slot && plan_.slots[slot] == dense(d) &&
+                        plan_.slots[slot].get_size() > 0 &&
+                        (whole == slot || (plan_.alias_offsets[slot] == 0 && plan_.slots[whole].get_size() == plan_.slots[slot].get_size()));
+    plan_.output_direct.push_back(direct);
+    if (direct) {
+      plan_.in_output[whole] = k;
+      plan_.output_reorders.emplace_back();
+      continue;
+    }
     plan_.output_reorders.emplace_back(
         dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), dense(d))));
-    record(plan_.output_reorders.back(), "output " + std::to_string(plan_.outputs.size() - 1));
+    record(plan_.output_reorders.back(), "output " + std::to_string(k));
     last_use_[root(slot)] = plan_.calls.size();  // read after the last call
   }
+  for (std::size_t slot = 0; slot < plan_.slots.size(); ++slot)  // the views of a direct output are in its tensor
+    if (plan_.aliases[slot] != no_slot && plan_.in_output[plan_.aliases[slot]] != no_slot)
+      plan_.in_output[slot] = plan_.in_output[plan_.aliases[slot]];
   place();
   for (const auto& [index, weights, bias] : own_weights_) {  // later plans reorder from these
     store_.weights[index] = plan_.constants[weights];
@@ -241,7 +261,7 @@ void planner::place() {
   const auto inputs = static_cast<std::size_t>(region_.inputs);
   plan_.lives.assign(plan_.slots.size(), {});
   for (std::size_t slot = inputs; slot < plan_.slots.size(); ++slot)
-    if (!plan_.constants[slot] && plan_.aliases[slot] == no_slot)
+    if (!plan_.constants[slot] && plan_.aliases[slot] == no_slot && plan_.in_output[slot] == no_slot)
       plan_.lives[slot] = {plan_.slots[slot].get_size(), first_use_[slot], last_use_[slot]};
   const buffer_layout layout = lay_out_buffer(plan_.lives);
   plan_.offsets = layout.offsets;

@@ -36,6 +36,8 @@ call_context::call_context(const execution_plan& plan, std::size_t inputs)
       memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);
     else if (plan.constants[slot])
       memory[slot] = plan.constants[slot];
+    else if (plan.in_output[slot] != no_slot)
+      memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);  // in a returned tensor: bound per call
     else if (plan.aliases[slot] != no_slot && plan.aliases[slot] < inputs)
       memory[slot] = dnnl::memory(plan.slots[slot], cpu_engine(), DNNL_MEMORY_NONE);  // a view of an input: bound per call
     else if (plan.aliases[slot] != no_slot)
@@ -141,9 +143,19 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch
     }
   }
   if (!context) context = std::make_unique<call_context>(*plan, given.size());
+  // The returned tensors of the direct outputs, made first: their primitives write into them.
+  std::vector<at::Tensor> results(plan->outputs.size());
+  for (std::size_t k = 0; k < plan->outputs.size(); ++k)
+    if (plan->output_direct[k])
+      results[k] = at::empty(plan->output_dims[k], at::kFloat);
   for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
     const std::size_t input = slot < given.size() ? slot : plan->aliases[slot];
-    if (input < given.size()) context->memory[slot].set_data_handle(given[input].data_ptr());
+    if (input < given.size()) {
+      context->memory[slot].set_data_handle(given[input].data_ptr());
+    } else if (plan->in_output[slot] != no_slot) {
+      const std::size_t view_offset = plan->aliases[slot] == no_slot ? 0 : plan->alias_offsets[slot];
+      context->memory[slot].set_data_handle(static_cast<std::uint8_t*>(results[plan->in_output[slot]].data_ptr()) + view_offset);
+    }
   }
   const dnnl::engine& engine = cpu_engine();
   thread_local dnnl::stream stream(cpu_engine());
@@ -161,6 +173,10 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch
   const std::vector<dnnl::memory>& memory = context->memory;
   std::vector<c10::IValue> outputs;
   for (std::size_t k = 0; k < plan->outputs.size(); ++k) {
+    if (results[k].defined()) {  // written in place
+      outputs.emplace_back(std::move(results[k]));
+      continue;
+    }
     at::Tensor out = at::empty(plan->output_dims[k], at::kFloat);
     dnnl::memory to(dense(plan->output_dims[k]), engine, out.data_ptr());
     plan->output_reorders[k].execute(stream, {{DNNL_ARG_FROM, memory[plan->outputs[k]]}, {DNNL_ARG_TO, to}});

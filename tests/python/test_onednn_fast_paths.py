@@ -725,6 +725,100 @@ class MultiheadAttentionCalls(unittest.TestCase):
         self.assertLess(relative_error(given.grad, want.grad), 1e-5)
 
 
+class DirectOutputs(unittest.TestCase):
+    """A region's dense result is written by its primitive into the tensor the call returns, with
+    no copy at the end (planner::build; TD_ONEDNN_DIRECT_OUTPUTS=0: copied)."""
+
+    class TwoResults(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(48, 32), nn.Linear(48, 16)
+
+        def forward(self, x):
+            y = self.a(x)
+            return y, torch.relu(self.b(x)), torch.relu(y)  # y is returned and read again
+
+    class WithAView(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(48, 32)
+
+        def forward(self, x):
+            y = self.a(x)
+            return y, y.reshape(-1)  # two results in the same bytes
+
+    def output_steps(self, module):
+        return [step for step, _, _ in plan(module) if step.startswith("output")]
+
+    def test_results_are_written_in_place_fresh_each_call(self):
+        torch.manual_seed(0)
+        model = self.TwoResults().eval()
+        x = torch.rand(1, 7, 48)  # a linear's [7, 32] result seen as [1, 7, 32]: a view of all of its bytes
+        low = lowered(model, x)
+        self.assertEqual(len(regions(low)), 1)
+        with torch.no_grad():
+            first = low(x)
+            # Planned at the first call: its linears (as matmuls, or inner products on AVX2), no copies.
+            self.assertEqual(self.output_steps(low), [], plan(low))
+            self.assertEqual(sum(step.endswith(" linear") for step, _, _ in plan(low)), 2, plan(low))
+            kept_first = [t.clone() for t in first]
+            second = low(x + 1)  # a new call must not write over what the first returned
+            for got, want in zip(first, model(x)):
+                self.assertLess(relative_error(got, want), 1e-5)
+            for got, before in zip(first, kept_first):
+                self.assertTrue(torch.equal(got, before))
+            for got, want in zip(second, model(x + 1)):
+                self.assertLess(relative_error(got, want), 1e-5)
+            self.assertTrue(all(a.data_ptr() != b.data_ptr() for a, b in zip(first, second)))
+
+    def test_two_results_in_the_same_bytes_are_two_tensors(self):
+        torch.manual_seed(0)
+        model = self.WithAView().eval()
+        x = torch.rand(5, 48)
+        low = lowered(model, x)
+        with torch.no_grad():
+            y, flat = low(x)
+            self.assertEqual(self.output_steps(low), ["output 1"], plan(low))  # the first in place, the second copied
+            want = model(x)[0]
+            self.assertNotEqual(y.data_ptr(), flat.data_ptr())  # a region's results are never aliases of each other
+            y.add_(1)
+            self.assertLess(relative_error(flat, want.reshape(-1)), 1e-5)
+
+    def test_concurrent_calls_each_get_their_own_results(self):
+        torch.manual_seed(0)
+        model = self.TwoResults().eval()
+        x = torch.rand(1, 7, 48)
+        low = lowered(model, x)
+        inputs = [torch.rand(1, 7, 48) for _ in range(8)]
+        failures = []
+
+        def run(offset):
+            with torch.no_grad():
+                for k in range(40):
+                    given = inputs[(offset + k) % len(inputs)]
+                    if any(relative_error(g, w) > 1e-5 for g, w in zip(low(given), model(given))):
+                        failures.append((offset, k))
+
+        import threading
+        threads = [threading.Thread(target=run, args=(offset,)) for offset in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(failures, [])
+
+    def test_the_switch_copies_them_again(self):
+        script = ("import sys, torch, torch.nn as nn, torch_delegate; torch.ops.load_library(sys.argv[1]);"
+                  "m = nn.Linear(48, 32).eval(); x = torch.rand(1, 7, 48);"
+                  "low = torch_delegate.lower(torch.jit.script(m), 'onednn', partial=True, example_inputs=(x,));"
+                  "assert (low(x) - m(x)).abs().max() < 1e-4;"
+                  "print([s for _, _, s, _, _ in torch.ops.torch_delegate_onednn.plan_implementations(low._c) if s.startswith('output')])")
+        got = {setting: subprocess.run([sys.executable, "-c", script, LIBRARY], capture_output=True, text=True, check=True,
+                                       env=dict(os.environ, TD_ONEDNN_DIRECT_OUTPUTS=setting)).stdout.strip()
+               for setting in ("1", "0")}
+        self.assertEqual(got, {"1": "[]", "0": "['output 0']"})
+
+
 class SavedByAnEarlierMain(unittest.TestCase):
     def test_payload_version_2_loads_and_runs(self):
         # Saved at 278b26d (tests/data/README.md): steps of every kind version 2 had, a 3x3
