@@ -160,29 +160,30 @@ def model_flops(model, x):
     return sum(event.flops for event in profile.key_averages())
 
 
-def gemm_peak():
+def gemm_peak(rounds=4):
     """The machine's measured matrix-product peak (GFLOP/s), what a perfect GEMM-bound model would
-    reach: a 2048^3 float product on this process's threads, best of 5, run two ways, LibTorch's
-    mm on its BLAS and a Linear lowered to onednn (oneDNN's matmul); the faster is the peak. (The
-    BLAS alone understates it where that BLAS has no kernel for the ISA: OpenBLAS 0.3.21 runs
-    AVX2 kernels on a Zen 5.)"""
+    reach: a 2048^3 float product on this process's threads, run two ways, LibTorch's mm on its
+    BLAS and a Linear lowered to onednn (oneDNN's matmul); the faster is the peak. (The BLAS
+    alone understates it where that BLAS has no kernel for the ISA: OpenBLAS 0.3.21 runs AVX2
+    kernels on a Zen 5.) Each way's best call of `rounds` rounds of 5, the ways alternating: a
+    slow phase of the machine (seconds long here) must not decide the figure."""
     a, b = torch.rand(2048, 2048), torch.rand(2048, 2048)
-    rates = {"blas": best_rate(lambda: a @ b)}
+    products = {"blas": lambda: a @ b}
     linear = torch.nn.Linear(2048, 2048, bias=False).eval()
     try:
         lowered = torch_delegate.lower(torch.jit.script(linear), ["onednn"], partial=True, example_inputs=(a,))
-        with torch.no_grad():
-            if torch_delegate.report(lowered).methods[0].regions:
-                rates["onednn"] = best_rate(lambda: lowered(a))
+        if torch_delegate.report(lowered).methods[0].regions:
+            products["onednn"] = lambda: lowered(a)
     except RuntimeError as error:  # the onednn backend not built or not available: the BLAS's rate alone
         print(f"ort_models: oneDNN's GEMM rate is not measured: {str(error).splitlines()[0]}", file=sys.stderr)
-    return rates
-
-
-def best_rate(product):
-    """GFLOP/s of the fastest of 5 calls (after one) of a 2048^3 product."""
-    product()
-    return 2 * 2048 ** 3 / min(timed_once(product) for _ in range(5)) / 1e9
+    best = {way: math.inf for way in products}
+    with torch.no_grad():
+        for product in products.values():
+            product()
+        for _ in range(rounds):
+            for way, product in products.items():
+                best[way] = min(best[way], *(timed_once(product) for _ in range(5)))
+    return {way: 2 * 2048 ** 3 / seconds / 1e9 for way, seconds in best.items()}
 
 
 def peak_of(saved):
