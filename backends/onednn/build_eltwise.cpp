@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace onednn_delegate {
@@ -68,6 +69,40 @@ void planner::eltwise(std::size_t index) {
     call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
     in = out;
   }
+}
+
+/// F.normalize(x, dim=-1) (Swin V2's cosine attention, of its queries and keys): each row of the
+/// last dimension divided by the larger of its 2-norm and eps, as ATen does, on a loop of ours
+/// over rows (oneDNN 2.6 has no such primitive; its reduction and a binary division would be two
+/// passes and a buffer between). A strided input (a view of the qkv linear's result) is made
+/// dense first.
+void planner::normalize(std::size_t index) {
+  const compiled_step& normalized = step(index);
+  std::size_t in = value(normalized.record.inputs[0]);
+  const dims d = plan_.slots[in].dims();
+  if (plan_.slots[in] != dense(d)) in = as(in, dense(d));
+  define(normalized.record.output, dense(d));
+  const std::int64_t width = d.back();
+  std::int64_t rows = 1;
+  for (std::size_t k = 0; k + 1 < d.size(); ++k) rows *= d[k];
+  const auto eps = static_cast<float>(normalized.record.factor.value_or(0.0));
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(normalized.record.output)}}, md(),
+       [=](const std::unordered_map<int, dnnl::memory>& bound) {
+         const auto* x = static_cast<const float*>(bound.at(DNNL_ARG_SRC).get_data_handle());
+         auto* y = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
+         at::parallel_for(0, rows, std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(width, 1)),
+                          [&](std::int64_t first, std::int64_t last) {
+                            for (std::int64_t r = first; r < last; ++r) {
+                              const float* row = x + r * width;
+                              float* out = y + r * width;
+                              float squares = 0.f;
+                              for (std::int64_t k = 0; k < width; ++k) squares += row[k] * row[k];
+                              const float norm = std::max(std::sqrt(squares), eps);
+                              for (std::int64_t k = 0; k < width; ++k) out[k] = row[k] / norm;
+                            }
+                          });
+       },
+       "normalize", "normalize:any");
 }
 
 /// A SiLU on our kernel (silu.hpp) of the value in slot `in`: elementwise over its bytes from their

@@ -33,6 +33,13 @@ struct chunk_split {
 };
 /// A chunk's parts when its sizes are known and its only reader is the prim::ListUnpack of all of them.
 std::optional<chunk_split> chunk_parts(const torch::jit::Node* node);
+/// Whether a tensor of sizes `from` broadcasts to `to` without growing `to` (numpy's rule, from the
+/// last dimension: each of `from`'s is `to`'s or 1; fewer dimensions count as leading ones).
+bool broadcasts_to(const std::vector<std::int64_t>& from, const std::vector<std::int64_t>& to);
+/// F.normalize(x, dim=-1) as TorchScript runs it, `x / x.norm(2, [-1], True).clamp_min(eps).expand_as(x)`,
+/// ending in the div `node`: eps when it is (x a float tensor of known sizes, each of norm,
+/// clamp_min and expand_as read by the next alone), else nothing.
+std::optional<double> normalize_eps(const torch::jit::Node* node);
 
 // preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
 void emit_convolution(step_builder& builder, const torch::jit::Node* node);

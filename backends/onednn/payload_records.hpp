@@ -66,7 +66,7 @@ struct step_record {
   std::optional<std::vector<std::int64_t>> reshape_sizes;  // reshape: the sizes it makes (all known)
   std::optional<slice_parameters> slice;
   std::optional<std::int64_t> softmax_dim;                  // softmax: the dimension (not negative)
-  std::optional<double> factor;                             // scale_by: times this number
+  std::optional<double> factor;                             // scale_by: times this number; normalize: the least norm (eps)
 };
 
 /// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it

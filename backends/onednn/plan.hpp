@@ -232,6 +232,7 @@ class planner {
   void post_op_alone(std::size_t index);
   void binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made);
   void mul(std::size_t index);
+  void normalize(std::size_t index);  // F.normalize(x, dim=-1), on a kernel of ours
   /// Whether mul step `index` (a of [1, C, H, W] times b of [1, C, 1, 1]) is left to the one
   /// convolution that reads it, as weights scaled by b (scaled_input_).
   bool mul_into_weights(std::size_t index, std::size_t a, std::size_t b);

@@ -157,6 +157,7 @@ void planner::run_step(std::size_t index) {
       return binary(dnnl::algorithm::binary_add, value(inputs[0]), value(inputs[1]), post_ops, finished(index));
     }
     case step_kind::mul: return mul(index);
+    case step_kind::normalize: return normalize(index);
     case step_kind::scale: return scale(index);
     case step_kind::max_pool2d: return max_pool(index);
     case step_kind::global_avg_pool2d: return global_avg_pool(index);

@@ -183,10 +183,21 @@ void emit_mul(step_builder& builder, const torch::jit::Node* node) {
     builder.add("scale", {builder.base.id(node->input(side))}, node->output()).weight = builder.base.store_constant(by);
     return;
   }
-  // The full-shape operand first: oneDNN broadcasts the second.
+  // The full-shape operand first: oneDNN broadcasts the second, given with as many dimensions
+  // (leading ones: a reshape, a view).
   const auto a = tk::known_sizes(node->input(0)), b = tk::known_sizes(node->input(1));
-  const bool swap = a && b && (*a)[2] == 1 && (*a)[3] == 1 && ((*b)[2] != 1 || (*b)[3] != 1);
-  builder.add("mul", {builder.base.id(node->input(swap ? 1 : 0)), builder.base.id(node->input(swap ? 0 : 1))}, node->output());
+  if (!a || !b) builder.base.reject(node, "a mul of two tensors needs their sizes");
+  const bool swap = !broadcasts_to(*b, *a);
+  const std::vector<std::int64_t>& full = swap ? *b : *a;
+  std::vector<std::int64_t> by = swap ? *a : *b;
+  std::int64_t second = builder.base.id(node->input(swap ? 0 : 1));
+  if (by.size() < full.size()) {
+    by.insert(by.begin(), full.size() - by.size(), 1);
+    step_record& widened = builder.add_unnamed("reshape", {second});
+    widened.reshape_sizes = by;
+    second = widened.output;
+  }
+  builder.add("mul", {builder.base.id(node->input(swap ? 1 : 0)), second}, node->output());
 }
 
 void emit_cat(step_builder& builder, const torch::jit::Node* node) {
@@ -197,6 +208,10 @@ void emit_cat(step_builder& builder, const torch::jit::Node* node) {
 
 void emit_div(step_builder& builder, const torch::jit::Node* node) {  // by a number: times its inverse
   if (tk::known_value(node->output())) return;  // a number known at lowering
+  if (const std::optional<double> eps = normalize_eps(node)) {  // F.normalize(x, dim=-1): its norm, clamp_min, expand_as emit nothing
+    builder.add_unary("normalize", node).factor = *eps;
+    return;
+  }
   builder.add_unary("scale_by", node).factor = 1.0 / known_in_region(builder, node, tk::known_number(node->input(1)), "the divisor");
 }
 

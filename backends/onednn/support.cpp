@@ -153,6 +153,17 @@ bool supports_linear(const torch::jit::Node* node) {
   const auto bias = tk::float_sizes(node->input(2));
   return bias && bias->size() == 1;
 }
+/// The one node that reads `node`'s output (once), or nullptr.
+const torch::jit::Node* only_reader(const torch::jit::Node* node) {
+  const auto& uses = node->output()->uses();
+  return node->outputs().size() == 1 && uses.size() == 1 ? uses[0].user : nullptr;
+}
+/// A norm, clamp_min or expand_as of F.normalize: the pattern's div reads it (normalize_eps).
+bool supports_normalize_part(const torch::jit::Node* node) {
+  const torch::jit::Node* div = node;
+  for (int hops = 0; hops < 3 && div && !tk::is(div, "aten::div"); ++hops) div = only_reader(div);
+  return div && tk::is(div, "aten::div") && normalize_eps(div).has_value();
+}
 bool supports_mul(const torch::jit::Node* node) {
   if (node->inputs().size() != 2) return false;
   // Times a tensor known at lowering (a layer scale), broadcast to the other operand's shape.
@@ -169,15 +180,12 @@ bool supports_mul(const torch::jit::Node* node) {
     }
     if (fits) return true;
   }
-  // Two 4-d float tensors of known sizes: one shape, or one of them [N, C, 1, 1] (a squeeze-excitation's scale).
+  // Two float tensors of known sizes, one broadcast to the other's (a squeeze-excitation's
+  // [N, C, 1, 1] scale; Swin V2's logit scale, [heads, 1, 1] computed in the call, times its
+  // [windows, heads, n, n] attention).
   if (!tk::is_tensor(node->input(1))) return false;
-  const auto a = tk::known_sizes(node->input(0)), b = tk::known_sizes(node->input(1));
-  if (!a || !b || a->size() != 4 || b->size() != 4 || !float_4d_or_unknown(node->input(0)) || !float_4d_or_unknown(node->input(1)))
-    return false;
-  auto scale_of = [](const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& s) {
-    return s[0] == x[0] && s[1] == x[1] && s[2] == 1 && s[3] == 1;
-  };
-  return *a == *b || scale_of(*a, *b) || scale_of(*b, *a);
+  const auto a = tk::float_sizes(node->input(0)), b = tk::float_sizes(node->input(1));
+  return a && b && (broadcasts_to(*b, *a) || broadcasts_to(*a, *b));
 }
 bool supports_cat(const torch::jit::Node* node) {  // 4-d float tensors along the channels, listed in the region
   const torch::jit::Node* list = node->input(0)->node();
@@ -291,12 +299,42 @@ bool supports_mean(const torch::jit::Node* node) {
 }
 bool supports_mul_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_mul(node) || supports_scale_by(node); }
 bool supports_div_any(const torch::jit::Node* node) {
-  return tk::is_tensor(node->output()) ? supports_scale_by(node) : supports_known_scalar(node);
+  if (!tk::is_tensor(node->output())) return supports_known_scalar(node);
+  return supports_scale_by(node) || normalize_eps(node).has_value();
 }
 bool supports_add_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_add(node); }
 bool supports_list_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_list(node); }
 
 }  // namespace
+
+bool broadcasts_to(const std::vector<std::int64_t>& from, const std::vector<std::int64_t>& to) {
+  if (from.size() > to.size()) return false;
+  for (std::size_t k = 1; k <= from.size(); ++k)
+    if (from[from.size() - k] != 1 && from[from.size() - k] != to[to.size() - k]) return false;
+  return true;
+}
+
+std::optional<double> normalize_eps(const torch::jit::Node* node) {
+  if (!tk::is(node, "aten::div") || node->inputs().size() != 2 || !tk::is_tensor(node->input(1))) return std::nullopt;
+  const torch::jit::Value* x = node->input(0);
+  const auto sizes = tk::float_sizes(x);
+  const torch::jit::Node* expand = node->input(1)->node();
+  if (!sizes || !tk::is(expand, "aten::expand_as") || expand->input(1) != x || expand->output()->uses().size() != 1) return std::nullopt;
+  const torch::jit::Node* clamp = expand->input(0)->node();
+  if (!tk::is(clamp, "aten::clamp_min") || clamp->inputs().size() != 2 || clamp->output()->uses().size() != 1) return std::nullopt;
+  const std::optional<double> eps = tk::constant_double(clamp->input(1));
+  const torch::jit::Node* norm = clamp->input(0)->node();
+  // norm.ScalarOpt_dim(self, p, dim, keepdim): the 2-norm over the last dimension, kept.
+  if (!eps || *eps < 0 || !tk::is(norm, "aten::norm") || norm->inputs().size() != 4 || norm->input(0) != x ||
+      norm->output()->uses().size() != 1 || tk::constant_double(norm->input(1)) != std::optional<double>(2.0) ||
+      !tk::constant_of(norm->input(3)) || !tk::constant_of(norm->input(3))->isBool() || !tk::constant_of(norm->input(3))->toBool())
+    return std::nullopt;
+  const auto dim = tk::known_ints(norm->input(2));  // [-1], a prim::ListConstruct the region computes
+  if (!computed_in_region(norm->input(2))) return std::nullopt;
+  const auto last = static_cast<std::int64_t>(sizes->size()) - 1;
+  if (!dim || dim->size() != 1 || ((*dim)[0] != -1 && (*dim)[0] != last)) return std::nullopt;
+  return eps;
+}
 
 const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
   static const tk::op_table<step_builder> table = [] {
@@ -318,6 +356,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
         .add("aten::linear", supports_linear, emit_linear)
         .add("aten::mul", supports_mul_any, emit_mul)
         .add("aten::div", supports_div_any, emit_div)
+        .add({"aten::norm", "aten::clamp_min", "aten::expand_as"}, supports_normalize_part, emit_nothing)  // read by the div
         .add("aten::cat", supports_cat, emit_cat)
         .add("prim::ListConstruct", supports_list_any, emit_nothing)  // read by its cat, or known at lowering
         // The views and attention (payload version 3), and the numbers their sizes are computed from.

@@ -147,7 +147,11 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
   };
   for (std::size_t i = 0; i < regions.size(); ++i) {
     const region& formed = regions[i];
-    for (torch::jit::Node* read : formed.hoisted) read->moveBefore(formed.nodes.front());
+    for (torch::jit::Node* read : formed.hoisted) {
+      read->moveBefore(formed.nodes.front());
+      for (torch::jit::Value* input : read->inputs())  // a constant a moved node reads (math.log(100.0)) goes first
+        if (input->node()->kind() == c10::prim::Constant && read->isBefore(input->node())) input->node()->moveBefore(read);
+    }
     // A constant it reads may sit after its first node (constants are placed freely, and a
     // folded list sits where its ListConstruct was): moved before it, so that the call's
     // arguments and, with fallback, the region's own nodes in the else branch see it defined.

@@ -221,6 +221,15 @@ struct partitioner {
     }
   }
 
+  /// Whether `node` reads no value the run's nodes make nor one a passed node makes (made before
+  /// the run began, an attribute read, a constant, or made by a node moved before the run's call).
+  static bool reads_nothing_of(const torch::jit::Node* node, const std::vector<torch::jit::Node*>& run,
+                               const std::unordered_set<const torch::jit::Value*>& passed) {
+    return std::none_of(node->inputs().begin(), node->inputs().end(), [&](const torch::jit::Value* input) {
+      return passed.count(input) > 0 || std::find(run.begin(), run.end(), input->node()) != run.end();
+    });
+  }
+
   /// Whether a run may continue past `node`, which stays in TorchScript: later nodes that do not
   /// use its values then join the run and are called before it. Only a node without effects may
   /// be passed (no side effects, no writes, nothing written to later, no nested blocks), so the
@@ -233,7 +242,7 @@ struct partitioner {
 
   void partition(torch::jit::Block* block, int depth) {
     std::vector<torch::jit::Node*> run;
-    std::vector<torch::jit::Node*> reads;              // attribute reads since the run began
+    std::vector<torch::jit::Node*> reads;              // attribute reads since the run began, and nodes hoisted with them
     std::unordered_set<const torch::jit::Value*> passed;  // made by nodes the run passed, or from them
     auto restart = [&] {
       close(run, reads, depth);
@@ -261,6 +270,13 @@ struct partitioner {
       if (auto refused = refusal(node)) {
         keep(node, refused->first, std::move(refused->second), depth);
         if (!run.empty() && can_pass(node)) {
+          if (reads_nothing_of(node, run, passed)) {
+            // From what was made before the run alone (Swin V2's `clamp(self.logit_scale).exp()`
+            // after its queries' norm): it moves before the region's call with the attribute
+            // reads, and the run goes on, the nodes that read it too.
+            reads.push_back(node);
+            continue;
+          }
           // The run goes on past it; what it makes cannot join the run.
           for (const torch::jit::Value* output : node->outputs()) passed.insert(output);
           continue;
