@@ -233,5 +233,7 @@ TEST_CASE("partial lowering: a registered backend's lowering is found by name, p
   spec.insert("forward", found->default_spec());
   torch::jit::Module lowered = torch_delegate::detail::lower_methods(*found, module, spec, false, nullptr);
   const at::Tensor x = torch::randn({3}), h = torch::randn({3});
-  CHECK(lowered.forward({x, h}).toTensor().allclose(x));
+  // Against the module, not x: (x + h) - h is x only up to rounding, which fails allclose where an
+  // element of x is near 0 (a flaky check before).
+  CHECK(lowered.forward({x, h}).toTensor().allclose(module.forward({x, h}).toTensor()));
 }

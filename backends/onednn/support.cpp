@@ -412,6 +412,18 @@ bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> regi
           if (!inside.count(use.user)) return false;
     for (const torch::jit::Value* input : node->inputs())
       if (number(input) && !inside.count(input->node()) && !tk::is_any(input->node(), {"prim::Constant", "prim::GetAttr"})) return false;
+    // F.normalize's four nodes are one step: all in the region or none (an earlier backend of a
+    // priority list may have taken some of them).
+    if (tk::is_any(node, {"aten::norm", "aten::clamp_min", "aten::expand_as", "aten::div"})) {
+      const torch::jit::Node* div = node;
+      for (int hops = 0; hops < 3 && div && !tk::is(div, "aten::div"); ++hops) div = only_reader(div);
+      if (div && tk::is(div, "aten::div") && normalize_eps(div)) {
+        const torch::jit::Node* expand = div->input(1)->node();
+        const torch::jit::Node* clamp = expand->input(0)->node();
+        for (const torch::jit::Node* part : std::initializer_list<const torch::jit::Node*>{div, expand, clamp, clamp->input(0)->node()})
+          if (!inside.count(part)) return false;
+      }
+    }
   }
   return true;
 }

@@ -27,8 +27,8 @@ namespace torch_delegate::detail {
 /// left outside: any path between two of its nodes stays inside it.
 struct region {
   std::vector<torch::jit::Node*> nodes;
-  // Attribute reads among the nodes, and kept nodes that read only what was made before the
-  // region's first node (a parameter's clamp and exp): moved before the region's call.
+  // Attribute reads among the nodes, and kept nodes computed from attributes and constants
+  // alone (a parameter's clamp and exp): moved before the region's call.
   std::vector<torch::jit::Node*> hoisted;
   std::vector<torch::jit::Value*> inputs;   // made outside, constants excepted, in order of first use
   std::vector<torch::jit::Value*> outputs;  // made inside, used outside

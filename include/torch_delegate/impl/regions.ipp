@@ -221,12 +221,14 @@ struct partitioner {
     }
   }
 
-  /// Whether `node` reads no value the run's nodes make nor one a passed node makes (made before
-  /// the run began, an attribute read, a constant, or made by a node moved before the run's call).
-  static bool reads_nothing_of(const torch::jit::Node* node, const std::vector<torch::jit::Node*>& run,
-                               const std::unordered_set<const torch::jit::Value*>& passed) {
-    return std::none_of(node->inputs().begin(), node->inputs().end(), [&](const torch::jit::Value* input) {
-      return passed.count(input) > 0 || std::find(run.begin(), run.end(), input->node()) != run.end();
+  /// Whether every value `node` reads is a constant, an attribute read or made from those alone
+  /// by kept nodes (`from_attributes`): nothing a run made, nothing computed from the method's
+  /// inputs. (Not any value made before the run: pointwise_fusion's regions, one iteration space
+  /// each, would then take ShuffleNetV2's two branches, 56x56 and 28x28, as one.)
+  static bool reads_attributes_alone(const torch::jit::Node* node, const std::unordered_set<const torch::jit::Value*>& from_attributes) {
+    return std::all_of(node->inputs().begin(), node->inputs().end(), [&](const torch::jit::Value* input) {
+      const torch::jit::Node* maker = input->node();
+      return maker->kind() == c10::prim::Constant || maker->kind() == c10::prim::GetAttr || from_attributes.count(input) > 0;
     });
   }
 
@@ -244,9 +246,12 @@ struct partitioner {
     std::vector<torch::jit::Node*> run;
     std::vector<torch::jit::Node*> reads;              // attribute reads since the run began, and nodes hoisted with them
     std::unordered_set<const torch::jit::Value*> passed;  // made by nodes the run passed, or from them
+    std::unordered_set<const torch::jit::Value*> from_attributes;  // made by kept nodes from attributes and constants alone
+    std::unordered_set<const torch::jit::Value*> hoisted_here;     // made by the kept nodes hoisted before this run's call
     auto restart = [&] {
       close(run, reads, depth);
       passed.clear();
+      hoisted_here.clear();
     };
     for (torch::jit::Node* node : block->nodes()) {
       if (node->kind() == c10::prim::Constant) continue;  // cloned into each region that reads it, or passed in
@@ -269,11 +274,14 @@ struct partitioner {
       }
       if (auto refused = refusal(node)) {
         keep(node, refused->first, std::move(refused->second), depth);
+        if (run.empty() && can_pass(node) && reads_attributes_alone(node, from_attributes))
+          for (const torch::jit::Value* output : node->outputs()) from_attributes.insert(output);  // a later run may hoist its readers
         if (!run.empty() && can_pass(node)) {
-          if (reads_nothing_of(node, run, passed)) {
-            // From what was made before the run alone (Swin V2's `clamp(self.logit_scale).exp()`
-            // after its queries' norm): it moves before the region's call with the attribute
-            // reads, and the run goes on, the nodes that read it too.
+          if (reads_attributes_alone(node, from_attributes)) {
+            // Computed from attributes and constants alone (Swin V2's `clamp(self.logit_scale)
+            // .exp()` after its queries' norm): it moves before the region's call with the
+            // attribute reads, and the run goes on, the nodes that read it too.
+            for (const torch::jit::Value* output : node->outputs()) from_attributes.insert(output), hoisted_here.insert(output);
             reads.push_back(node);
             continue;
           }
@@ -287,7 +295,14 @@ struct partitioner {
       }
       const bool uses_passed = std::any_of(node->inputs().begin(), node->inputs().end(),
                                            [&](const torch::jit::Value* input) { return passed.count(input) > 0; });
-      if (uses_passed) restart();  // it must run after a node the run passed: a new run begins with it
+      // A node that reads a hoisted value and nothing the run made would start a chain of its own
+      // in the region (Swin V2's bias MLP on its table beside the block's tokens; pointwise_fusion's
+      // regions are one iteration space): a new run begins with it, as before hoisting.
+      const bool detached =
+          std::any_of(node->inputs().begin(), node->inputs().end(), [&](const torch::jit::Value* input) { return hoisted_here.count(input) > 0; }) &&
+          std::none_of(node->inputs().begin(), node->inputs().end(),
+                       [&](const torch::jit::Value* input) { return std::find(run.begin(), run.end(), input->node()) != run.end(); });
+      if (uses_passed || detached) restart();  // it must run after a node the run passed: a new run begins with it
       run.push_back(node);
     }
     restart();
