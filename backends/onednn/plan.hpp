@@ -158,7 +158,6 @@ struct execution_plan {
   // Per slot: the output whose returned tensor holds its bytes (a direct output and the views of
   // it; bound each call, as the inputs are), or no_slot: such a slot is not in the call's buffer.
   std::vector<std::size_t> in_output;
-  std::vector<bool> output_direct;       // per output: written in place (in_output), not reordered
   std::vector<plan_implementation> implementations;  // per call, then per output reorder: the debug query
 };
 

@@ -76,7 +76,6 @@ std::shared_ptr<const execution_plan> planner::build() {
                         !plan_.constants[whole] && plan_.in_output[whole] == no_slot && plan_.slots[slot] == dense(d) &&
                         plan_.slots[slot].get_size() > 0 &&
                         (whole == slot || (plan_.alias_offsets[slot] == 0 && plan_.slots[whole].get_size() == plan_.slots[slot].get_size()));
-    plan_.output_direct.push_back(direct);
     if (direct) {
       plan_.in_output[whole] = k;
       plan_.output_reorders.emplace_back();

@@ -146,7 +146,7 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch
   // The returned tensors of the direct outputs, made first: their primitives write into them.
   std::vector<at::Tensor> results(plan->outputs.size());
   for (std::size_t k = 0; k < plan->outputs.size(); ++k)
-    if (plan->output_direct[k])
+    if (!plan->output_reorders[k])  // no reorder: written in place
       results[k] = at::empty(plan->output_dims[k], at::kFloat);
   for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
     const std::size_t input = slot < given.size() ? slot : plan->aliases[slot];

@@ -13,6 +13,7 @@
 #include <ATen/Context.h>
 
 #include <algorithm>
+#include <array>
 #include <unordered_set>
 
 namespace onednn_delegate {
@@ -158,12 +159,18 @@ const torch::jit::Node* only_reader(const torch::jit::Node* node) {
   const auto& uses = node->output()->uses();
   return node->outputs().size() == 1 && uses.size() == 1 ? uses[0].user : nullptr;
 }
-/// A norm, clamp_min or expand_as of F.normalize: the pattern's div reads it (normalize_eps).
-bool supports_normalize_part(const torch::jit::Node* node) {
+/// The four nodes of the F.normalize pattern (normalize_eps) that `node` is one of: div,
+/// expand_as, clamp_min, norm; nothing when it is in none.
+std::optional<std::array<const torch::jit::Node*, 4>> normalize_nodes(const torch::jit::Node* node) {
   const torch::jit::Node* div = node;
   for (int hops = 0; hops < 3 && div && !tk::is(div, "aten::div"); ++hops) div = only_reader(div);
-  return div && tk::is(div, "aten::div") && normalize_eps(div).has_value();
+  if (!div || !tk::is(div, "aten::div") || !normalize_eps(div)) return std::nullopt;
+  const torch::jit::Node* expand = div->input(1)->node();
+  const torch::jit::Node* clamp = expand->input(0)->node();
+  return std::array<const torch::jit::Node*, 4>{div, expand, clamp, clamp->input(0)->node()};
 }
+/// A norm, clamp_min or expand_as of F.normalize: the pattern's div reads it.
+bool supports_normalize_part(const torch::jit::Node* node) { return normalize_nodes(node).has_value(); }
 bool supports_mul(const torch::jit::Node* node) {
   if (node->inputs().size() != 2) return false;
   // Times a tensor known at lowering (a layer scale), broadcast to the other operand's shape.
@@ -326,9 +333,10 @@ std::optional<double> normalize_eps(const torch::jit::Node* node) {
   const torch::jit::Node* norm = clamp->input(0)->node();
   // norm.ScalarOpt_dim(self, p, dim, keepdim): the 2-norm over the last dimension, kept.
   if (!eps || *eps < 0 || !tk::is(norm, "aten::norm") || norm->inputs().size() != 4 || norm->input(0) != x ||
-      norm->output()->uses().size() != 1 || tk::constant_double(norm->input(1)) != std::optional<double>(2.0) ||
-      !tk::constant_of(norm->input(3)) || !tk::constant_of(norm->input(3))->isBool() || !tk::constant_of(norm->input(3))->toBool())
+      norm->output()->uses().size() != 1 || tk::constant_double(norm->input(1)) != std::optional<double>(2.0))
     return std::nullopt;
+  const auto keepdim = tk::constant_of(norm->input(3));
+  if (!keepdim || !keepdim->isBool() || !keepdim->toBool()) return std::nullopt;
   const auto dim = tk::known_ints(norm->input(2));  // [-1], a prim::ListConstruct the region computes
   if (!computed_in_region(norm->input(2))) return std::nullopt;
   const auto last = static_cast<std::int64_t>(sizes->size()) - 1;
@@ -414,16 +422,10 @@ bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> regi
       if (number(input) && !inside.count(input->node()) && !tk::is_any(input->node(), {"prim::Constant", "prim::GetAttr"})) return false;
     // F.normalize's four nodes are one step: all in the region or none (an earlier backend of a
     // priority list may have taken some of them).
-    if (tk::is_any(node, {"aten::norm", "aten::clamp_min", "aten::expand_as", "aten::div"})) {
-      const torch::jit::Node* div = node;
-      for (int hops = 0; hops < 3 && div && !tk::is(div, "aten::div"); ++hops) div = only_reader(div);
-      if (div && tk::is(div, "aten::div") && normalize_eps(div)) {
-        const torch::jit::Node* expand = div->input(1)->node();
-        const torch::jit::Node* clamp = expand->input(0)->node();
-        for (const torch::jit::Node* part : std::initializer_list<const torch::jit::Node*>{div, expand, clamp, clamp->input(0)->node()})
+    if (tk::is_any(node, {"aten::norm", "aten::clamp_min", "aten::expand_as", "aten::div"}))
+      if (const auto parts = normalize_nodes(node))
+        for (const torch::jit::Node* part : *parts)
           if (!inside.count(part)) return false;
-      }
-    }
   }
   return true;
 }

@@ -769,6 +769,21 @@ class CosineAttention(unittest.TestCase):
             self.assertGreater(relative_error(low(x, bias), before), 1e-3)
             self.assertLess(relative_error(low(x, bias), model(x, bias)), 1e-5)
 
+    def test_after_pointwise_fusion_took_part_of_the_pattern(self):
+        # A priority list with pointwise_fusion first: it takes some of F.normalize's nodes, and
+        # onednn refuses a region holding only part of the pattern (accepts_region) instead of
+        # failing its preprocess.
+        torch_delegate.load_backend("pointwise_fusion")
+        torch.manual_seed(13)
+        model = self.Cosine().eval()
+        x, bias = torch.randn(3, 5, 16), torch.rand(1, 2, 5, 5)
+        low = torch_delegate.lower(torch.jit.script(model), ["pointwise_fusion", "onednn"], partial=True,
+                                   example_inputs=(x, bias))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x, bias), model(x, bias)), 1e-5)
+        backends = {region.backend for region in regions(low)}
+        self.assertEqual(backends, {"pointwise_fusion", "onednn"}, regions(low))
+
     def test_other_norms_stay_in_torchscript(self):
         class Other(nn.Module):
             def __init__(self, p, dim):
