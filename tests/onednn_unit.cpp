@@ -1084,3 +1084,37 @@ TEST_CASE("shuffle: what is not a channel shuffle of a cat runs as oneDNN's conc
   const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
   CHECK(y.allclose(at::cat({x, x}, 1).view({1, 2, 8, 3, 3}).transpose(3, 4).contiguous().view({1, 16, 3, 3})));
 }
+
+TEST_CASE("accepts_region: a region with no convolution or linear, or with part of F.normalize's pattern, is refused, saying why") {
+  // F.normalize(y, dim=-1) as TorchScript scripts it: norm, clamp_min, expand_as, div.
+  const torch::jit::Module module = test_helpers::script(R"(
+def forward(self, x, w):
+    y = torch.linear(x, w)
+    d = y.norm(2.0, -1, True).clamp_min(1e-12).expand_as(y)
+    return torch.relu(y / d)
+)");
+  std::vector<const torch::jit::Node*> nodes;
+  for (torch::jit::Node* node : module.get_method("forward").graph()->nodes()) {
+    if (node->kind() == c10::prim::Constant) continue;
+    nodes.push_back(node);
+    // The sizes example inputs would give (the pattern is matched on a float tensor of known sizes).
+    if (node->kind() == c10::aten::linear) node->output()->setType(c10::TensorType::create(at::zeros({3, 5, 16})));
+  }
+  const auto without = [&](const char* kind) {
+    std::vector<const torch::jit::Node*> kept;
+    for (const torch::jit::Node* node : nodes)
+      if (std::string(node->kind().toQualString()) != kind) kept.push_back(node);
+    return kept;
+  };
+  const auto verdict = [](const std::vector<const torch::jit::Node*>& region) {
+    return OnednnBackend::accepts_region(std::span<const torch::jit::Node* const>(region.data(), region.size()));
+  };
+  REQUIRE(nodes.size() >= 6);  // linear, norm, clamp_min, expand_as, div, relu (and the dims list)
+  CHECK(verdict(nodes).accepted);
+  const torch_delegate::region_verdict no_div = verdict(without("aten::div"));
+  CHECK_FALSE(no_div.accepted);
+  CHECK(no_div.reason == "part of F.normalize's pattern (norm, clamp_min, expand_as, div) is outside it");
+  const torch_delegate::region_verdict no_linear = verdict(without("aten::linear"));
+  CHECK_FALSE(no_linear.accepted);
+  CHECK(no_linear.reason == "no convolution or linear: not worth a call");
+}

@@ -52,6 +52,16 @@ struct NoMulRegions : ReferenceBackend {
   }
 };
 
+/// The same, saying why (a region_verdict): the report gives the reason.
+struct NoMulRegionsSaysWhy : ReferenceBackend {
+  static constexpr std::string_view name = "td_partition_no_mul_regions_says_why";
+  static torch_delegate::region_verdict accepts_region(std::span<const torch::jit::Node* const> region) {
+    for (const torch::jit::Node* node : region)
+      if (node->kind() == c10::aten::mul) return torch_delegate::region_verdict::refuse("it multiplies");
+    return true;
+  }
+};
+
 /// Takes regions of add and sub, but its preprocess rejects sub (as a compiler that finds a
 /// problem only when it compiles the region).
 struct RejectsSubInPreprocess : ReferenceBackend {

@@ -75,6 +75,16 @@ def forward(self, x, h):
     refused += kept.reason == torch_delegate::kept_reason::refused_by_backend && kept.detail == "2-node region";
   CHECK(refused == 2);
   lowered_equal<NoMulRegions>(module);
+
+  // The same refusal as a region_verdict that says why: the reason follows the region's size.
+  const auto says_why = torch_delegate::delegation_plan<NoMulRegionsSaysWhy>(module);
+  REQUIRE(says_why.methods[0].regions.size() == 1);
+  refused = 0;
+  for (const auto& kept : says_why.methods[0].kept)
+    refused += kept.reason == torch_delegate::kept_reason::refused_by_backend && kept.detail == "2-node region: it multiplies";
+  CHECK(refused == 2);
+  CHECK_CONTAINS(says_why.to_string(), "refused by the backend (2-node region: it multiplies)");
+  lowered_equal<NoMulRegionsSaysWhy>(module);
 }
 
 TEST_CASE("partial lowering: a preprocess rejection in a region points at the model's line") {

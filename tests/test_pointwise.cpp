@@ -213,6 +213,55 @@ def forward(self, mask, x, y, n: float):
   CHECK(result[2].toTensor().is_same(x));  // returned as given, like TorchScript
 }
 
+TEST_CASE("pointwise_fusion: chains that pass each other nothing run each over its own shape") {
+  // Side by side in the model, as ShuffleNetV2's branches at two resolutions: one region, three
+  // chains. Before, the region broadcast every chain to one shape and failed on the first call
+  // ("The size of tensor a (16) must match the size of tensor b (8)").
+  const torch::jit::Module module = script(R"(
+def forward(self, x, y, z, w):
+    a = torch.sigmoid(x) * 2.0
+    b = torch.tanh(y) + 1.0
+    c = x * 3.0 + z
+    d = torch.exp(w) - 1.0
+    return a, b, c, d
+)");
+  const torch::jit::Module fused = fuse(module);
+  for (const std::int64_t side : {16, 64}) {  // 64: each part spans threads
+    CAPTURE(side);
+    const at::Tensor x = torch::randn({2, 8, side, side}), y = torch::randn({2, 8, side / 2, side / 2}), z = torch::randn({side}),
+                     w = torch::randn({8, 1, 1});
+    const std::vector<c10::IValue> inputs{x, y, z, w};
+    const auto eager = module.get_method("forward")(inputs).toTupleRef().elements();
+    const auto result = fused.get_method("forward")(inputs).toTupleRef().elements();
+    REQUIRE(result.size() == 4);
+    for (std::size_t i = 0; i < 4; ++i) check_same(result[i], eager[i], 1e-5, 1e-6);
+  }
+  // One input shape for all: one pass, as before.
+  const at::Tensor x = torch::randn({4, 5});
+  const std::vector<c10::IValue> same{x, x, x, x};
+  const auto eager = module.get_method("forward")(same).toTupleRef().elements();
+  const auto result = fused.get_method("forward")(same).toTupleRef().elements();
+  for (std::size_t i = 0; i < 4; ++i) check_same(result[i], eager[i], 1e-5, 1e-6);
+}
+
+TEST_CASE("pointwise_fusion: one chain whose values do not broadcast to one shape: an error naming the step and the line") {
+  // a [3] read by two steps that broadcast it to [4, 3] and [5, 3]: eager runs it, one loop cannot.
+  const torch::jit::Module module = script(R"(
+def forward(self, x, y, w):
+    a = torch.sigmoid(x)
+    b = a + y
+    c = a * w
+    return b, c
+)");
+  const torch::jit::Module fused = fuse(module);
+  const std::vector<c10::IValue> inputs{torch::randn({3}), torch::randn({4, 1}), torch::randn({5, 1})};
+  CHECK_NOTHROW(module.get_method("forward")(inputs));
+  const std::string error = error_of([&] { fused.get_method("forward")(inputs); });
+  CHECK_CONTAINS(error, "pointwise_fusion: aten::mul makes a value of shape [5, 3] in a chain of steps over shape [4, 3], "
+                        "and the two do not broadcast: one fused loop cannot run both");
+  CHECK_CONTAINS(error, "c = a * w");
+}
+
 TEST_CASE("pointwise_fusion: errors name the op and point at the model's line") {
   const torch::jit::Module fused = fuse(script(R"(
 def forward(self, x, y):

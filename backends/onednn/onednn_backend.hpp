@@ -68,7 +68,7 @@ struct OnednnBackend {
   /// linear, layer_norm, GELU, permute, flatten (docs/onednn.md has the table).
   static bool supports(const torch::jit::Node* node);
   /// A region worth its layout conversions: one with a convolution or a linear.
-  static bool accepts_region(std::span<const torch::jit::Node* const> region);
+  static torch_delegate::region_verdict accepts_region(std::span<const torch::jit::Node* const> region);
 
   torch_delegate::preprocess_result<region_payload> preprocess(const torch_delegate::method_to_lower& region);
 

@@ -399,9 +399,10 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
   return onednn_ops().supports(node);
 }
 
-bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+torch_delegate::region_verdict OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+  using torch_delegate::region_verdict;
   if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::linear"}); }))
-    return false;
+    return region_verdict::refuse("no convolution or linear: not worth a call");
   // Numbers are evaluated at preprocess and never cross the region's boundary: a region the
   // partition cut between a number and a step that reads it (MaxViT's `B, C, H, W = x.shape`,
   // read across several regions) stays in TorchScript, whole, rather than failing preprocess.
@@ -417,15 +418,20 @@ bool OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> regi
     for (const torch::jit::Value* output : node->outputs())
       if (number(output))
         for (const torch::jit::Use& use : output->uses())
-          if (!inside.count(use.user)) return false;
+          if (!inside.count(use.user))
+            return region_verdict::refuse("a number it makes (" + std::string(node->kind().toQualString()) +
+                                          ") is read outside it; numbers do not cross a region's boundary");
     for (const torch::jit::Value* input : node->inputs())
-      if (number(input) && !inside.count(input->node()) && !tk::is_any(input->node(), {"prim::Constant", "prim::GetAttr"})) return false;
+      if (number(input) && !inside.count(input->node()) && !tk::is_any(input->node(), {"prim::Constant", "prim::GetAttr"}))
+        return region_verdict::refuse(std::string(node->kind().toQualString()) + " reads a number made outside it (by " +
+                                      input->node()->kind().toQualString() + "); numbers do not cross a region's boundary");
     // F.normalize's four nodes are one step: all in the region or none (an earlier backend of a
     // priority list may have taken some of them).
     if (tk::is_any(node, {"aten::norm", "aten::clamp_min", "aten::expand_as", "aten::div"}))
       if (const auto parts = normalize_nodes(node))
         for (const torch::jit::Node* part : *parts)
-          if (!inside.count(part)) return false;
+          if (!inside.count(part))
+            return region_verdict::refuse("part of F.normalize's pattern (norm, clamp_min, expand_as, div) is outside it");
   }
   return true;
 }

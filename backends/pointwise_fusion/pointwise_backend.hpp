@@ -30,6 +30,16 @@ struct compiled_region {
   /// errors and shapes name a step by its place there.
   std::vector<step> kernel_steps;
   std::vector<std::uint32_t> last_use;      // per slot: the index in kernel_steps of the last step that reads it
+  /// Steps that pass no value to one another, as parts: kernel_steps split where nothing joins
+  /// them (two chains on tensors of different sizes, side by side in the model). A part runs over
+  /// its own shape when the parts' shapes differ. Empty: one part, kernel_steps.
+  struct part {
+    std::vector<step> steps;              // kernel_steps of this part, in order
+    std::vector<std::uint32_t> last_use;  // per slot: the index in `steps` of its last reader here
+    std::vector<std::uint32_t> inputs;    // the inputs its steps read
+  };
+  std::vector<part> parts;
+  std::vector<std::int32_t> part_of;      // per slot: the part whose step makes it, -1 for none
 };
 
 // [struct]
@@ -41,7 +51,7 @@ struct PointwiseBackend {
   static bool supports(const torch::jit::Node* node);
   /// A region of one node is worth a call only for an op whose kernel beats ATen's (gelu, silu,
   /// sigmoid, tanh, exp, log, pow): a single add or relu, eager does as well.
-  static bool accepts_region(std::span<const torch::jit::Node* const> region);
+  static torch_delegate::region_verdict accepts_region(std::span<const torch::jit::Node* const> region);
   /// Its loops take tensors with no elements (an empty result, as eager gives).
   static constexpr bool runs_empty_tensors = true;
 

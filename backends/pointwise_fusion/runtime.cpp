@@ -26,6 +26,60 @@ namespace pointwise {
 // compile: payload -> program, checked
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+/// Fills region.parts and region.part_of: kernel steps joined by the values one makes and another
+/// reads (not by the inputs or constants they share) form a part. One part: parts stays empty.
+void split_into_parts(compiled_region& region) {
+  const std::vector<step>& steps = region.kernel_steps;
+  const std::uint32_t slot_count = region.program.slot_count, input_count = region.program.input_count;
+  std::vector<std::size_t> root(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) root[i] = i;
+  const auto find = [&](std::size_t i) {
+    while (root[i] != i) i = root[i] = root[root[i]];
+    return i;
+  };
+  constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> maker(slot_count, none);
+  for (std::size_t index = 0; index < steps.size(); ++index) {
+    const step& s = steps[index];
+    const std::uint32_t operands[3] = {s.a, s.b, s.c};
+    for (int i = 0; i < arity(s.code); ++i)
+      if (maker[operands[i]] != none) root[find(index)] = find(maker[operands[i]]);
+    maker[s.dst] = index;
+  }
+  std::vector<std::int32_t> part_of_root(steps.size(), -1);
+  std::int32_t count = 0;
+  std::vector<std::int32_t> part_of_step(steps.size());
+  for (std::size_t index = 0; index < steps.size(); ++index) {
+    std::int32_t& part = part_of_root[find(index)];
+    if (part < 0) part = count++;
+    part_of_step[index] = part;
+  }
+  region.part_of.assign(slot_count, -1);
+  for (std::size_t index = 0; index < steps.size(); ++index) region.part_of[steps[index].dst] = part_of_step[index];
+  if (count <= 1) return;
+  region.parts.resize(static_cast<std::size_t>(count));
+  for (compiled_region::part& part : region.parts) part.last_use.assign(slot_count, 0);
+  std::vector<std::vector<bool>> reads(region.parts.size(), std::vector<bool>(input_count, false));
+  for (std::size_t index = 0; index < steps.size(); ++index) {
+    const std::size_t p = static_cast<std::size_t>(part_of_step[index]);
+    compiled_region::part& part = region.parts[p];
+    const step& s = steps[index];
+    const std::uint32_t operands[3] = {s.a, s.b, s.c};
+    for (int i = 0; i < arity(s.code); ++i) {
+      part.last_use[operands[i]] = static_cast<std::uint32_t>(part.steps.size());
+      if (operands[i] < input_count && !reads[p][operands[i]]) {
+        reads[p][operands[i]] = true;
+        part.inputs.push_back(operands[i]);
+      }
+    }
+    part.steps.push_back(s);
+  }
+}
+
+}  // namespace
+
 compiled_region PointwiseBackend::compile(const std::string& payload) {
   compiled_region region;
   try {
@@ -57,6 +111,7 @@ compiled_region PointwiseBackend::compile(const std::string& payload) {
     const std::uint32_t operands[3] = {s.a, s.b, s.c};
     for (int i = 0; i < arity(s.code); ++i) region.last_use[operands[i]] = static_cast<std::uint32_t>(index);
   }
+  split_into_parts(region);
   region.first_reader.assign(program.input_count, 0);
   region.only_compared.assign(program.input_count, true);
   for (std::size_t index = 0; index < program.steps.size(); ++index) {
@@ -158,11 +213,8 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
     else uniform = sizes.equals(*common);
   }
   const bool one_shape = uniform && common.has_value();
-  at::DimVector iteration_shape;
-  if (one_shape) {
-    iteration_shape = at::DimVector(*common);
-    for (const step& s : program.steps) shapes[s.dst] = iteration_shape;
-  }
+  if (one_shape)
+    for (const step& s : program.steps) shapes[s.dst] = at::DimVector(*common);
   for (std::size_t index = 0; index < program.steps.size() && !one_shape; ++index) {
     const step& s = program.steps[index];
     const std::uint32_t operands[3] = {s.a, s.b, s.c};
@@ -178,64 +230,112 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
       }
     }
     shapes[s.dst] = shape;
-    if (shape != iteration_shape) iteration_shape = at::infer_size_dimvector(iteration_shape, shape);
   }
-  const std::int64_t numel = c10::multiply_integers(iteration_shape);
-
-  // Streamed inputs cover the whole iteration range, contiguously.
-  for (std::uint32_t i = 0; i < program.input_count; ++i) {
-    if (!tensors[i].defined()) continue;
-    if (!(tensors[i].sizes().equals(iteration_shape) && tensors[i].is_contiguous()))
-      tensors[i] = tensors[i].expand(iteration_shape).contiguous();  // broadcast or strided: one copy
-    slots[i].base = tensors[i].data_ptr();
-  }
-
-  // Outputs: a tensor of the iteration shape per returned step; written by the loop directly.
-  c10::SmallVector<at::Tensor, 4> full(program.outputs.size());
-  for (std::size_t o = 0; o < program.outputs.size(); ++o) {
-    const fused_program::output& output = program.outputs[o];
-    slot_binding& slot = slots[output.slot];
-    if (output.slot < program.input_count || slot.kind != slot_kind::scratch) continue;  // an input, or returned twice
-    full[o] = at::empty(iteration_shape, at::TensorOptions(output.is_bool ? at::kBool : at::kFloat));
-    slot.kind = output.is_bool ? slot_kind::bool_output : slot_kind::float_stream;
-    slot.base = full[o].data_ptr();
-  }
-
-  // Block buffers: one per scalar / bool slot, and one per live intermediate, reused when it dies.
-  std::uint32_t scratch_count = 0;
-  c10::SmallVector<std::uint32_t, 16> free_buffers;
-  for (slot_binding& slot : slots)
-    if (slot.kind == slot_kind::scalar || slot.kind == slot_kind::bool_input || slot.kind == slot_kind::bool_output)
-      slot.scratch = scratch_count++;
-  for (std::size_t index = 0; index < region.kernel_steps.size(); ++index) {
-    const step& s = region.kernel_steps[index];
-    if (slots[s.dst].kind == slot_kind::scratch) {
-      if (free_buffers.empty()) {
-        slots[s.dst].scratch = scratch_count++;
-      } else {
-        slots[s.dst].scratch = free_buffers.back();
-        free_buffers.pop_back();
+  // The shape a pass over `steps` iterates: every step's, broadcast (a value of a smaller shape
+  // is computed over the larger one and read back below).
+  const auto iteration_shape_of = [&](const std::vector<step>& steps) {
+    if (one_shape) return at::DimVector(*common);
+    at::DimVector shape;
+    for (const step& s : steps) {
+      const at::DimVector& own = shapes[s.dst];
+      if (own == shape) continue;
+      try {
+        shape = at::infer_size_dimvector(shape, own);
+      } catch (const c10::Error&) {
+        std::int64_t id = 0;  // the step that makes the value (its place in program.steps)
+        while (program.steps[static_cast<std::size_t>(id)].dst != s.dst) ++id;
+        fail_at(id + 1, program.step_kinds[static_cast<std::size_t>(id)] + " makes a value of shape " + shape_text(own) +
+                            " in a chain of steps over shape " + shape_text(shape) +
+                            ", and the two do not broadcast: one fused loop cannot run both (keep these nodes in "
+                            "TorchScript: partition_options' keep_kinds or keep_submodules)");
       }
     }
-    const std::uint32_t operands[3] = {s.a, s.b, s.c};
-    for (int i = 0; i < arity(s.code); ++i) {
-      const std::uint32_t operand = operands[i];
-      const bool repeated = (i > 0 && operand == operands[0]) || (i > 1 && operand == operands[1]);
-      if (!repeated && operand >= program.input_count && slots[operand].kind == slot_kind::scratch &&
-          region.last_use[operand] == index)
-        free_buffers.push_back(slots[operand].scratch);  // after dst took its buffer: dst never aliases an operand
+    return shape;
+  };
+
+  c10::SmallVector<at::Tensor, 4> full(program.outputs.size());  // per output made here: its tensor
+  // One pass: `steps` (the whole region, or a part of it) over `iteration_shape`.
+  const auto run_pass = [&](const std::vector<step>& steps, const std::vector<std::uint32_t>& last_use,
+                            const at::DimVector& iteration_shape, std::int32_t part) {
+    const std::int64_t numel = c10::multiply_integers(iteration_shape);
+    // Streamed inputs cover the whole iteration range, contiguously.
+    c10::SmallVector<at::Tensor, 4> streamed(program.input_count);
+    const auto stream = [&](std::uint32_t i) {
+      if (!tensors[i].defined()) return;
+      streamed[i] = tensors[i];
+      if (!(streamed[i].sizes().equals(iteration_shape) && streamed[i].is_contiguous()))
+        streamed[i] = streamed[i].expand(iteration_shape).contiguous();  // broadcast or strided: one copy
+      slots[i].base = streamed[i].data_ptr();
+    };
+    if (part < 0) {
+      for (std::uint32_t i = 0; i < program.input_count; ++i) stream(i);
+    } else {
+      for (const std::uint32_t i : region.parts[static_cast<std::size_t>(part)].inputs) stream(i);
+    }
+
+    // Outputs: a tensor of the iteration shape per returned step; written by the loop directly.
+    for (std::size_t o = 0; o < program.outputs.size(); ++o) {
+      const fused_program::output& output = program.outputs[o];
+      slot_binding& slot = slots[output.slot];
+      if (output.slot < program.input_count || slot.kind != slot_kind::scratch) continue;  // an input, or returned twice
+      if (part >= 0 && region.part_of[output.slot] != part) continue;                      // another part's
+      full[o] = at::empty(iteration_shape, at::TensorOptions(output.is_bool ? at::kBool : at::kFloat));
+      slot.kind = output.is_bool ? slot_kind::bool_output : slot_kind::float_stream;
+      slot.base = full[o].data_ptr();
+    }
+
+    // Block buffers: one per scalar / bool slot, and one per live intermediate, reused when it dies.
+    std::uint32_t scratch_count = 0;
+    c10::SmallVector<std::uint32_t, 16> free_buffers;
+    for (slot_binding& slot : slots)
+      if (slot.kind == slot_kind::scalar || slot.kind == slot_kind::bool_input || slot.kind == slot_kind::bool_output)
+        slot.scratch = scratch_count++;
+    for (std::size_t index = 0; index < steps.size(); ++index) {
+      const step& s = steps[index];
+      if (slots[s.dst].kind == slot_kind::scratch) {
+        if (free_buffers.empty()) {
+          slots[s.dst].scratch = scratch_count++;
+        } else {
+          slots[s.dst].scratch = free_buffers.back();
+          free_buffers.pop_back();
+        }
+      }
+      const std::uint32_t operands[3] = {s.a, s.b, s.c};
+      for (int i = 0; i < arity(s.code); ++i) {
+        const std::uint32_t operand = operands[i];
+        const bool repeated = (i > 0 && operand == operands[0]) || (i > 1 && operand == operands[1]);
+        if (!repeated && operand >= program.input_count && slots[operand].kind == slot_kind::scratch && last_use[operand] == index)
+          free_buffers.push_back(slots[operand].scratch);  // after dst took its buffer: dst never aliases an operand
+      }
+    }
+
+    if (numel > 0) {
+      const kernel_call call{steps.data(), steps.size(), slots.data(), slots.size(), scratch_count};
+      const kernel_function run = selected_kernels().run;
+      // A chunk is worth a thread when it holds ~64 K operations (ATen's grain is 32 K elements per op).
+      const std::int64_t grain = std::max<std::int64_t>(2048, 65536 / static_cast<std::int64_t>(steps.size() + 1));
+      torch_delegate::parallel_for(0, numel, grain, [&](std::int64_t begin, std::int64_t end) {
+        torch_delegate::instruction_timer timer(0);  // the region's work, per thread, in the profiler
+        run(call, begin, end);
+      });
+    }
+  };
+
+  // One pass over every step, unless the region's parts (chains that pass each other nothing) have
+  // shapes that differ: then a pass per part, each over its own shape (not a broadcast of all).
+  bool per_part = false;
+  c10::SmallVector<at::DimVector, 4> part_shapes;
+  if (!one_shape && !region.parts.empty()) {
+    for (const compiled_region::part& part : region.parts) {
+      part_shapes.push_back(iteration_shape_of(part.steps));
+      per_part = per_part || part_shapes.back() != part_shapes.front();
     }
   }
-
-  if (numel > 0) {
-    const kernel_call call{region.kernel_steps.data(), region.kernel_steps.size(), slots.data(), slots.size(), scratch_count};
-    const kernel_function run = selected_kernels().run;
-    // A chunk is worth a thread when it holds ~64 K operations (ATen's grain is 32 K elements per op).
-    const std::int64_t grain = std::max<std::int64_t>(2048, 65536 / static_cast<std::int64_t>(region.kernel_steps.size() + 1));
-    torch_delegate::parallel_for(0, numel, grain, [&](std::int64_t begin, std::int64_t end) {
-      torch_delegate::instruction_timer timer(0);  // the region's work, per thread, in the profiler
-      run(call, begin, end);
-    });
+  if (per_part) {
+    for (std::size_t p = 0; p < region.parts.size(); ++p)
+      run_pass(region.parts[p].steps, region.parts[p].last_use, part_shapes[p], static_cast<std::int32_t>(p));
+  } else {
+    run_pass(region.kernel_steps, region.last_use, iteration_shape_of(region.kernel_steps), -1);
   }
 
   // Results in the order of `outputs`; a value of a smaller shape than the iteration (it
@@ -255,7 +355,7 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
     at::Tensor result = full[first];
     const at::DimVector& shape = shapes[slot];
     if (!result.sizes().equals(shape)) {
-      const std::size_t extra = iteration_shape.size() - shape.size();
+      const std::size_t extra = static_cast<std::size_t>(result.dim()) - shape.size();
       for (std::size_t d = 0; d < extra; ++d) result = result.select(0, 0);
       for (std::size_t d = 0; d < shape.size(); ++d)
         if (shape[d] == 1) result = result.narrow(static_cast<std::int64_t>(d), 0, 1);

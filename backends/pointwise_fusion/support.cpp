@@ -71,7 +71,7 @@ bool PointwiseBackend::supports(const torch::jit::Node* node) {
   return false;
 }
 
-bool PointwiseBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+torch_delegate::region_verdict PointwiseBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   std::size_t nodes = 0;
   const torch::jit::Node* only = nullptr;
   for (const torch::jit::Node* node : region)
@@ -83,7 +83,9 @@ bool PointwiseBackend::accepts_region(std::span<const torch::jit::Node* const> r
   using namespace c10;
   static const std::set<Symbol> worth_a_call{aten::gelu, aten::silu, aten::sigmoid, aten::tanh,
                                              aten::exp,  aten::log,  aten::pow};
-  return worth_a_call.count(only->kind()) > 0;
+  if (worth_a_call.count(only->kind()) > 0) return true;
+  return torch_delegate::region_verdict::refuse("a lone " + std::string(only->kind().toQualString()) +
+                                                ": eager runs it as fast as a call would");
 }
 
 }  // namespace pointwise

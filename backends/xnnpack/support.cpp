@@ -96,17 +96,22 @@ const toolkit::op_table<subgraph_builder>& xnnpack_ops() {
 
 bool XnnpackBackend::supports(const torch::jit::Node* node) { return xnnpack_ops().supports(node); }
 
-bool XnnpackBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+torch_delegate::region_verdict XnnpackBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
+  using torch_delegate::region_verdict;
   // In an if or loop body (nn.MultiheadAttention's branches), example inputs give no shapes:
   // such a region is refused rather than failing at preprocess (at the top level, preprocess's
   // error asks for example inputs).
   if (!region.empty() && region.front()->owningBlock() != region.front()->owningGraph()->block())
     for (const torch::jit::Node* node : region)
       for (const torch::jit::Value* output : node->outputs())
-        if (toolkit::is_tensor(output) && !toolkit::known_sizes(output)) return false;
-  return std::any_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
-    return toolkit::is_any(node, {"aten::conv2d", "aten::linear", "aten::max_pool2d", "aten::adaptive_avg_pool2d"});
-  });
+        if (toolkit::is_tensor(output) && !toolkit::known_sizes(output))
+          return region_verdict::refuse("in an if or loop body, " + std::string(node->kind().toQualString()) +
+                                        "'s sizes are not known from the example inputs");
+  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
+        return toolkit::is_any(node, {"aten::conv2d", "aten::linear", "aten::max_pool2d", "aten::adaptive_avg_pool2d"});
+      }))
+    return region_verdict::refuse("no convolution, linear or pooling: not worth a call");
+  return true;
 }
 
 }  // namespace xnnpack_delegate

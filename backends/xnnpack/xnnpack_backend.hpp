@@ -70,7 +70,7 @@ struct XnnpackBackend {
   /// The CNN ops it runs (docs/xnnpack.md lists the forms XNNPACK 2022 takes).
   static bool supports(const torch::jit::Node* node);
   /// A region worth a call: one with a convolution, a linear or a pooling op (a lone add stays).
-  static bool accepts_region(std::span<const torch::jit::Node* const> region);
+  static torch_delegate::region_verdict accepts_region(std::span<const torch::jit::Node* const> region);
 
   torch_delegate::preprocess_result<region_payload> preprocess(const torch_delegate::method_to_lower& region);
 

@@ -9,7 +9,9 @@
 
 #include <torch/script.h>
 
+#include <algorithm>
 #include <atomic>
+#include <span>
 #include <iostream>
 
 // The demo backend on a device that can go away: is_available() turns false when unplugged.
@@ -28,6 +30,21 @@ struct BigRegionsAccelerator : demo::DemoBackend {
     return node->kind() == c10::aten::relu || demo::DemoBackend::supports(node);
   }
 };
+
+// [verdict]
+// An accelerator that runs relu too, but not a region of relus alone: it says why in the report.
+struct ReluWithCompany : demo::DemoBackend {
+  static constexpr std::string_view name = "relu_with_company";
+  static bool supports(const torch::jit::Node* node) {
+    return node->kind() == c10::aten::relu || demo::DemoBackend::supports(node);
+  }
+  static torch_delegate::region_verdict accepts_region(std::span<const torch::jit::Node* const> region) {
+    if (std::all_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return node->kind() == c10::aten::relu; }))
+      return torch_delegate::region_verdict::refuse("relus alone: the call would cost what they save");
+    return true;
+  }
+};
+// [verdict]
 
 int main() {
   torch::jit::Module model("Model");
@@ -96,6 +113,12 @@ def forward(self, x, h):
     std::cout << "strict mode: " << (libtorch_text ? "Backend is not available." : error.what()) << "\n";
     equal = equal && libtorch_text;
   }
+
+  // A relu between two matmuls (which the demo does not run): a region of one relu, refused.
+  torch::jit::Module mlp("Mlp");
+  mlp.define("def forward(self, x, w):\n    return torch.matmul(torch.relu(torch.matmul(x, w)), w) + x\n");
+  std::cout << "--- output: verdict ---\n"
+            << torch_delegate::delegation_plan<ReluWithCompany>(mlp).to_string() << "--- end output ---\n";
 
   std::cout << (equal ? "partial_lowering: same outputs as the original" : "MISMATCH") << "\n";
   return equal ? 0 : 1;

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -18,6 +19,22 @@
 namespace torch_delegate {
 
 class method_to_lower;  // preprocess.hpp: one method of the module being lowered
+
+/// What a backend's accepts_region may return instead of a bool: whether it takes a candidate
+/// region and, when it does not, why. The reason goes into the report ("refused by the backend
+/// (3-node region: no convolution or linear)"), where a bare `false` says only the region's size.
+/// `return true;` and `return false;` still work.
+struct region_verdict {
+  region_verdict(bool accept = true) : accepted(accept) {}  // implicit: a bool is a verdict
+  /// A refusal and its reason, in a few words ("no convolution or linear").
+  static region_verdict refuse(std::string why) {
+    region_verdict verdict(false);
+    verdict.reason = std::move(why);
+    return verdict;
+  }
+  bool accepted = true;
+  std::string reason;  // when refused: why (may be empty)
+};
 
 /// ExecuTorch-style preprocess result: the payload plus, per backend instruction id, the debug
 /// handles of the original nodes it implements (several for a fused instruction). A backend's

@@ -196,3 +196,18 @@ struct ReplanOfAnotherShape {
 void use_ReplanOfAnotherShape() { torch_delegate::lower<ReplanOfAnotherShape>(torch::jit::Module("m")); }
 // expect: backend_replan_has_the_wrong_shape<ReplanOfAnotherShape>
 // expect: the backend's replan cannot be called as torch-delegate calls it: expected 'Handle replan(Handle& compiled, const torch_delegate::given_inputs& given)'
+
+// case: AcceptsRegionOfAnotherShape
+#include <torch_delegate/partition.hpp>
+struct AcceptsRegionOfAnotherShape {
+  static constexpr std::string_view name = "accepts_region_of_another_shape";
+  static bool supports(const torch::jit::Node*) { return true; }
+  static bool accepts_region(const std::vector<torch::jit::Node*>&) { return true; }  // not the span partitioning passes
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+void use_AcceptsRegionOfAnotherShape() { torch_delegate::lower_partially<AcceptsRegionOfAnotherShape>(torch::jit::Module("m")); }
+// expect: backend_accepts_region_has_the_wrong_shape<AcceptsRegionOfAnotherShape>
+// expect: the backend's accepts_region cannot be called as partitioning calls it: expected 'static bool accepts_region(std::span<const torch::jit::Node* const>)', or the same returning torch_delegate::region_verdict

@@ -171,3 +171,19 @@ struct ReplanOfAnotherShape {
 };
 static_assert(torch_delegate::backend_replans<ReplanOfAnotherShape>);
 void use_ReplanOfAnotherShape() { torch_delegate::lower<ReplanOfAnotherShape>(torch::jit::Module("m")); }
+
+// case: AcceptsRegionOfAnotherShape
+#include <torch_delegate/partition.hpp>
+struct AcceptsRegionOfAnotherShape {
+  static constexpr std::string_view name = "accepts_region_of_another_shape";
+  static bool supports(const torch::jit::Node*) { return true; }
+  static torch_delegate::region_verdict accepts_region(std::span<const torch::jit::Node* const> region) {
+    if (region.size() < 2) return torch_delegate::region_verdict::refuse("one node");
+    return true;
+  }
+  static std::string preprocess(const torch_delegate::method_to_lower& method) { return method.name(); }
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static at::Tensor execute(int&, const at::Tensor& x) { return x; }
+};
+void use_AcceptsRegionOfAnotherShape() { torch_delegate::lower_partially<AcceptsRegionOfAnotherShape>(torch::jit::Module("m")); }

@@ -265,6 +265,28 @@ class Ops(unittest.TestCase):
                 self.assertLess(relative_error(got, want), 1e-4)
         self.assertEqual([r.kinds for r in regions(low)], [["aten::batch_norm", "aten::conv2d"]])
 
+    def test_a_region_without_a_convolution_or_linear_is_refused_with_its_reason(self):
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+                self.bias = nn.Parameter(torch.randn(1, 4, 1, 1))
+
+            def forward(self, x):
+                y = self.conv(x) + self.bias  # broadcasting: kept, and the run is cut there
+                return torch.sigmoid(torch.relu(y))
+
+        model = randomized(Model())
+        x = torch.rand(1, 4, 8, 8)
+        low = lowered(model, x)
+        details = {node.kind: (node.reason, node.detail) for node in torch_delegate.report(low).methods[0].kept}
+        for kind in ("aten::relu", "aten::sigmoid"):
+            self.assertEqual(details[kind], ("refused by the backend", "2-node region: no convolution or linear: not worth a call"))
+        self.assertIn("refused by the backend (2-node region: no convolution or linear: not worth a call)",
+                      str(torch_delegate.report(low)))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+
     def test_adaptive_pools_to_sizes_that_divide_the_input(self):
         # AlexNet's and VGG's classifier heads: fixed windows (12x14 to 6x7: 2x2) and the map's own
         # size (a copy) in the region; 12 rows into 5 (windows of 2 and 3 rows) stays in TorchScript.

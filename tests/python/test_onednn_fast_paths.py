@@ -770,9 +770,11 @@ class CosineAttention(unittest.TestCase):
             self.assertLess(relative_error(low(x, bias), model(x, bias)), 1e-5)
 
     def test_after_pointwise_fusion_took_part_of_the_pattern(self):
-        # A priority list with pointwise_fusion first: it takes some of F.normalize's nodes, and
-        # onednn refuses a region holding only part of the pattern (accepts_region) instead of
-        # failing its preprocess.
+        # A priority list with pointwise_fusion first: it takes the logit scale's clamp and exp and
+        # the scores' mul and add; of F.normalize's nodes it supports clamp_min and div, but each
+        # alone, which it refuses, so onednn gets the pattern whole. (Had an earlier backend taken
+        # part of it, onednn's accepts_region would refuse the rest rather than fail preprocess:
+        # onednn_unit.cpp.)
         torch_delegate.load_backend("pointwise_fusion")
         torch.manual_seed(13)
         model = self.Cosine().eval()
@@ -783,6 +785,9 @@ class CosineAttention(unittest.TestCase):
             self.assertLess(relative_error(low(x, bias), model(x, bias)), 1e-5)
         backends = {region.backend for region in regions(low)}
         self.assertEqual(backends, {"pointwise_fusion", "onednn"}, regions(low))
+        on_onednn = [kind for region in regions(low) if region.backend == "onednn" for kind in region.kinds]
+        for kind in ("aten::norm", "aten::clamp_min", "aten::expand_as", "aten::div"):
+            self.assertIn(kind, on_onednn)
 
     def test_other_norms_stay_in_torchscript(self):
         class Other(nn.Module):

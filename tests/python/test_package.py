@@ -272,24 +272,24 @@ class LowerPartially(unittest.TestCase):
         planned = td.plan(scripted, backends)
         relu = next(k for k in planned.methods[0].kept if k.kind == "aten::relu")
         self.assertEqual(relu.per_backend, [td.BackendReason("td_test_pluggable_demo", "unsupported kind", ""),
-                                            td.BackendReason("pointwise_fusion", "refused by the backend", "1-node region")])
+                                            td.BackendReason("pointwise_fusion", "refused by the backend", "1-node region: a lone aten::relu: eager runs it as fast as a call would")])
         # The primary reason: the backend that got furthest with it.
-        self.assertEqual((relu.reason, relu.detail), ("refused by the backend", "1-node region"))
+        self.assertEqual((relu.reason, relu.detail), ("refused by the backend", "1-node region: a lone aten::relu: eager runs it as fast as a call would"))
         self.assertIn(f"    kept aten::relu at {here}:\n"
                       "      td_test_pluggable_demo: unsupported kind\n"
-                      "      pointwise_fusion: refused by the backend (1-node region)\n", str(planned))
+                      "      pointwise_fusion: refused by the backend (1-node region: a lone aten::relu: eager runs it as fast as a call would)\n", str(planned))
         # The picture: each backend's reason in the label, with its detail in the tooltip.
         dot = planned.to_dot()
         self.assertIn('label="relu\\ntd_test_pluggable_demo: unsupported kind\\npointwise_fusion: refused by the backend'
                       f'\\n{here}", tooltip="aten::relu at {here}:\\ntd_test_pluggable_demo: unsupported kind'
-                      '\\npointwise_fusion: refused by the backend (1-node region)"', dot)
+                      '\\npointwise_fusion: refused by the backend (1-node region: a lone aten::relu: eager runs it as fast as a call would)"', dot)
         # Lowered, saved and loaded: the same report; its picture with the graph says the same.
         lowered = td.lower(scripted, backends, partial=True)
         saved = path("two_reasons.pt")
         lowered.save(saved)
         loaded = td.load(saved)
         self.assertEqual(td.report(loaded), planned)
-        self.assertIn("pointwise_fusion: refused by the backend (1-node region)", td.report(loaded).to_dot(loaded))
+        self.assertIn("pointwise_fusion: refused by the backend (1-node region: a lone aten::relu: eager runs it as fast as a call would)", td.report(loaded).to_dot(loaded))
         x, h = torch.randn(4), torch.randn(4)
         torch.testing.assert_close(loaded(x, h), scripted(x, h))
         # One backend: its one reason, on one line, in the text and in the picture.

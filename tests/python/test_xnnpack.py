@@ -659,6 +659,9 @@ class KeptWithTheirReason(unittest.TestCase):
         model, x = Model().eval(), torch.rand(2, 8)
         low = torch_delegate.lower(torch.jit.script(model), "xnnpack", partial=True, example_inputs=(x, True))
         self.assertEqual(str(kept_kinds(low)["aten::linear"]), "refused by the backend")
+        kept = next(k for k in torch_delegate.report(low).methods[0].kept if k.kind == "aten::linear")
+        self.assertEqual(kept.detail, "1-node region: in an if or loop body, aten::linear's sizes are not known from the "
+                                      "example inputs")
         self.assertIn("aten::linear", delegated_kinds(low))  # the top-level one
         with torch.no_grad():
             for flag in (True, False):

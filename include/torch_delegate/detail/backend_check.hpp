@@ -4,6 +4,13 @@
 
 #include <torch_delegate/backend.hpp>
 
+#include <concepts>
+#include <span>
+
+namespace torch::jit {
+struct Node;  // accepts_region's nodes: a backend that declares one includes ir.h
+}  // namespace torch::jit
+
 namespace torch_delegate::detail {
 
 // Incomplete on purpose: the compiler prints "<YourBackend>" next to the problem's name.
@@ -14,6 +21,7 @@ template <class B> struct backend_payload_type_cannot_be_deduced;
 template <class B> struct backend_is_missing_compile;
 template <class B> struct backend_is_missing_execute;
 template <class B> struct backend_replan_has_the_wrong_shape;
+template <class B> struct backend_accepts_region_has_the_wrong_shape;
 template <class B> struct backend_execute_is_overloaded_without_execute_signatures;
 template <class B, class Signature> struct backend_has_no_execute_overload_for_signature;
 template <class B, class Signature> struct backend_execute_takes_a_non_const_reference;
@@ -31,6 +39,24 @@ struct execute_name_lookup : B, execute_name_probe {};
 template <class B>
 concept has_member_named_execute =
     std::is_class_v<B> && !std::is_final_v<B> && !requires { &execute_name_lookup<B>::execute; };
+
+// The same for accepts_region: an accepts_region partitioning cannot call is an error, not a
+// member silently ignored.
+struct accepts_region_name_probe {
+  int accepts_region;
+};
+template <class B>
+struct accepts_region_name_lookup : B, accepts_region_name_probe {};
+template <class B>
+concept has_member_named_accepts_region =
+    std::is_class_v<B> && !std::is_final_v<B> && !requires { &accepts_region_name_lookup<B>::accepts_region; };
+/// accepts_region as partitioning calls it: returning a bool or a region_verdict.
+template <class B>
+concept backend_accepts_regions = requires(std::span<const torch::jit::Node* const> region) {
+  { B::accepts_region(region) } -> std::same_as<bool>;
+} || requires(std::span<const torch::jit::Node* const> region) {
+  { B::accepts_region(region) } -> std::same_as<region_verdict>;
+};
 
 // The same for preprocess: tells "no preprocess at all" from "a preprocess of the wrong shape".
 struct preprocess_name_probe {
@@ -200,6 +226,13 @@ constexpr bool check_host_backend() {
                   "'Payload preprocess(const torch_delegate::method_to_lower&)'; LibTorch's "
                   "'preprocess(const Module&, const Dict&, ...)' is not used "
                   "(docs/backend-concept.md#preprocess).");
+    return false;
+  } else if constexpr (has_member_named_accepts_region<B> && !backend_accepts_regions<B>) {
+    backend_accepts_region_has_the_wrong_shape<B> error;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: the backend's accepts_region cannot be called as partitioning calls it: "
+                  "expected 'static bool accepts_region(std::span<const torch::jit::Node* const>)', or the same "
+                  "returning torch_delegate::region_verdict (docs/partial-lowering.md#what-the-backend-declares).");
     return false;
   } else if constexpr (!backend_preprocesses<B> && !backend_preprocesses_all<B>) {
     backend_is_missing_preprocess<B> error;

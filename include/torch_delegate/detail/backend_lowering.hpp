@@ -9,6 +9,7 @@
 // shared object (a Python extension) finds it whatever dlopen flags loaded the backend's library.
 #pragma once
 
+#include <torch_delegate/detail/backend_check.hpp>
 #include <torch_delegate/coverage.hpp>
 #include <torch_delegate/detail/config.hpp>
 #include <torch_delegate/detail/invoker.hpp>
@@ -43,8 +44,14 @@ enum class options_form {
 
 namespace detail {
 
-/// What partitioning needs of a backend, type-erased.
-using accepts_region_function = bool (*)(std::span<const torch::jit::Node* const> region);
+/// What partitioning needs of a backend, type-erased: B::accepts_region as a verdict, whether B
+/// returns a bool or a region_verdict.
+using accepts_region_function = region_verdict (*)(std::span<const torch::jit::Node* const> region);
+
+template <class B>
+region_verdict accepts_region_verdict(std::span<const torch::jit::Node* const> region) {
+  return B::accepts_region(region);
+}
 
 /// The partitioning part of a backend's record (its name and execute signatures, which a region
 /// must match, are the record's runtime part's).
@@ -58,7 +65,7 @@ struct partition_backend {
 
 /// The layout version of backend_lowering. A reader built against another layout refuses the
 /// entry (with an error saying to rebuild) instead of reading garbage.
-inline constexpr std::uint32_t backend_lowering_abi = 4;
+inline constexpr std::uint32_t backend_lowering_abi = 5;  // 5: accepts_region returns a region_verdict
 
 /// Everything the non-template host half knows of a backend B, in one record: its runtime part
 /// (name, payload version, execute signatures, the runtime's functions: backend_runtime, which
@@ -135,10 +142,7 @@ template <class B>
 constexpr partition_backend partition_backend_of() {
   if constexpr (backend_declares_support<B>) {
     accepts_region_function accepts = nullptr;
-    if constexpr (requires(std::span<const torch::jit::Node* const> region) {
-                    { B::accepts_region(region) } -> std::same_as<bool>;
-                  })
-      accepts = &B::accepts_region;
+    if constexpr (backend_accepts_regions<B>) accepts = &accepts_region_verdict<B>;
     return {&B::supports, accepts, backend_min_region_size<B>(), backend_owns_parameters<B>(), backend_channels_last<B>()};
   } else {
     return {};

@@ -364,11 +364,15 @@ TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& bac
         p.keep(node, kept_reason::boundary_type, "no execute signature takes " + text, formed.depth);
       continue;
     }
-    if (backend.partition.accepts_region &&
-        !backend.partition.accepts_region(std::span<const torch::jit::Node* const>(formed.nodes.data(), formed.nodes.size()))) {
-      for (const torch::jit::Node* node : formed.nodes)
-        p.keep(node, kept_reason::refused_by_backend, std::to_string(formed.nodes.size()) + "-node region", formed.depth);
-      continue;
+    if (backend.partition.accepts_region) {
+      const region_verdict verdict =
+          backend.partition.accepts_region(std::span<const torch::jit::Node* const>(formed.nodes.data(), formed.nodes.size()));
+      if (!verdict.accepted) {
+        std::string why = std::to_string(formed.nodes.size()) + "-node region";
+        if (!verdict.reason.empty()) why += ": " + verdict.reason;
+        for (const torch::jit::Node* node : formed.nodes) p.keep(node, kept_reason::refused_by_backend, why, formed.depth);
+        continue;
+      }
     }
     model_location where = region_location(formed.nodes);
     region_report entry;
