@@ -114,7 +114,7 @@ class Busy:
     """Another process keeping one core busy (a spinning Python loop) while it lives."""
 
     def __enter__(self):
-        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        self.process = models.busy_process()
         time.sleep(0.5)
         return self
 

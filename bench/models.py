@@ -3,6 +3,8 @@ weights=None) and a BERT-base-shaped encoder written out, each with its input (b
 import math
 import os
 import random
+import subprocess
+import sys
 import warnings
 
 import torch
@@ -45,6 +47,25 @@ def blas_in_use():
                 return "reference"
             return path
     return "unknown"
+
+
+# A process keeping one core busy: a spinning loop that ends when its parent does. A bench
+# stopped by a signal (or a crash) cannot run its cleanup, and a plain `while True: pass` then
+# spun on: one left behind by a stopped bench/measured_lowering.py took a core for 40 minutes
+# and made every later figure 3x slower (ResNet-18's 200 scripted calls 14.8 s against 4.4).
+# The parent's pid is given, not read at start: a parent that ends before the child's first
+# getppid() would otherwise leave it spinning under init.
+SPIN = """import os, sys
+parent = int(sys.argv[1])
+while os.getppid() == parent:
+    for _ in range(20000):
+        pass
+"""
+
+
+def busy_process():
+    """Starts another process that keeps one core busy until it is killed or this one ends."""
+    return subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())])
 
 
 def round_order(names, round_):

@@ -42,7 +42,7 @@ def main():
         model, x = models.model_and_input(name)
         scripted = torch.jit.script(model)
         paths = [torch_delegate.lower(scripted, [b], partial=True, example_inputs=(x,)) for b in ("onednn", "xnnpack")]
-        busy = None if args.idle else subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        busy = None if args.idle else models.busy_process()
         time.sleep(0.5)
 
         def block(path):

@@ -335,7 +335,8 @@ std::vector<c10::IValue> PointwiseBackend::execute(compiled_region& region, torc
     for (std::size_t p = 0; p < region.parts.size(); ++p)
       run_pass(region.parts[p].steps, region.parts[p].last_use, part_shapes[p], static_cast<std::int32_t>(p));
   } else {
-    run_pass(region.kernel_steps, region.last_use, iteration_shape_of(region.kernel_steps), -1);
+    run_pass(region.kernel_steps, region.last_use, part_shapes.empty() ? iteration_shape_of(region.kernel_steps) : part_shapes.front(),
+             -1);
   }
 
   // Results in the order of `outputs`; a value of a smaller shape than the iteration (it

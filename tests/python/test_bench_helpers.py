@@ -42,6 +42,28 @@ assert orders == [models.round_order(names, r) for r in range(12)]
 neighbours = {order[order.index("xnnpack") + 1] for order in orders if order.index("xnnpack") + 1 < len(order)}
 assert len(neighbours) > 1, "the variant after xnnpack changes from round to round"
 
+# The busy process of the loaded timings ends with the bench that started it, even one stopped
+# without its cleanup (os._exit here; a signal, a crash): left behind, it took a core for 40 minutes.
+import time  # noqa: E402
+
+starter = subprocess.run([sys.executable, "-c", f"import os, sys; sys.path.insert(0, {BENCH!r}); import models; "
+                          "print(models.busy_process().pid, flush=True); os._exit(0)"], capture_output=True, text=True, check=True)
+spinner = int(starter.stdout.strip())
+
+
+def running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+    except OSError:
+        return False
+
+
+deadline = time.monotonic() + 10
+while running(spinner) and time.monotonic() < deadline:
+    time.sleep(0.05)
+assert not running(spinner), f"the busy process {spinner} outlived the bench that started it"
+
 # The README's recipe is the one the benches measure and the example runs: one list everywhere
 # (its order decides where two orders do not separate; docs/partial-lowering.md).
 import re  # noqa: E402
