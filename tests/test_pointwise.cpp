@@ -260,6 +260,20 @@ def forward(self, x, y, w):
   CHECK_CONTAINS(error, "pointwise_fusion: aten::mul makes a value of shape [5, 3] in a chain of steps over shape [4, 3], "
                         "and the two do not broadcast: one fused loop cannot run both");
   CHECK_CONTAINS(error, "c = a * w");
+
+  // With example inputs the sizes are known at lowering: pointwise_fusion refuses the region,
+  // saying why, and the nodes run in TorchScript.
+  torch_delegate::partition_options options;
+  options.example_inputs = {{"forward", inputs}};
+  const torch_delegate::delegation_report plan = torch_delegate::delegation_plan<PointwiseBackend>(module, options);
+  INFO(plan.to_string());
+  CHECK(plan.methods[0].regions.empty());
+  CHECK_CONTAINS(plan.to_string(), "refused by the backend (3-node region: in one chain, aten::mul makes [5, 3] where others make "
+                                   "[4, 3]: one loop cannot run shapes that do not broadcast to one)");
+  const torch::jit::Module kept = torch_delegate::lower_partially<PointwiseBackend>(module, options);
+  const auto eager = module.get_method("forward")(inputs).toTupleRef().elements();
+  const auto result = kept.get_method("forward")(inputs).toTupleRef().elements();
+  for (std::size_t i = 0; i < 2; ++i) check_same(result[i], eager[i], 1e-6, 1e-6);
 }
 
 TEST_CASE("pointwise_fusion: errors name the op and point at the model's line") {

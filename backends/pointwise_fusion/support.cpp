@@ -2,6 +2,7 @@
 #include "pointwise_backend.hpp"
 #include "graph_rules.hpp"
 
+#include <torch_delegate/node_queries.hpp>
 #include <torch_delegate/preprocess.hpp>
 #include <torch_delegate/profiling.hpp>
 
@@ -71,6 +72,48 @@ bool PointwiseBackend::supports(const torch::jit::Node* node) {
   return false;
 }
 
+namespace {
+
+/// With the sizes example inputs give: the two shapes of one chain (nodes joined by the values one
+/// makes and another reads) that do not broadcast to one, which one loop cannot run (execute's
+/// error); nothing when every chain's do, or when a size is not known.
+std::optional<std::string> unbroadcastable_chain(std::span<const torch::jit::Node* const> region) {
+  std::unordered_map<const torch::jit::Node*, std::size_t> index;
+  std::vector<const torch::jit::Node*> nodes;
+  for (const torch::jit::Node* node : region)
+    if (node->kind() != c10::prim::Constant) {
+      index.emplace(node, nodes.size());
+      nodes.push_back(node);
+    }
+  std::vector<std::size_t> root(nodes.size());
+  for (std::size_t k = 0; k < nodes.size(); ++k) root[k] = k;
+  const auto find = [&](std::size_t k) {
+    while (root[k] != k) k = root[k] = root[root[k]];
+    return k;
+  };
+  for (std::size_t k = 0; k < nodes.size(); ++k)
+    for (const torch::jit::Value* input : nodes[k]->inputs())
+      if (const auto maker = index.find(input->node()); maker != index.end()) root[find(k)] = find(maker->second);
+  std::map<std::size_t, std::vector<std::int64_t>> shape_of_chain;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const std::optional<std::vector<std::int64_t>> sizes = torch_delegate::known_sizes(nodes[k]->output());
+    if (!sizes) return std::nullopt;
+    const auto [entry, first] = shape_of_chain.emplace(find(k), *sizes);
+    if (first || entry->second == *sizes) continue;
+    try {
+      entry->second = at::infer_size(entry->second, *sizes);
+    } catch (const c10::Error&) {
+      std::ostringstream why;
+      why << "in one chain, " << nodes[k]->kind().toQualString() << " makes " << c10::IntArrayRef(*sizes) << " where others make "
+          << c10::IntArrayRef(entry->second) << ": one loop cannot run shapes that do not broadcast to one";
+      return why.str();
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 torch_delegate::region_verdict PointwiseBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   std::size_t nodes = 0;
   const torch::jit::Node* only = nullptr;
@@ -79,7 +122,11 @@ torch_delegate::region_verdict PointwiseBackend::accepts_region(std::span<const 
       ++nodes;
       only = node;
     }
-  if (nodes != 1) return nodes > 1;
+  if (nodes == 0) return false;
+  if (nodes > 1) {
+    if (const std::optional<std::string> clash = unbroadcastable_chain(region)) return torch_delegate::region_verdict::refuse(*clash);
+    return true;
+  }
   using namespace c10;
   static const std::set<Symbol> worth_a_call{aten::gelu, aten::silu, aten::sigmoid, aten::tanh,
                                              aten::exp,  aten::log,  aten::pow};
