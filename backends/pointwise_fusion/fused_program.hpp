@@ -16,6 +16,7 @@
 #include "kernels.hpp"
 
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -41,6 +42,20 @@ struct fused_program {
   std::vector<std::string> step_kinds;  // per step, the node it implements ("aten::mul")
   std::vector<output> outputs;
   std::uint32_t slot_count = 0;  // inputs + constants + steps
+};
+
+/// Items joined pair by pair (a union-find): the parts of a program (runtime.cpp) and the chains
+/// of a candidate region (support.cpp).
+struct disjoint_sets {
+  explicit disjoint_sets(std::size_t count) : root(count) {
+    for (std::size_t i = 0; i < count; ++i) root[i] = i;
+  }
+  std::size_t find(std::size_t i) {
+    while (root[i] != i) i = root[i] = root[root[i]];
+    return i;
+  }
+  void join(std::size_t a, std::size_t b) { root[find(a)] = find(b); }
+  std::vector<std::size_t> root;
 };
 
 /// The payload text of a program.

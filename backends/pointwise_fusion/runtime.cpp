@@ -33,26 +33,21 @@ namespace {
 void split_into_parts(compiled_region& region) {
   const std::vector<step>& steps = region.kernel_steps;
   const std::uint32_t slot_count = region.program.slot_count, input_count = region.program.input_count;
-  std::vector<std::size_t> root(steps.size());
-  for (std::size_t i = 0; i < steps.size(); ++i) root[i] = i;
-  const auto find = [&](std::size_t i) {
-    while (root[i] != i) i = root[i] = root[root[i]];
-    return i;
-  };
+  disjoint_sets joined(steps.size());
   constexpr std::size_t none = static_cast<std::size_t>(-1);
   std::vector<std::size_t> maker(slot_count, none);
   for (std::size_t index = 0; index < steps.size(); ++index) {
     const step& s = steps[index];
     const std::uint32_t operands[3] = {s.a, s.b, s.c};
     for (int i = 0; i < arity(s.code); ++i)
-      if (maker[operands[i]] != none) root[find(index)] = find(maker[operands[i]]);
+      if (maker[operands[i]] != none) joined.join(index, maker[operands[i]]);
     maker[s.dst] = index;
   }
   std::vector<std::int32_t> part_of_root(steps.size(), -1);
   std::int32_t count = 0;
   std::vector<std::int32_t> part_of_step(steps.size());
   for (std::size_t index = 0; index < steps.size(); ++index) {
-    std::int32_t& part = part_of_root[find(index)];
+    std::int32_t& part = part_of_root[joined.find(index)];
     if (part < 0) part = count++;
     part_of_step[index] = part;
   }

@@ -85,20 +85,15 @@ std::optional<std::string> unbroadcastable_chain(std::span<const torch::jit::Nod
       index.emplace(node, nodes.size());
       nodes.push_back(node);
     }
-  std::vector<std::size_t> root(nodes.size());
-  for (std::size_t k = 0; k < nodes.size(); ++k) root[k] = k;
-  const auto find = [&](std::size_t k) {
-    while (root[k] != k) k = root[k] = root[root[k]];
-    return k;
-  };
+  disjoint_sets joined(nodes.size());
   for (std::size_t k = 0; k < nodes.size(); ++k)
     for (const torch::jit::Value* input : nodes[k]->inputs())
-      if (const auto maker = index.find(input->node()); maker != index.end()) root[find(k)] = find(maker->second);
+      if (const auto maker = index.find(input->node()); maker != index.end()) joined.join(k, maker->second);
   std::map<std::size_t, std::vector<std::int64_t>> shape_of_chain;
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const std::optional<std::vector<std::int64_t>> sizes = torch_delegate::known_sizes(nodes[k]->output());
     if (!sizes) return std::nullopt;
-    const auto [entry, first] = shape_of_chain.emplace(find(k), *sizes);
+    const auto [entry, first] = shape_of_chain.emplace(joined.find(k), *sizes);
     if (first || entry->second == *sizes) continue;
     try {
       entry->second = at::infer_size(entry->second, *sizes);
