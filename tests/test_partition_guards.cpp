@@ -1,5 +1,6 @@
-// Partial lowering's guards: availability fallback (strict and fallback, partial and whole-method)
-// and what the region's kept TorchScript path needs defined.
+// Partial lowering's guards: availability fallback (strict and fallback, partial and whole-method),
+// what the region's kept TorchScript path needs defined, and shape folding's check of the
+// arguments (what a method computes from its example inputs' shapes alone, computed at lowering).
 #include "partition_backends.hpp"
 
 using namespace test_helpers;
@@ -104,4 +105,149 @@ def forward(self, x, h):
         }
       }
   std::remove(path.c_str());
+}
+
+namespace {
+
+// Swin's shifted-window attention in small: padding to whole windows, and a mask built from the
+// padded size alone (new_zeros, slice writes, masked_fill) that a region adds to scores.
+const char* const windowed_source = R"(
+def forward(self, x):
+    B, H, W, C = x.shape
+    pad_r = (4 - W % 4) % 4
+    pad_b = (4 - H % 4) % 4
+    y = torch.constant_pad_nd(x, [0, 0, 0, pad_r, 0, pad_b])
+    _, pH, pW, _ = y.shape
+    mask = y.new_zeros((pH, pW))
+    count = 0
+    for h in ((0, -4), (-4, -2), (-2, pH)):
+        for w in ((0, -4), (-4, -2), (-2, pW)):
+            mask[h[0]:h[1], w[0]:w[1]] = count
+            count += 1
+    mask = mask.view(pH // 4, 4, pW // 4, 4).permute(0, 2, 1, 3).reshape(-1, 16)
+    mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+    mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+    a = y.view(B, pH // 4, 4, pW // 4, 4, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, 16, C)
+    scores = torch.matmul(a, a.transpose(1, 2))
+    return scores.view(B, -1, 16, 16) + mask
+)";
+
+// The top-level if shape folding puts around a method, or nullptr.
+torch::jit::Node* specialization_of(const torch::jit::Module& lowered) {
+  auto graph = lowered.get_method("forward").graph();
+  torch::jit::Node* found = nullptr;
+  for (torch::jit::Node* node : graph->nodes())
+    if (node->kind() == c10::prim::If && node->outputs().size() == graph->outputs().size()) found = node;
+  return found;
+}
+
+std::size_t count_in(torch::jit::Block* block, const std::string& kind) {
+  std::size_t count = 0;
+  for (torch::jit::Node* node : block->nodes()) {
+    count += node->kind().toQualString() == kind;
+    for (torch::jit::Block* nested : node->blocks()) count += count_in(nested, kind);
+  }
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("shape folding: what a method computes from its arguments' shapes alone is computed at lowering") {
+  auto module = script(windowed_source);
+  const at::Tensor x = torch::randn({2, 6, 7, 3});
+  for (const auto mode : {torch_delegate::other_shapes::error, torch_delegate::other_shapes::torchscript}) {
+    CAPTURE(static_cast<int>(mode));
+    torch_delegate::partition_options options;
+    options.example_inputs["forward"] = {x};
+    options.on_other_shapes = mode;
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    lowered.get_method("forward").graph()->lint();
+    CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+    // if <x is Float [2, 6, 7, 3]>: <the region's call with the mask a constant> else: <as it was>
+    torch::jit::Node* specialized = specialization_of(lowered);
+    REQUIRE(specialized != nullptr);
+    CHECK(count_in(specialized->blocks()[0], "aten::masked_fill") == 0);
+    CHECK(count_in(specialized->blocks()[0], "aten::new_zeros") == 0);
+    CHECK(count_in(specialized->blocks()[0], "prim::CallMethod") == 1);
+    CHECK(count_in(specialized->blocks()[1], "aten::masked_fill") == 2);
+    // Saved and loaded: the constants with it.
+    const std::string path = temp_path("shape_folding.pt");
+    lowered.save(path);
+    CHECK(torch::jit::load(path).forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+    std::remove(path.c_str());
+    // Other values of the same shape: the same mask, computed from the shape only.
+    const at::Tensor other_values = torch::randn({2, 6, 7, 3});
+    CHECK(lowered.forward({other_values}).toTensor().allclose(module.forward({other_values}).toTensor()));
+    // Another shape runs the method as it was: the region's TorchScript, or its input-spec error.
+    const at::Tensor other_shape = torch::randn({1, 9, 5, 3});
+    if (mode == torch_delegate::other_shapes::torchscript)
+      CHECK(lowered.forward({other_shape}).toTensor().allclose(module.forward({other_shape}).toTensor()));
+    else
+      CHECK_THROWS_WITH(lowered.forward({other_shape}), doctest::Contains("its input spec when the method was lowered"));
+  }
+  SUBCASE("fold_shapes = false leaves the method as partitioned") {
+    torch_delegate::partition_options options;
+    options.example_inputs["forward"] = {x};
+    options.fold_shapes = false;
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    CHECK(specialization_of(lowered) == nullptr);
+    CHECK(count_kind(lowered, "aten::masked_fill") == 2);
+    CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+  }
+  SUBCASE("without example inputs nothing is folded") {
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, {});
+    CHECK(specialization_of(lowered) == nullptr);
+  }
+}
+
+TEST_CASE("shape folding: what it must not fold") {
+  const at::Tensor x = torch::randn({2, 6, 7, 3});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.on_other_shapes = torch_delegate::other_shapes::torchscript;
+  SUBCASE("a tensor the method returns (its caller may write to it): computed each call") {
+    // The same method returning the mask too.
+    auto module = script(std::string(windowed_source).replace(std::string(windowed_source).find("return scores"),
+                                                           std::string("return scores.view(B, -1, 16, 16) + mask").size(),
+                                                           "return scores.view(B, -1, 16, 16) + mask, mask"));
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    auto first = lowered.forward({x}).toTupleRef().elements();
+    const at::Tensor mask = first[1].toTensor().clone();
+    first[1].toTensor().add_(1000.0);  // the caller writes to what it got
+    auto second = lowered.forward({x}).toTupleRef().elements();
+    CHECK(second[1].toTensor().equal(mask));
+    CHECK(second[0].toTensor().allclose(module.forward({x}).toTupleRef().elements()[0].toTensor()));
+  }
+  SUBCASE("a size that comes from a tensor's values (nonzero): computed each call") {
+    auto module = script(R"(
+def forward(self, x):
+    n = torch.nonzero(x > 0).size(0)
+    z = x.new_zeros((n + 1, 2))
+    z[0:1, 0:1] = 1.0
+    z[1:2, 0:1] = 2.0
+    z[0:1, 1:2] = 3.0
+    z[-1:, 1:2] = 4.0
+    z = z.unsqueeze(0) - z.unsqueeze(1)
+    z = z.masked_fill(z != 0, -1.0).masked_fill(z == 0, 1.0)
+    w = z.sum() + float(n)
+    return x + w
+)");
+    const at::Tensor y = torch::randn({2, 6, 7, 3});
+    torch_delegate::partition_options by_values = options;
+    by_values.example_inputs["forward"] = {y};
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, by_values);
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor same_shape = torch::randn({2, 6, 7, 3});
+      CHECK(lowered.forward({same_shape}).toTensor().allclose(module.forward({same_shape}).toTensor()));
+    }
+  }
+  SUBCASE("a folded tensor the rest writes to: computed each call") {
+    auto module = script(std::string(windowed_source).replace(
+        std::string(windowed_source).find("    scores ="), 0, "    mask[0:1].add_(x[0, 0, 0, 0])\n"));
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor same_shape = torch::randn({2, 6, 7, 3});
+      CHECK(lowered.forward({same_shape}).toTensor().allclose(module.forward({same_shape}).toTensor()));
+    }
+  }
 }

@@ -123,6 +123,12 @@ struct partition_options {
   /// $XDG_CACHE_HOME/torch_delegate, else ~/.cache/torch_delegate. The default cache is off when
   /// $TORCH_DELEGATE_TIMING_CACHE is 0 (a directory given here is used whatever it says).
   std::string timing_cache_dir;
+  /// With example inputs: each partitioned method is specialized to the example's argument shapes
+  /// where that saves work (docs/partial-lowering.md, "Shape folding"): what it computes only from
+  /// the sizes, dtypes and devices the arguments determine (padding amounts, window counts, Swin's
+  /// attention mask) is computed once at lowering, behind one check of the arguments; a call with
+  /// other shapes runs the method as it was. false: the method is rewritten only to call its regions.
+  bool fold_shapes = true;
   /// With measure: called as the lowering goes (progress_update), on the lowering's thread.
   std::function<void(const progress_update&)> progress;
   /// The decisions of an earlier report (a measured plan, or a lowered module's report): a

@@ -42,6 +42,7 @@ class PartitionOptions:  # torch_delegate::partition_options, field for field; C
     replay: Optional[ReportData]  # set from a torch_delegate.Report (or None); read back as its data
     fallback_when_unavailable: bool
     timing_cache: bool
+    fold_shapes: bool
     timing_cache_dir: str
     progress: Optional[Callable[[ProgressUpdate], None]]
     def __init__(self) -> None: ...

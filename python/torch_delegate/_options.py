@@ -59,6 +59,10 @@ class LowerOptions:
     #: lower only, with measure and several backends: also lower with each other backend first
     #: (and, where a lowering mixes backends, its first alone) and keep the fastest (False)
     choose_order: Optional[bool] = None
+    #: with example_inputs: compute once, at lowering, what each method computes only from the sizes
+    #: the example's arguments give (padding amounts, Swin's attention mask), behind one check of
+    #: the arguments; a call with other shapes runs the method as it was (True)
+    fold_shapes: Optional[bool] = None
     #: with measure: the timing cache, where measured verdicts are kept and reused (a second
     #: measured lowering of the same model on the same machine times nothing): True (the default
     #: directory: $TORCH_DELEGATE_CACHE_DIR, else $XDG_CACHE_HOME/torch_delegate, else
@@ -89,9 +93,9 @@ class LowerOptions:
 _KNOBS = tuple(field.name for field in dataclasses.fields(LowerOptions))
 #: The knobs of partial lowering: lower(...) without partial=True refuses them.
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "timing_cache",
+                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "fold_shapes", "timing_cache",
                   "progress", "replay")
-_FLAGS = ("partial", "require_full", "fallback", "measure", "choose_order", "load_backends")
+_FLAGS = ("partial", "require_full", "fallback", "measure", "choose_order", "fold_shapes", "load_backends")
 _NAME_LISTS = ("methods", "keep_kinds", "keep_submodules", "lower_submodules")
 #: The knobs that take one of a few strings: the allowed values are the C++ enum's.
 _CHOICES = {"on_other_shapes": tuple(_C.OtherShapes.__members__)}

@@ -481,6 +481,43 @@ class WindowAttention(unittest.TestCase):
                 # condition computed at run time, shifted or not) stays between the first two.
                 self.assertEqual(len(regions(low)), 3, kept(low))
 
+    def test_swin_t_shapes_folded(self):
+        """Shape folding on the whole of torchvision's Swin-T: the padding amounts, shift decisions
+        and attention masks its blocks compute from sizes are computed at lowering; the method
+        keeps its partitioned form for other shapes."""
+        import torchvision
+
+        def nodes(block):
+            return sum(1 + sum(nodes(inner) for inner in node.blocks()) for node in block.nodes())
+
+        torch.manual_seed(0)
+        model = torchvision.models.swin_t(weights=None).eval()
+        x = torch.randn(1, 3, 96, 96)
+        folded = torch_delegate.lower(torch.jit.script(model), "onednn", partial=True, example_inputs=(x,),
+                                      on_other_shapes="torchscript")
+        plain = torch_delegate.lower(torch.jit.script(model), "onednn", partial=True, example_inputs=(x,),
+                                     on_other_shapes="torchscript", fold_shapes=False)
+        graph = folded.graph
+        specialized = [node for node in graph.nodes() if node.kind() == "prim::If"][-1]
+        body, as_was = list(specialized.blocks())
+        # (nested blocks aside: with on_other_shapes="torchscript" each region's call sits in an
+        # `if` whose else branch holds the region's own nodes, in both versions)
+        top = len(list(body.nodes())), len(list(as_was.nodes()))
+        self.assertLess(top[0], top[1] / 2, top)
+        self.assertLessEqual(nodes(as_was), nodes(plain.graph))  # the method as partitioned (constants propagated)
+        kinds = {node.kind() for node in body.nodes()}
+        for kind in ("aten::masked_fill", "aten::new_zeros", "aten::remainder", "aten::floordiv", "aten::copy_"):
+            self.assertNotIn(kind, kinds)
+        saved = os.path.join(os.environ.get("TD_WORKDIR", tempfile.gettempdir()), f"swin_folded_{os.getpid()}.pt")
+        folded.save(saved)
+        loaded = torch_delegate.load(saved)
+        os.remove(saved)
+        other = torch.randn(1, 3, 64, 64)
+        with torch.no_grad():
+            for module in (folded, loaded):
+                self.assertLess(relative_error(module(x), model(x)), 1e-5)
+                self.assertLess(relative_error(module(other), model(other)), 1e-5)  # as partitioned: TorchScript
+
     def test_select_and_a_broadcast_bias_either_side(self):
         class Scores(nn.Module):
             def __init__(self, bias_first):

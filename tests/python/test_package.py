@@ -404,7 +404,7 @@ class BadInput(unittest.TestCase):
                              f"torch_delegate.{call.__name__}: unknown keyword arguments 'min_nodes', 'max_nodes'; the "
                              "knobs (torch_delegate.LowerOptions) are methods, partial, min_region_size, keep_kinds, "
                              "keep_submodules, lower_submodules, require_full, fallback, example_inputs, on_other_shapes, "
-                             "max_replans, measure, min_gain, choose_order, timing_cache, progress, replay, input_specs, "
+                             "max_replans, measure, min_gain, choose_order, fold_shapes, timing_cache, progress, replay, input_specs, "
                              "load_backends")
         with self.assertRaises(ValueError) as raised:
             td.lower(self.scripted, "pointwise_fusion", min_region_size=3, fallback=True)
@@ -525,20 +525,21 @@ class Options(unittest.TestCase):
         defaults = td._C.PartitionOptions()  # C++'s defaults: the package re-types none of them
         self.assertEqual((defaults.methods, defaults.min_region_size, defaults.keep_kinds, defaults.require_full,
                           defaults.on_other_shapes, defaults.max_replans, defaults.measure, defaults.min_gain,
-                          defaults.choose_order, defaults.replay, defaults.fallback_when_unavailable, defaults.example_inputs),
-                         (["forward"], 0, set(), False, td._C.OtherShapes.error, 4, False, 0.01, False, None, False, {}))
+                          defaults.choose_order, defaults.replay, defaults.fallback_when_unavailable, defaults.example_inputs,
+                          defaults.fold_shapes),
+                         (["forward"], 0, set(), False, td._C.OtherShapes.error, 4, False, 0.01, False, None, False, {}, True))
         x = torch.randn(2, 16)
         planned = td.plan(self.scripted, "pointwise_fusion")
         converted = td._partition_options(td.LowerOptions(
             partial=True, min_region_size=2, keep_kinds="aten::mul", keep_submodules=["up"], lower_submodules=["down"],
             require_full=True, fallback=True, example_inputs=(x,), on_other_shapes="torchscript", max_replans=2,
-            measure=True, min_gain=0.5, choose_order=True, replay=planned), ["forward"], "test")
+            measure=True, min_gain=0.5, choose_order=True, fold_shapes=False, replay=planned), ["forward"], "test")
         self.assertEqual((converted.methods, converted.min_region_size, converted.keep_kinds, converted.keep_submodules,
                           converted.lower_submodules, converted.require_full, converted.fallback_when_unavailable,
                           converted.on_other_shapes, converted.max_replans, converted.measure, converted.min_gain,
-                          converted.choose_order),
+                          converted.choose_order, converted.fold_shapes),
                          (["forward"], 2, {"aten::mul"}, {"up"}, {"down"}, True, True, td._C.OtherShapes.torchscript, 2,
-                          True, 0.5, True))
+                          True, 0.5, True, False))
         self.assertTrue(torch.equal(converted.example_inputs["forward"][0], x))
         self.assertEqual(td._report_of(converted.replay), planned)  # the report crosses whole, kept nodes too
 
@@ -918,11 +919,16 @@ def state(keep):
     tensor = torch.empty(BLOCK, dtype=torch.uint8).fill_(1)
     mapped_while_alive = libc.mallinfo2().hblkhd
     del tensor
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    again = torch.empty(BLOCK, dtype=torch.uint8).fill_(2)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-    del again
-    return {"mapped_while_alive": mapped_while_alive, "faults_again": faults}
+    # The fewest faults of three blocks in turn: one cycle can fault a kept block's pages in again
+    # when the kernel reclaimed them meanwhile (seen once, with the whole test suite beside it).
+    fewest = None
+    for _ in range(3):
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        again = torch.empty(BLOCK, dtype=torch.uint8).fill_(2)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        del again
+        fewest = faults if fewest is None else min(fewest, faults)
+    return {"mapped_while_alive": mapped_while_alive, "faults_again": fewest}
 
 
 before = state(False)

@@ -6,6 +6,7 @@
 #include <torch_delegate/detail/names.hpp>
 #include <torch_delegate/detail/partition_extract.hpp>
 #include <torch_delegate/detail/partition_layouts.hpp>
+#include <torch_delegate/detail/shape_folding.hpp>
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/report_format.hpp>
 
@@ -101,6 +102,10 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_regions(const backend_lowering&
                        max_replans);
 }
 
+// The fewest nodes shape folding must save for a method to be specialized (each specialized
+// method is twice its size in the saved module).
+inline constexpr std::size_t min_folded_nodes = 16;
+
 // Rewrites `p`'s method of `result` to call its regions, each on the delegate child of its
 // backend (attributes[k]); with fallback or on_other_shapes = torchscript, each call in an if whose
 // else branch keeps the region's own nodes. `recorded_all`: every region's input specs.
@@ -132,6 +137,7 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
   // Each region's nodes replaced by a call of its method on the child. A region's input may be
   // an output of an earlier region, replaced (and destroyed) by then: `replaced` maps it.
   std::unordered_map<torch::jit::Value*, torch::jit::Value*> replaced;
+  std::unordered_set<const torch::jit::Node*> choices;  // each region's call or its own nodes: the same values
   auto replace = [&](torch::jit::Value* old_value, torch::jit::Value* new_value) {
     old_value->replaceAllUsesWith(new_value);
     replaced[old_value] = new_value;
@@ -191,6 +197,7 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
       choice->insertBefore(formed.nodes.front());
       choice->addBlock();
       choice->addBlock();
+      choices.insert(choice);
     }
     torch::jit::WithInsertPoint insert(choice ? choice->blocks()[0]->return_node() : formed.nodes.front());
     torch::jit::Value* delegate = graph->insertGetAttr(graph->inputs()[0], attributes[k]);
@@ -237,18 +244,24 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
       use.user->replaceInput(use.offset, graph->insert(c10::aten::contiguous, {use.user->input(use.offset)}));
     }
   torch::jit::EliminateDeadCode(graph);
+  // With example inputs, what the method computes from their shapes alone, computed now.
+  std::shared_ptr<torch::jit::Graph> method_graph = graph;
+  if (options.fold_shapes && options.example_inputs.count(method)) {
+    shape_folding folding;
+    if (std::shared_ptr<torch::jit::Graph> folded = fold_shapes(graph, choices, min_folded_nodes, folding)) method_graph = folded;
+  }
   // Shapes recorded from example inputs were for the regions: the method is typed as written.
-  torch::jit::EraseShapeInformation(graph);
+  torch::jit::EraseShapeInformation(method_graph);
 
   // The rewritten graph replaces the method of the copy's class, with the method's own schema
   // (its argument names, defaults and keyword-only arguments; the graph's names are like x.1).
   const c10::FunctionSchema schema = result.get_method(method).function().getSchema();
-  for (std::size_t i = 0; i < graph->inputs().size() && i < schema.arguments().size(); ++i)
-    graph->inputs()[i]->setDebugName(schema.arguments()[i].name());
+  for (std::size_t i = 0; i < method_graph->inputs().size() && i < schema.arguments().size(); ++i)
+    method_graph->inputs()[i]->setDebugName(schema.arguments()[i].name());
   const c10::QualifiedName name(*result.type()->name(), method);
   result.type()->unsafeRemoveMethod(method);
   result._ivalue()->compilation_unit()->unsafeRemoveMethod(name);
-  torch::jit::Function* function = result._ivalue()->compilation_unit()->create_function(name, graph);
+  torch::jit::Function* function = result._ivalue()->compilation_unit()->create_function(name, method_graph);
   function->setSchema(with_explicit_tensor_types(schema));
   result.type()->addMethod(function);
 }
