@@ -200,6 +200,40 @@ TEST_CASE("shape folding: what a method computes from its arguments' shapes alon
   }
 }
 
+TEST_CASE("shape folding: a padding of zero and a slice of a whole dimension copy nothing") {
+  // At 8x8 the windows need no padding: constant_pad_nd by zero copies, which contiguous() of its
+  // input does only where that is not contiguous.
+  auto module = script(windowed_source);
+  const at::Tensor x = torch::randn({2, 8, 8, 3});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+  torch::jit::Node* specialized = specialization_of(lowered);
+  REQUIRE(specialized != nullptr);
+  CHECK(count_in(specialized->blocks()[0], "aten::constant_pad_nd") == 0);
+  CHECK(count_in(specialized->blocks()[1], "aten::constant_pad_nd") == 1);
+  CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+  const at::Tensor strided = torch::randn({2, 3, 8, 8}).permute({0, 2, 3, 1});  // the same sizes, not contiguous
+  CHECK(lowered.forward({strided}).toTensor().allclose(module.forward({strided}).toTensor()));
+  SUBCASE("a padding the method returns stays a copy") {
+    auto returns_padding = script(std::string(windowed_source).replace(
+        std::string(windowed_source).find("return scores"), std::string("return scores.view(B, -1, 16, 16) + mask").size(),
+        "return scores.view(B, -1, 16, 16) + mask, y"));
+    torch::jit::Module returning = torch_delegate::lower_partially<AddsOnly>(returns_padding, options);
+    const at::Tensor padded = returning.forward({x}).toTupleRef().elements()[1].toTensor();
+    CHECK(padded.equal(x));
+    CHECK(padded.data_ptr() != x.data_ptr());
+  }
+  SUBCASE("a padding written to stays a copy: the argument is not written") {
+    auto writes_padding = script(std::string(windowed_source).replace(
+        std::string(windowed_source).find("    _, pH, pW, _"), 0, "    y[0:1, 0:1].add_(1.0)\n"));
+    torch::jit::Module writing = torch_delegate::lower_partially<AddsOnly>(writes_padding, options);
+    const at::Tensor before = x.clone();
+    CHECK(writing.forward({x}).toTensor().allclose(writes_padding.forward({before.clone()}).toTensor()));
+    CHECK(x.equal(before));
+  }
+}
+
 TEST_CASE("shape folding: what it must not fold") {
   const at::Tensor x = torch::randn({2, 6, 7, 3});
   torch_delegate::partition_options options;

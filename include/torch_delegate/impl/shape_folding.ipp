@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -264,6 +265,56 @@ inline void zip_nodes(torch::jit::Block* a, torch::jit::Block* b,
   }
 }
 
+/// The int a constant value holds (an absent one: `absent`), or nullopt when it is not one.
+inline std::optional<std::int64_t> constant_int(const torch::jit::Value* value, std::optional<std::int64_t> absent) {
+  const c10::optional<c10::IValue> known = torch::jit::toIValue(value);
+  if (!known) return std::nullopt;
+  if (known->isNone()) return absent;
+  if (known->isInt()) return known->toInt();
+  return std::nullopt;
+}
+
+/// What the folded constants make into whole copies, in the specialized body: a slice of a whole
+/// dimension (Swin's `x[:, :H, :W, :]` after a padding of zero) is its input, a view of all of
+/// it; a padding by zero on every side (`F.pad` at a size that needs none) copies its input, and
+/// becomes `contiguous()` of it (no copy where it is contiguous) where nothing writes to either
+/// and the method cannot return it (its caller would get its own argument back).
+inline void drop_whole_copies(std::shared_ptr<torch::jit::Graph>& graph, torch::jit::Block* body) {
+  torch::jit::AliasDb alias(graph);
+  std::vector<torch::jit::Node*> done;
+  for (torch::jit::Node* node : body->nodes()) {
+    const c10::TensorTypePtr type = recorded_type(node->inputs().empty() ? node->output(0) : node->input(0));
+    if (!type || node->outputs().size() != 1) continue;
+    const std::vector<std::int64_t> sizes = *type->sizes().concrete_sizes();
+    if (node->kind() == c10::aten::slice && node->inputs().size() == 5 && is_tensor(node->input(0))) {
+      const auto rank = static_cast<std::int64_t>(sizes.size());
+      std::optional<std::int64_t> dim = constant_int(node->input(1), std::nullopt);
+      const std::optional<std::int64_t> start = constant_int(node->input(2), 0), end = constant_int(node->input(3), INT64_MAX),
+                                        step = constant_int(node->input(4), 1);
+      if (!dim || !start || !end || !step || *dim < -rank || *dim >= rank) continue;
+      if (*dim < 0) *dim += rank;
+      if (*start != 0 || *step != 1 || *end < sizes[static_cast<std::size_t>(*dim)]) continue;
+      node->output()->replaceAllUsesWith(node->input(0));
+      done.push_back(node);
+    } else if (node->kind() == c10::aten::constant_pad_nd && node->inputs().size() == 3) {
+      const c10::optional<c10::IValue> pads = torch::jit::toIValue(node->input(1));
+      if (!pads || !pads->isIntList()) continue;
+      const std::vector<std::int64_t> amounts = pads->toIntVector();
+      if (std::any_of(amounts.begin(), amounts.end(), [](std::int64_t amount) { return amount != 0; })) continue;
+      const torch::jit::ValueSet both{node->input(0), node->output()};
+      if (std::any_of(body->nodes().begin(), body->nodes().end(), [&](torch::jit::Node* other) { return writes_to(alias, other, both); }) ||
+          may_be_returned(alias, body, node->output()))
+        continue;
+      torch::jit::WithInsertPoint at(node);
+      torch::jit::Value* whole = graph->insert(c10::aten::contiguous, {node->input(0)});
+      whole->setType(node->output()->type());
+      node->output()->replaceAllUsesWith(whole);
+      done.push_back(node);
+    }
+  }
+  for (torch::jit::Node* node : done) node->destroy();
+}
+
 }  // namespace shape_folding_rules
 
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> fold_shapes(const std::shared_ptr<torch::jit::Graph>& original,
@@ -436,6 +487,7 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> fold_shapes(const std
     for (torch::jit::Node* node = walk.next(); node; node = walk.next()) live.insert(node);
     for (auto it = body_choices.begin(); it != body_choices.end();) it = live.count(*it) ? std::next(it) : body_choices.erase(it);
   }
+  drop_whole_copies(graph, body);
   const std::size_t after = count_nodes(body);
   if (before < after + min_nodes) return nullptr;
   result.folded_nodes = before - after;
