@@ -200,6 +200,36 @@ TEST_CASE("shape folding: what a method computes from its arguments' shapes alon
   }
 }
 
+TEST_CASE("shape folding: a tensor it computes at lowering stays out of regions, and the report says so") {
+  // ReferenceBackend takes subs: without folding, the mask's `mask.unsqueeze(1) - mask.unsqueeze(2)`
+  // would be a region computed on every call, and what reads it could not fold.
+  auto module = script(windowed_source);
+  const at::Tensor x = torch::randn({2, 6, 7, 3});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  const auto computed = [](const torch_delegate::method_delegation& method) {
+    std::vector<std::string> kinds;
+    for (const auto& kept : method.kept)
+      if (kept.reason == torch_delegate::kept_reason::computed_at_lowering) kinds.push_back(kept.kind);
+    return kinds;
+  };
+  torch::jit::Module lowered = torch_delegate::lower_partially<ReferenceBackend>(module, options);
+  const auto report = torch_delegate::delegation_report_data_of(lowered);
+  REQUIRE(report);
+  const std::vector<std::string> kinds = computed(report->methods[0]);
+  CHECK(std::count(kinds.begin(), kinds.end(), "aten::sub") == 1);
+  CHECK(std::count(kinds.begin(), kinds.end(), "aten::masked_fill") == 2);
+  CHECK_CONTAINS(report->to_string(), "kept aten::masked_fill: computed at lowering (from the example inputs' shapes)");
+  torch::jit::Node* specialized = specialization_of(lowered);
+  REQUIRE(specialized != nullptr);
+  CHECK(count_in(specialized->blocks()[0], "aten::masked_fill") == 0);
+  CHECK(lowered.forward({x}).toTensor().allclose(module.forward({x}).toTensor()));
+  // A plan says the same; without folding the sub is delegated.
+  CHECK(computed(torch_delegate::delegation_plan<ReferenceBackend>(module, options).methods[0]) == kinds);
+  options.fold_shapes = false;
+  CHECK(computed(torch_delegate::delegation_plan<ReferenceBackend>(module, options).methods[0]).empty());
+}
+
 TEST_CASE("shape folding: a padding of zero and a slice of a whole dimension copy nothing") {
   // At 8x8 the windows need no padding: constant_pad_nd by zero copies, which contiguous() of its
   // input does only where that is not contiguous.
@@ -274,6 +304,43 @@ def forward(self, x):
       const at::Tensor same_shape = torch::randn({2, 6, 7, 3});
       CHECK(lowered.forward({same_shape}).toTensor().allclose(module.forward({same_shape}).toTensor()));
     }
+  }
+  // The windowed model (enough to fold) with `extra` before its return, returning `result` too.
+  const auto with = [](const std::string& extra, const std::string& result) {
+    std::string source = windowed_source;
+    const std::string last = "    return scores.view(B, -1, 16, 16) + mask";
+    source.replace(source.find(last), last.size(), extra + last + ", " + result);
+    return script(source);
+  };
+  const auto second = [](torch::jit::Module& module, const at::Tensor& x) {
+    return module.forward({x}).toTupleRef().elements()[1].toTensor();
+  };
+  SUBCASE("a folded write after the rest read what it writes: the rest reads it before") {
+    auto module = with("    m = x.new_zeros((B, H, W, C))\n    z = x - m\n    m.fill_(1.0)\n", "z + (x - m) * 10.0");
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    CHECK(second(lowered, x).allclose(second(module, x)));
+  }
+  SUBCASE("random numbers (a generator's node): drawn each call") {
+    auto module = with("    noise = x.new_zeros((4,)).normal_()\n", "noise");
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    CHECK_FALSE(second(lowered, x).equal(second(lowered, x)));
+  }
+  SUBCASE("a size from a boolean mask's index: computed each call") {
+    auto module = with("    n = x[x > 0].size(0)\n    k = x.new_zeros((n, 2))\n", "k.sum(0) + float(n)");
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor same_shape = torch::randn({2, 6, 7, 3});
+      CHECK(second(lowered, same_shape).allclose(second(module, same_shape)));
+    }
+  }
+  SUBCASE("the rank of a tensor unsqueezed in place later: read as it is then") {
+    auto module = with("    t = x - 1.0\n    d = t.dim()\n    t.unsqueeze_(0)\n", "t.sum() * 0.0 + float(d)");
+    torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+    CHECK(second(lowered, x).item<double>() == 4.0);
+    torch_delegate::partition_options unfolded = options;
+    unfolded.fold_shapes = false;
+    torch::jit::Module plain = torch_delegate::lower_partially<AddsOnly>(module, unfolded);
+    CHECK(second(plain, x).item<double>() == 4.0);
   }
   SUBCASE("a folded tensor the rest writes to: computed each call") {
     auto module = script(std::string(windowed_source).replace(

@@ -30,6 +30,7 @@ enum class kept_reason {
   slower_on_backend,     // measured with example inputs, its region ran slower on the backend than in TorchScript
   gain_below_minimum,    // measured faster on the backend, but among the regions that together save less than partition_options::min_gain
   not_separable,         // measured on a backend choose_order put first, it was not faster beyond the spread: left to the list's order
+  computed_at_lowering,  // a tensor computed from the example inputs' shapes alone: shape folding computes it once, at lowering
 };
 
 /// The readable label of a reason: "unsupported kind", "excluded by the user", ... (the text of

@@ -604,8 +604,9 @@ class ReportFields(unittest.TestCase):
                                                 "['pointwise_fusion'] for one backend")
 
     def test_kept_reasons_have_their_token_beside_the_label(self):
-        self.assertEqual(len(td._C.kept_reasons), 13)
+        self.assertEqual(len(td._C.kept_reasons), 14)
         self.assertIn(("gain_below_minimum", "gain below the minimum"), td._C.kept_reasons)
+        self.assertIn(("computed_at_lowering", "computed at lowering"), td._C.kept_reasons)
         self.assertIn(("not_separable", "not separable"), td._C.kept_reasons)
         planned = td.plan(torch.jit.script(AddReluSub()), ["td_test_pluggable_demo", "pointwise_fusion"])
         relu = next(k for k in planned.methods[0].kept if k.kind == "aten::relu")

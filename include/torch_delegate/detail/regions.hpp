@@ -45,12 +45,15 @@ struct region {
 /// priority list took (lowering to several backends); they end runs as a kept node does, and are
 /// not reported. Each kept node's per_backend is this backend's reason alone. `kept_nodes`: if
 /// given, gets the node of each entry added to `report.kept`, in the same order (lowering to
-/// several backends pairs each backend's reasons for one node).
+/// several backends pairs each backend's reasons for one node). `computed`: nodes shape folding
+/// will compute at lowering (computed_at_lowering); those that make a tensor are kept with
+/// kept_reason::computed_at_lowering.
 TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                                      const std::shared_ptr<torch::jit::Graph>& graph,
                                                      const std::string& method, method_delegation& report,
                                                      const std::unordered_set<const torch::jit::Node*>* taken = nullptr,
-                                                     std::vector<const torch::jit::Node*>* kept_nodes = nullptr);
+                                                     std::vector<const torch::jit::Node*>* kept_nodes = nullptr,
+                                                     const std::unordered_set<const torch::jit::Node*>* computed = nullptr);
 
 /// Whether `value` is an attribute read (a prim::GetAttr) of a type a region can hold as a
 /// constant: a number, a bool, a string, or a list of ints, floats or bools (ConvNeXt's

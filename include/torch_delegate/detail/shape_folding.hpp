@@ -30,6 +30,16 @@ struct shape_folding {
 /// method could return is not. `same_either_way`: the ifs of `graph` whose branches compute the
 /// same values (a region's call or its own nodes), whose outputs' sizes are determined when both
 /// branches' are.
+/// The fewest nodes shape folding must save for a method to be specialized (each specialized
+/// method is twice its size in the saved module).
+inline constexpr std::size_t min_folded_nodes = 16;
+
+/// The nodes of `canonical` (a method's canonical graph, typed by an example run) that shape
+/// folding will compute at lowering, by the same rules (none where fewer than `min_nodes` fold):
+/// partitioning keeps those that make a tensor out of regions (kept_reason::computed_at_lowering).
+TORCH_DELEGATE_INTERNAL std::unordered_set<const torch::jit::Node*> computed_at_lowering(
+    const std::shared_ptr<torch::jit::Graph>& canonical, std::size_t min_nodes);
+
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> fold_shapes(const std::shared_ptr<torch::jit::Graph>& graph,
                                                                        const std::unordered_set<const torch::jit::Node*>& same_either_way,
                                                                        std::size_t min_nodes, shape_folding& result);

@@ -7,6 +7,7 @@
 #include <torch_delegate/impl/numbers_to_readers.ipp>
 #include <torch_delegate/impl/traced_graph.ipp>
 
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
@@ -219,6 +220,24 @@ inline void fold_scalar_attributes(const torch::jit::Module& module, const std::
 inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& graph) {
   std::size_t folded = 0;
   std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
+  // The recorded types are those after the example run: a tensor whose rank an in-place node
+  // changes (t.unsqueeze_(0)) had another before it, so its rank is not folded.
+  static const std::set<std::string> rank_changing{"aten::unsqueeze_", "aten::squeeze_",   "aten::resize_",
+                                                   "aten::resize_as_", "aten::set_",       "aten::as_strided_",
+                                                   "aten::swapdims_",  "aten::flatten_"};
+  std::vector<torch::jit::Node*> reshaping;
+  {
+    std::shared_ptr<torch::jit::Graph> walked = graph;
+    torch::jit::DepthFirstGraphNodeIterator walk(walked);
+    for (torch::jit::Node* node = walk.next(); node; node = walk.next())
+      if (rank_changing.count(node->kind().toQualString())) reshaping.push_back(node);
+  }
+  std::optional<torch::jit::AliasDb> alias;
+  if (!reshaping.empty()) alias.emplace(graph);
+  const auto reshaped = [&](const torch::jit::Value* tensor) {
+    return std::any_of(reshaping.begin(), reshaping.end(),
+                       [&](torch::jit::Node* node) { return alias->writesToAlias(node, {tensor}); });
+  };
   for (torch::jit::Node* node : nodes) {
     const bool dim = node->kind() == c10::aten::dim;
     const bool len_of_size = node->kind() == c10::aten::len && node->inputs().size() == 1 &&
@@ -237,7 +256,7 @@ inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& gr
     if (!dim && !len_of_size) continue;
     const torch::jit::Value* tensor = dim ? node->input(0) : node->input(0)->node()->input(0);
     const auto type = tensor->type()->cast<c10::TensorType>();
-    if (!type || !type->dim()) continue;
+    if (!type || !type->dim() || reshaped(tensor)) continue;
     torch::jit::WithInsertPoint here(node);
     node->output()->replaceAllUsesWith(graph->insertConstant(static_cast<std::int64_t>(*type->dim())));
     ++folded;

@@ -7,6 +7,7 @@
 #include <torch_delegate/detail/names.hpp>
 #include <torch_delegate/detail/partition_extract.hpp>
 #include <torch_delegate/detail/partition_layouts.hpp>
+#include <torch_delegate/detail/shape_folding.hpp>
 #include <torch_delegate/partition.hpp>
 
 #include <algorithm>
@@ -61,6 +62,9 @@ TORCH_DELEGATE_INTERNAL std::vector<partitioned_method> partition_methods(const 
         canonical_graph(module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, first.name(),
                         owns_parameters, takes);
     partitioned_method p{method, graph, {}, {}, method_delegation{method, {}, {}}};
+    // What shape folding will compute at lowering stays out of regions.
+    std::unordered_set<const torch::jit::Node*> computed;
+    if (options.fold_shapes && examples != options.example_inputs.end()) computed = computed_at_lowering(graph, min_folded_nodes);
     decider.begin_method(module, method, graph);
     std::unordered_set<const torch::jit::Node*> taken;
     // Each backend's reasons for each node it did not take, in the list's order: a node no
@@ -71,7 +75,8 @@ TORCH_DELEGATE_INTERNAL std::vector<partitioned_method> partition_methods(const 
       method_delegation pass{method, {}, {}};
       std::vector<const torch::jit::Node*> kept_nodes;  // the node of each entry of pass.kept
       std::vector<region> regions =
-          form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr, &kept_nodes);
+          form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr, &kept_nodes,
+                       computed.empty() ? nullptr : &computed);
       const std::string backend_name(backends[k]->name());
       candidate_regions candidates{*backends[k], k, method, regions, pass.regions};
       const std::vector<region_decision> decisions = decider.decide(candidates);

@@ -102,10 +102,6 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_regions(const backend_lowering&
                        max_replans);
 }
 
-// The fewest nodes shape folding must save for a method to be specialized (each specialized
-// method is twice its size in the saved module).
-inline constexpr std::size_t min_folded_nodes = 16;
-
 // Rewrites `p`'s method of `result` to call its regions, each on the delegate child of its
 // backend (attributes[k]); with fallback or on_other_shapes = torchscript, each call in an if whose
 // else branch keeps the region's own nodes. `recorded_all`: every region's input specs.

@@ -80,6 +80,7 @@ struct partitioner {
   method_delegation& report;
   const std::unordered_set<const torch::jit::Node*>* taken;
   std::vector<const torch::jit::Node*>* kept_nodes;
+  const std::unordered_set<const torch::jit::Node*>* computed = nullptr;  // shape folding computes these at lowering
   std::vector<region> regions;
 
   partitioner(const backend_lowering& b, const partition_options& o, std::shared_ptr<torch::jit::Graph> graph,
@@ -113,6 +114,16 @@ struct partitioner {
       if (!options.lower_submodules.empty() && !enclosing_submodule(options.lower_submodules, path))
         return std::make_pair(kept_reason::outside_selection, std::string());
     }
+    // A tensor shape folding computes once (Swin's attention mask): a backend would compute it
+    // on every call. (Numbers stay: a region computes its own from its inputs' sizes; so do the
+    // 0-dim tensors a trace holds numbers in, prim::NumToTensor's.)
+    const auto array = [](const torch::jit::Value* output) {
+      const auto type = output->type()->cast<c10::TensorType>();
+      return type && !(type->dim() && *type->dim() == 0);  // (a nested node's has no recorded rank)
+    };
+    if (computed && computed->count(node) && node->kind() != c10::prim::NumToTensor &&
+        std::any_of(node->outputs().begin(), node->outputs().end(), array))
+      return std::make_pair(kept_reason::computed_at_lowering, std::string("from the example inputs' shapes"));
     if (!node->blocks().empty()) return std::make_pair(kept_reason::control_flow, std::string());
     if (!backend.partition.supports(node)) {
       // The tuple a method returns its results in packs them; it is no computation.
@@ -343,8 +354,10 @@ inline model_location region_location(const std::vector<torch::jit::Node*>& node
 TORCH_DELEGATE_DECL std::vector<region> form_regions(const backend_lowering& backend, const partition_options& options,
                                         const std::shared_ptr<torch::jit::Graph>& graph, const std::string& method,
                                         method_delegation& report, const std::unordered_set<const torch::jit::Node*>* taken,
-                                        std::vector<const torch::jit::Node*>* kept_nodes) {
+                                        std::vector<const torch::jit::Node*>* kept_nodes,
+                                        const std::unordered_set<const torch::jit::Node*>* computed) {
   partitioner p(backend, options, graph, report, taken, kept_nodes);
+  p.computed = computed;
   p.partition(graph->block(), 0);
   std::vector<region> accepted;
   for (region& formed : p.regions) {

@@ -25,6 +25,7 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
     case kept_reason::slower_on_backend: return "slower on the backend";
     case kept_reason::gain_below_minimum: return "gain below the minimum";
     case kept_reason::not_separable: return "not separable";
+    case kept_reason::computed_at_lowering: return "computed at lowering";
   }
   return "?";
 }
@@ -32,6 +33,7 @@ TORCH_DELEGATE_DECL std::string_view to_string(kept_reason reason) {
 TORCH_DELEGATE_DECL int progress_of(kept_reason reason) {
   switch (reason) {
     case kept_reason::attribute_read:
+    case kept_reason::computed_at_lowering:
     case kept_reason::control_flow:
     case kept_reason::outside_selection: return 0;
     case kept_reason::unsupported_kind:

@@ -9,7 +9,7 @@
 namespace torch_delegate::detail {
 
 /// Each reason with its stable token. Never change a token: saved reports (version 3 on) hold them.
-inline constexpr std::array<std::pair<kept_reason, std::string_view>, 13> reason_tokens{{
+inline constexpr std::array<std::pair<kept_reason, std::string_view>, 14> reason_tokens{{
     {kept_reason::unsupported_kind, "unsupported_kind"},
     {kept_reason::excluded_by_user, "excluded_by_user"},
     {kept_reason::outside_selection, "outside_selection"},
@@ -23,6 +23,7 @@ inline constexpr std::array<std::pair<kept_reason, std::string_view>, 13> reason
     {kept_reason::slower_on_backend, "slower_on_backend"},
     {kept_reason::gain_below_minimum, "gain_below_minimum"},
     {kept_reason::not_separable, "not_separable"},
+    {kept_reason::computed_at_lowering, "computed_at_lowering"},
 }};
 
 /// The labels versions 1 and 2 saved, frozen here (the labels of to_string may change).
