@@ -14,22 +14,6 @@
 
 namespace torch_delegate::detail {
 
-/// What shape folding did to a method: the nodes it no longer runs when the arguments match.
-struct shape_folding {
-  std::size_t folded_nodes = 0;
-};
-
-/// `graph`, a partitioned method whose tensors have the complete types of an example run
-/// (record_example_types), specialized to the example's argument shapes, as a new graph:
-/// `if <the arguments have the example's sizes, dtypes and devices>: <the method with what those
-/// determine folded to constants> else: <the method as it was>`; nullptr where that folds fewer
-/// than `min_nodes` nodes. A value is folded when it is computed from constants and from the
-/// sizes, dtypes and devices of tensors whose sizes the arguments' determine (no size on the way
-/// comes from a tensor's values: nonzero, unique, item, ...), by nodes without side effects that
-/// write only to what folded nodes make; a folded tensor that the rest could write to or that the
-/// method could return is not. `same_either_way`: the ifs of `graph` whose branches compute the
-/// same values (a region's call or its own nodes), whose outputs' sizes are determined when both
-/// branches' are.
 /// The fewest nodes shape folding must save for a method to be specialized (each specialized
 /// method is twice its size in the saved module).
 inline constexpr std::size_t min_folded_nodes = 16;
@@ -42,7 +26,7 @@ TORCH_DELEGATE_INTERNAL std::unordered_set<const torch::jit::Node*> computed_at_
 
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> fold_shapes(const std::shared_ptr<torch::jit::Graph>& graph,
                                                                        const std::unordered_set<const torch::jit::Node*>& same_either_way,
-                                                                       std::size_t min_nodes, shape_folding& result);
+                                                                       std::size_t min_nodes);
 
 }  // namespace torch_delegate::detail
 

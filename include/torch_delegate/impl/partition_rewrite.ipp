@@ -7,6 +7,7 @@
 #include <torch_delegate/detail/partition_extract.hpp>
 #include <torch_delegate/detail/partition_layouts.hpp>
 #include <torch_delegate/detail/shape_folding.hpp>
+#include <torch_delegate/impl/shape_folding.ipp>  // inputs_match, the guard both build on
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/report_format.hpp>
 
@@ -20,24 +21,6 @@
 namespace torch_delegate::detail {
 
 // -- guards: what a call asks before it runs a region on its backend ----------------------------
-
-// A bool that says whether `inputs` have the dtypes and sizes of `specs` (one per input; none:
-// not checked), computed in TorchScript where the insert point is; nullptr when nothing is checked.
-inline torch::jit::Value* inputs_match(torch::jit::Graph& graph, const std::vector<torch::jit::Value*>& inputs,
-                                       const std::vector<std::optional<tensor_spec>>& specs) {
-  torch::jit::Value* all = nullptr;
-  for (std::size_t i = 0; i < inputs.size() && i < specs.size(); ++i) {
-    if (!specs[i]) continue;
-    torch::jit::Value* sizes = graph.insert(c10::aten::size, {inputs[i]});
-    torch::jit::Value* same_sizes = graph.insert(c10::aten::eq, {sizes, graph.insertConstant(specs[i]->sizes)});
-    torch::jit::Value* dtype = graph.insert(c10::prim::dtype, {inputs[i]});
-    torch::jit::Value* same_dtype =
-        graph.insert(c10::aten::eq, {dtype, graph.insertConstant(static_cast<std::int64_t>(specs[i]->dtype))});
-    torch::jit::Value* both = graph.insert(c10::aten::__and__, {same_sizes, same_dtype});
-    all = all ? graph.insert(c10::aten::__and__, {all, both}) : both;
-  }
-  return all;
-}
 
 // Whether the method was called with grad mode on and a tensor argument that requires grad:
 // inserted once at its entry (nullptr: it takes no tensor). The method's own arguments, not its
@@ -243,8 +226,7 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
   // With example inputs, what the method computes from their shapes alone, computed now.
   std::shared_ptr<torch::jit::Graph> method_graph = graph;
   if (options.fold_shapes && options.example_inputs.count(method)) {
-    shape_folding folding;
-    if (std::shared_ptr<torch::jit::Graph> folded = fold_shapes(graph, choices, min_folded_nodes, folding)) method_graph = folded;
+    if (std::shared_ptr<torch::jit::Graph> folded = fold_shapes(graph, choices, min_folded_nodes)) method_graph = folded;
   }
   // Shapes recorded from example inputs were for the regions: the method is typed as written.
   torch::jit::EraseShapeInformation(method_graph);
