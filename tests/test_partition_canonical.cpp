@@ -182,3 +182,103 @@ TEST_CASE("partial lowering: a frozen module (inlined call stacks whose function
   REQUIRE(report);
   CHECK(report->methods[0].regions[0].node_count == 4);
 }
+
+TEST_CASE("partial lowering: an attribute the method assigns stays a read, and lowering leaves it as it was") {
+  // torchvision's MultiScaleRoIAlign sets its scales on its first call: folded to their value at
+  // lowering (None), the example run raised; run on example inputs, the lowered module kept the
+  // example's scales, where the original's first call sets its own.
+  torch::jit::Module module("m");
+  module.register_attribute("scale", c10::OptionalType::create(c10::FloatType::get()), c10::IValue());
+  module.define(R"(
+def forward(self, x):
+    if self.scale is None:
+        self.scale = float(x.size(-1))
+    scale = self.scale
+    assert scale is not None, "scale should not be None"
+    return torch.relu(x) * scale
+)");
+  const at::Tensor x = torch::randn({1, 3, 6, 6}), y = torch::randn({1, 3, 9, 9});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  options.on_other_shapes = torch_delegate::other_shapes::torchscript;
+  SUBCASE("lowered") {
+    torch::jit::Module lowered = torch_delegate::lower_partially<OwningConvLikeBackend>(module, options);
+    CHECK(module.attr("scale").isNone());   // the user's module
+    CHECK(lowered.attr("scale").isNone());  // the lowered one: its first call sets it
+    const at::Tensor expected = module.clone().forward({y}).toTensor();  // a first call with y
+    CHECK(lowered.forward({y}).toTensor().allclose(expected));
+    CHECK(lowered.attr("scale").toDouble() == 9.0);
+    torch::jit::Module reference = module.clone();
+    reference.forward({y});
+    CHECK(lowered.forward({x}).toTensor().allclose(reference.forward({x}).toTensor()));  // y's scale, as the original
+    const std::string path = temp_path("assigned_attribute.pt");
+    lowered.save(path);
+    torch::jit::Module loaded = torch::jit::load(path);
+    CHECK(loaded.forward({y}).toTensor().allclose(expected));
+    std::remove(path.c_str());
+  }
+  SUBCASE("a plan") {
+    const auto plan = torch_delegate::delegation_plan<OwningConvLikeBackend>(module, options);
+    REQUIRE(plan.methods.size() == 1);
+    CHECK(!plan.methods[0].regions.empty());
+    CHECK(module.attr("scale").isNone());
+  }
+  SUBCASE("set before lowering: kept as it was") {
+    module.setattr("scale", 2.0);
+    torch::jit::Module lowered = torch_delegate::lower_partially<OwningConvLikeBackend>(module, options);
+    CHECK(module.attr("scale").toDouble() == 2.0);
+    CHECK(lowered.attr("scale").toDouble() == 2.0);
+    CHECK(lowered.forward({y}).toTensor().allclose(module.forward({y}).toTensor()));
+  }
+}
+
+TEST_CASE("partial lowering: a lookup of a constant key in a dict attribute folds (IntermediateLayerGetter)") {
+  // torchvision's IntermediateLayerGetter, its loop over submodules unrolled: `if name in
+  // self.return_layers: out[self.return_layers[name]] = x` after each one. Left, each if split the
+  // backbone into a region per block (FasterRCNN's MobileNetV3: 21 regions, 7 folded).
+  torch::jit::Module module("m");
+  c10::Dict<std::string, std::string> layers;
+  layers.insert("b", "out");
+  module.register_attribute("return_layers", c10::DictType::create(c10::StringType::get(), c10::StringType::get()),
+                            layers);
+  module.define(R"(
+def forward(self, x):
+    out: Dict[str, Tensor] = {}
+    y = torch.relu(x)
+    if "a" in self.return_layers:
+        out[self.return_layers["a"]] = y
+    z = torch.sigmoid(y)
+    if "b" in self.return_layers:
+        out[self.return_layers["b"]] = z
+    return out
+)");
+  const at::Tensor x = torch::randn({1, 3, 6, 6});
+  const auto plan = torch_delegate::delegation_plan<OwningConvLikeBackend>(module);
+  REQUIRE(plan.methods[0].regions.size() == 1);
+  CHECK(plan.methods[0].regions[0].kinds == std::vector<std::string>{"aten::relu", "aten::sigmoid"});
+  torch::jit::Module lowered = torch_delegate::lower_partially<OwningConvLikeBackend>(module);
+  CHECK(count_kind(lowered, "aten::__contains__") == 0);
+  const auto expected = module.forward({x}).toGenericDict(), got = lowered.forward({x}).toGenericDict();
+  REQUIRE(got.size() == 1);
+  CHECK(got.at("out").toTensor().allclose(expected.at("out").toTensor()));
+
+  SUBCASE("a dict the method changes is not folded") {
+    torch::jit::Module changing("m");
+    c10::Dict<std::string, std::string> names;
+    names.insert("b", "out");
+    changing.register_attribute("return_layers", c10::DictType::create(c10::StringType::get(), c10::StringType::get()), names);
+    changing.define(R"(
+def forward(self, x):
+    out: Dict[str, Tensor] = {}
+    y = torch.relu(x)
+    if "a" in self.return_layers:
+        out[self.return_layers["a"]] = y
+    self.return_layers["a"] = "first"
+    return out
+)");
+    torch::jit::Module changed = torch_delegate::lower_partially<OwningConvLikeBackend>(changing.clone());
+    CHECK(count_kind(changed, "aten::__contains__") == 1);
+    CHECK(changed.forward({x}).toGenericDict().size() == 0);
+    CHECK(changed.forward({x}).toGenericDict().size() == 1);  // the first call added "a"
+  }
+}

@@ -62,6 +62,43 @@ TORCH_DELEGATE_INTERNAL std::string attribute_path(const torch::jit::Node* node)
 TORCH_DELEGATE_INTERNAL std::optional<c10::IValue> attribute_value(const torch::jit::Module& module,
                                                                    const torch::jit::Value* value);
 
+/// The attributes a method assigns (a prim::SetAttr at any depth of its graph), to tell which
+/// reads see a value the method itself may change: torchvision's MultiScaleRoIAlign sets its
+/// `scales` on the first call, so their value at lowering (None) is not what the method reads
+/// after it. Such a read stays a read: it is neither folded to a constant nor owned by a region.
+class attribute_assignments {
+ public:
+  TORCH_DELEGATE_INTERNAL attribute_assignments(const torch::jit::Module& module, const torch::jit::Graph& graph);
+
+  /// Whether the attribute that the prim::GetAttr `read` reads, or one of the chain that leads to
+  /// it, may be assigned: the same name set on the same object, or on an object no GetAttr chain
+  /// from `self` names. False for any other node.
+  TORCH_DELEGATE_INTERNAL bool assigns(const torch::jit::Node* read) const;
+
+  bool empty() const { return assigned_.empty(); }
+
+ private:
+  const torch::jit::Module* module_;
+  std::vector<std::pair<std::optional<c10::IValue>, std::string>> assigned_;  // (object, attribute)
+};
+
+/// The attributes that methods of a module assign (attribute_assignments) and their values at one
+/// moment, by path from the module ({"pool", "scales"}): what running a method on example inputs
+/// while lowering must not change, in the user's module or in the lowered one (whose first call
+/// must see what the original's would). Lists and dicts are kept as copies.
+struct attribute_snapshot {
+  std::vector<std::pair<std::vector<std::string>, c10::IValue>> values;
+
+  /// Each path's value set again in `module` (a copy of a list or dict), where `module` has the
+  /// path (a lowered module keeps its original's submodules and attributes).
+  TORCH_DELEGATE_INTERNAL void restore(const torch::jit::Module& module) const;
+};
+
+/// The attributes `methods` of `module` assign, their calls inlined, with their values now. An
+/// assignment to an object no GetAttr chain from `self` names is not in it.
+TORCH_DELEGATE_INTERNAL attribute_snapshot assigned_attributes(const torch::jit::Module& module,
+                                                               const std::vector<std::string>& methods);
+
 /// Where a node is, for an error at preprocess: its file, line and highlighted source lines;
 /// for a node without a source range, what it is and which method it belongs to.
 TORCH_DELEGATE_INTERNAL std::string source_of(const torch::jit::Node* node, std::string_view method);

@@ -186,12 +186,40 @@ inline void fold_constant_membership(torch::jit::Block* block) {
   }
 }
 
+/// The lookups of a constant key in the dict attribute `read` reads (`name in self.return_layers`,
+/// `self.return_layers[name]` of torchvision's IntermediateLayerGetter, its loop over submodules
+/// unrolled), as constants: a bool, or a value that is a bool, int, float or str. Left as they are
+/// where the key is not a constant or the value not such a number or string.
+inline void fold_dict_lookups(torch::jit::Node* read, const c10::impl::GenericDict& dict) {
+  const std::vector<torch::jit::Use> uses = read->output()->uses();
+  for (const torch::jit::Use& use : uses) {
+    torch::jit::Node* lookup = use.user;
+    const bool contains = lookup->kind() == c10::aten::__contains__, item = lookup->kind() == c10::aten::__getitem__;
+    if ((!contains && !item) || use.offset != 0 || lookup->inputs().size() != 2) continue;
+    const c10::optional<c10::IValue> key = torch::jit::toIValue(lookup->input(1));
+    if (!key || !(key->isString() || key->isInt() || key->isBool() || key->isDouble())) continue;
+    const auto found = dict.find(*key);
+    c10::IValue constant;
+    if (contains) {
+      constant = found != dict.end();
+    } else {
+      if (found == dict.end()) continue;  // a KeyError when it runs
+      const c10::IValue& value = found->value();
+      if (!(value.isString() || value.isInt() || value.isBool() || value.isDouble())) continue;
+      constant = value;
+    }
+    torch::jit::WithInsertPoint here(lookup);
+    lookup->output()->replaceAllUsesWith(lookup->owningGraph()->insertConstant(constant));
+  }
+}
+
 /// For a backend that owns its parameters (it lowers for inference, as torch.jit.freeze does): every
 /// attribute the method reads from `self` that is a bool, int, float, str or None (`self.training`, a
 /// Conv2d's absent bias, a stored hyper-parameter) becomes a constant of its value now, so that
 /// the branches on it fold away (BatchNorm's `if self.training:`, dropout's `training` argument).
-/// So does a list of ints or floats that the method only reads (Swin's `self.window_size`).
-/// Tensors stay attribute reads: the regions take them as constants (partition_extract.ipp), the
+/// So does a list of ints or floats that the method only reads (Swin's `self.window_size`), and a
+/// lookup of a constant key in a dict the method only looks up (fold_dict_lookups).
+/// Attributes the method assigns stay reads (attribute_assignments). Tensors stay attribute reads: the regions take them as constants (partition_extract.ipp), the
 /// nodes left to TorchScript keep reading them.
 inline void fold_scalar_attributes(const torch::jit::Module& module, const std::shared_ptr<torch::jit::Graph>& graph) {
   std::vector<torch::jit::Node*> reads;  // in nested blocks too (MBConv's `if self.use_res_connect:` holds its reads)
@@ -199,9 +227,23 @@ inline void fold_scalar_attributes(const torch::jit::Module& module, const std::
   torch::jit::DepthFirstGraphNodeIterator walk(walked);
   for (torch::jit::Node* node = walk.next(); node; node = walk.next())
     if (node->kind() == c10::prim::GetAttr) reads.push_back(node);
+  const attribute_assignments assigned(module, *graph);
+  // Dict attributes some use of which is not a lookup (`d[k] = v` could change one in place).
+  std::set<std::string> changed_dicts;
+  for (torch::jit::Node* read : reads)
+    if (read->output()->type()->kind() == c10::TypeKind::DictType)
+      for (const torch::jit::Use& use : read->output()->uses())
+        if (use.user->kind() != c10::aten::__contains__ && use.user->kind() != c10::aten::__getitem__ &&
+            use.user->kind() != c10::aten::len)
+          changed_dicts.insert(read->s(c10::attr::name));
   for (torch::jit::Node* read : reads) {
+    if (assigned.assigns(read)) continue;  // set by the method: its value now is not what it reads
     const std::optional<c10::IValue> value = attribute_value(module, read->output());
     if (!value) continue;
+    if (value->isGenericDict()) {
+      if (!changed_dicts.count(read->s(c10::attr::name))) fold_dict_lookups(read, value->toGenericDict());
+      continue;
+    }
     std::optional<c10::IValue> constant;
     if (value->isBool() || value->isInt() || value->isDouble() || value->isString() || value->isNone())
       constant = *value;

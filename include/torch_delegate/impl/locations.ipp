@@ -3,8 +3,11 @@
 
 #include <torch_delegate/detail/locations.hpp>
 
+#include <torch/csrc/jit/passes/inliner.h>
+
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <sstream>
 
 namespace torch_delegate::detail {
@@ -224,6 +227,97 @@ TORCH_DELEGATE_INTERNAL std::optional<c10::IValue> attribute_value(const torch::
     object = object.toObjectRef().getAttr(*name);
   }
   return object;
+}
+
+// The object a value of `graph` is, where it is `self` or a GetAttr chain from it.
+inline std::optional<c10::IValue> object_named(const torch::jit::Module& module, const torch::jit::Value* value) {
+  const torch::jit::Graph& graph = *value->owningGraph();
+  if (!graph.inputs().empty() && value == graph.inputs()[0]) return module._ivalue();
+  return attribute_value(module, value);
+}
+
+TORCH_DELEGATE_INTERNAL attribute_assignments::attribute_assignments(const torch::jit::Module& module,
+                                                                     const torch::jit::Graph& graph)
+    : module_(&module) {
+  std::vector<const torch::jit::Block*> blocks{graph.block()};
+  while (!blocks.empty()) {
+    const torch::jit::Block* block = blocks.back();
+    blocks.pop_back();
+    for (const torch::jit::Node* node : block->nodes()) {
+      for (const torch::jit::Block* nested : node->blocks()) blocks.push_back(nested);
+      if (node->kind() == c10::prim::SetAttr) assigned_.emplace_back(object_named(module, node->input(0)), node->s(c10::attr::name));
+    }
+  }
+}
+
+TORCH_DELEGATE_INTERNAL bool attribute_assignments::assigns(const torch::jit::Node* read) const {
+  // Each link of the chain: `self.pool.scales` is assigned where `self.pool` is.
+  for (; !assigned_.empty() && read->kind() == c10::prim::GetAttr; read = read->input()->node()) {
+    const std::string& name = read->s(c10::attr::name);
+    const std::optional<c10::IValue> object = object_named(*module_, read->input());
+    if (std::any_of(assigned_.begin(), assigned_.end(), [&](const auto& assigned) {
+          return assigned.second == name && (!assigned.first || !object || assigned.first->is(*object));
+        }))
+      return true;
+  }
+  return false;
+}
+
+// The attribute path from `self` a value of its graph is ({} for `self`), where it is one.
+inline std::optional<std::vector<std::string>> path_from_self(const torch::jit::Value* value) {
+  std::vector<std::string> names;  // innermost first
+  for (; value->node()->kind() == c10::prim::GetAttr; value = value->node()->input()) names.push_back(value->node()->s(c10::attr::name));
+  const torch::jit::Graph& graph = *value->owningGraph();
+  if (graph.inputs().empty() || value != graph.inputs()[0]) return std::nullopt;
+  return std::vector<std::string>(names.rbegin(), names.rend());
+}
+
+// A list or dict as a copy (a method may change one in place); any other value as it is.
+inline c10::IValue kept_copy(const c10::IValue& value) {
+  if (value.isList()) return value.toList().copy();
+  if (value.isGenericDict()) return value.toGenericDict().copy();
+  return value;
+}
+
+TORCH_DELEGATE_INTERNAL void attribute_snapshot::restore(const torch::jit::Module& module) const {
+  for (const auto& [path, value] : values) {
+    c10::IValue object = module._ivalue();
+    bool found = true;
+    for (std::size_t i = 0; found && i + 1 < path.size(); ++i) {
+      found = object.isObject() && object.toObjectRef().type()->hasAttribute(path[i]);
+      if (found) object = object.toObjectRef().getAttr(path[i]);
+    }
+    if (found && object.isObject() && object.toObjectRef().type()->hasAttribute(path.back()))
+      object.toObjectRef().setAttr(path.back(), kept_copy(value));
+  }
+}
+
+TORCH_DELEGATE_INTERNAL attribute_snapshot assigned_attributes(const torch::jit::Module& module,
+                                                               const std::vector<std::string>& methods) {
+  attribute_snapshot snapshot;
+  std::set<std::vector<std::string>> seen;
+  for (const std::string& method : methods) {
+    if (!module.find_method(method)) continue;
+    std::shared_ptr<torch::jit::Graph> graph = module.get_method(method).graph()->copy();
+    torch::jit::Inline(*graph);
+    std::vector<const torch::jit::Block*> blocks{graph->block()};
+    while (!blocks.empty()) {
+      const torch::jit::Block* block = blocks.back();
+      blocks.pop_back();
+      for (const torch::jit::Node* node : block->nodes()) {
+        for (const torch::jit::Block* nested : node->blocks()) blocks.push_back(nested);
+        if (node->kind() != c10::prim::SetAttr) continue;
+        std::optional<std::vector<std::string>> path = path_from_self(node->input(0));
+        if (!path) continue;
+        path->push_back(node->s(c10::attr::name));
+        if (!seen.insert(*path).second) continue;
+        std::optional<c10::IValue> object = object_named(module, node->input(0));
+        if (!object || !object->isObject() || !object->toObjectRef().type()->hasAttribute(path->back())) continue;
+        snapshot.values.emplace_back(*path, kept_copy(object->toObjectRef().getAttr(path->back())));
+      }
+    }
+  }
+  return snapshot;
 }
 
 }  // namespace torch_delegate::detail

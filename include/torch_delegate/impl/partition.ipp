@@ -16,9 +16,39 @@
 
 namespace torch_delegate::detail {
 
+// Lowering runs the methods with example inputs (their types, their timings): what they assign
+// (torchvision's MultiScaleRoIAlign sets its scales on the first call) is set back as it was,
+// in the user's module and in the lowered one, however lowering ends.
+class assigned_attributes_kept {
+ public:
+  assigned_attributes_kept(const torch::jit::Module& module, const partition_options& options) : module_(module) {
+    std::vector<std::string> methods;
+    for (const auto& example : options.example_inputs) methods.push_back(example.first);
+    if (!methods.empty()) before_ = assigned_attributes(module, methods);
+  }
+  assigned_attributes_kept(const assigned_attributes_kept&) = delete;
+  assigned_attributes_kept& operator=(const assigned_attributes_kept&) = delete;
+  ~assigned_attributes_kept() {
+    try {
+      before_.restore(module_);
+    } catch (const std::exception&) {  // a destructor: nothing to report to, the lowering's own error goes on
+    }
+  }
+
+  torch::jit::Module restored(torch::jit::Module lowered) const {
+    before_.restore(lowered);
+    return lowered;
+  }
+
+ private:
+  const torch::jit::Module& module_;
+  attribute_snapshot before_;
+};
+
 TORCH_DELEGATE_DECL delegation_report partition_report_all(const backend_list& backends, const torch::jit::Module& module,
                                                            const partition_options& options) {
   check_partition_request(backends, module, options, nullptr);
+  const assigned_attributes_kept kept(module, options);
   clock_timing clock;  // a measured plan's times, the timing cache in front of them
   const std::string directory = options.measure && !options.replay ? timing_cache_directory(options) : std::string();
   std::optional<timing_cache_file> file;
@@ -41,9 +71,10 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
                                                                 const partition_options& options,
                                                                 const std::vector<c10::impl::GenericDict>& specs) {
   check_partition_request(backends, module, options, &specs);
-  if (options.measure && !options.replay) return lower_measured(backends, module, options, specs);
+  const assigned_attributes_kept kept(module, options);
+  if (options.measure && !options.replay) return kept.restored(lower_measured(backends, module, options, specs));
   clock_timing timing;  // nothing is timed: the rules decide, or a replayed report
-  return lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
+  return kept.restored(lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing)));
 }
 
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,

@@ -17,8 +17,11 @@ namespace torch_delegate::detail {
 // What a region's input is while lowering, when the backend owns its parameters and the input
 // is a parameter, buffer or attribute the method reads from `self` (a prim::GetAttr chain): its
 // value, a tensor, None (a Conv2d's absent bias) or an owned_attribute (a number, a string, a list
-// of numbers). nullopt for anything else.
-inline std::optional<c10::IValue> owned_value(const torch::jit::Module& module, const torch::jit::Value* value) {
+// of numbers). nullopt for anything else, and for an attribute the method assigns (`assigned`): its
+// value now is not what the method reads.
+inline std::optional<c10::IValue> owned_value(const torch::jit::Module& module, const torch::jit::Value* value,
+                                              const attribute_assignments& assigned) {
+  if (assigned.assigns(value->node())) return std::nullopt;
   const std::optional<c10::IValue> read = attribute_value(module, value);
   if (!read) return std::nullopt;
   const c10::IValue& object = *read;
@@ -30,9 +33,11 @@ inline std::optional<c10::IValue> owned_value(const torch::jit::Module& module, 
 
 TORCH_DELEGATE_INTERNAL owned_inputs take_owned_inputs(const torch::jit::Module& module, region& formed) {
   owned_inputs owned;
+  if (formed.inputs.empty()) return owned;
+  const attribute_assignments assigned(module, *formed.inputs.front()->owningGraph());
   std::vector<torch::jit::Value*> passed;
   for (torch::jit::Value* input : formed.inputs) {
-    if (auto value = owned_value(module, input))
+    if (auto value = owned_value(module, input, assigned))
       owned.emplace(input, std::move(*value));
     else
       passed.push_back(input);
