@@ -62,7 +62,7 @@ struct OnednnBackend {
   static constexpr std::int64_t payload_version = 3;
   static constexpr std::int64_t oldest_payload_version = 1;
   /// The input shapes a region keeps plans for, least recently used dropped first (docs/onednn.md).
-  static constexpr std::size_t max_plans = 4;
+  static constexpr std::size_t max_plans = 16;
 
   /// Float convolutions (BatchNorm after one folded in), poolings, activations, add, mul, cat, and
   /// linear, layer_norm, GELU, permute, flatten (docs/onednn.md has the table).
