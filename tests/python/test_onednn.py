@@ -450,6 +450,40 @@ class Models(unittest.TestCase):
                     self.assertEqual(len(regions(low)), 1, kept(low))
                     self.assertLessEqual(set(kept(low)), {"prim::GetAttr"})
 
+    def test_a_detection_model_whose_roi_pool_sets_its_scales_on_the_first_call(self):
+        # FasterRCNN: its MultiScaleRoIAlign assigns self.scales on the first call (folded to
+        # None, the example run raised), and its IntermediateLayerGetter looks up
+        # self.return_layers after each block (unfolded, a region per block: 21).
+        import torchvision
+        torch.manual_seed(0)
+        model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, box_score_thresh=0.0).eval()
+        scripted = torch.jit.script(model)
+        image = torch.rand(3, 320, 320)
+        low = torch_delegate.lower(scripted, "onednn", partial=True, example_inputs=([image], None),
+                                   on_other_shapes="torchscript")
+        self.assertIsNone(scripted.roi_heads.box_roi_pool.scales)  # the user's module, as it was
+        self.assertIsNone(low.roi_heads.box_roi_pool.scales)       # its first call sets them
+        self.assertLessEqual(len(regions(low)), 8)
+        other = torch.rand(3, 240, 400)  # another size, its first call
+        with torch.no_grad():
+            want, got = scripted([other])[1][0], low([other])[1][0]
+        self.assertEqual(low.roi_heads.box_roi_pool.scales, scripted.roi_heads.box_roi_pool.scales)
+        self.assertEqual(got["scores"].shape, want["scores"].shape)
+        self.assertTrue(torch.allclose(got["scores"], want["scores"], atol=1e-5))
+
+    def test_segmentation_backbones_behind_intermediate_layer_getter(self):
+        # LRASPP reads two feature maps off its backbone: a region up to each, not one per block.
+        import torchvision
+        torch.manual_seed(0)
+        model = torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None).eval()
+        x = torch.rand(1, 3, 224, 224)
+        low = lowered(model, x)
+        self.assertLessEqual(len(regions(low)), 4, kept(low))
+        self.assertNotIn("aten::__contains__", kept(low))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x)["out"], model(x)["out"]), 1e-4)
+
 
 class SavedAndElsewhere(unittest.TestCase):
     def test_a_module_saved_by_an_earlier_main_loads(self):
