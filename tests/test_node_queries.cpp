@@ -27,3 +27,21 @@ def forward(self, x):
   add->input(0)->setType(c10::TensorType::create(torch::rand({2, 3})));
   CHECK(*torch_delegate::known_sizes(add->input(0)) == std::vector<std::int64_t>{2, 3});
 }
+
+TEST_CASE("node queries: an attribute of an object the method makes is not known at lowering") {
+  // torchvision's detection models read their batched images as `images.tensors`, an attribute of
+  // the ImageList the method builds: not a weight (onednn refused their first convolution as a
+  // step on weights alone).
+  auto unit = std::make_shared<torch::jit::CompilationUnit>();
+  const auto images_type = c10::ClassType::create(c10::QualifiedName("__torch__.ImageList"), unit, /*is_module=*/false);
+  images_type->addAttribute("tensors", c10::TensorType::get());
+  torch::jit::Module module("m");
+  module.register_parameter("w", torch::ones({2}), false);
+  torch::jit::Graph graph;
+  torch::jit::Value* self = graph.addInput("self")->setType(module.type());
+  torch::jit::Value* images = graph.addInput("images")->setType(images_type);
+  torch::jit::Value* tensors = graph.insertNode(graph.createGetAttr(images, "tensors"))->output();
+  torch::jit::Value* weight = graph.insertNode(graph.createGetAttr(self, "w"))->output();
+  CHECK(!torch_delegate::known_at_lowering(tensors));
+  CHECK(torch_delegate::known_at_lowering(weight));
+}

@@ -282,3 +282,55 @@ def forward(self, x):
     CHECK(changed.forward({x}).toGenericDict().size() == 1);  // the first call added "a"
   }
 }
+
+TEST_CASE("partial lowering: a new tensor that goes into a container joins a region, though a container's tensor is written") {
+  // Alias analysis takes every tensor put into a container to alias every other once one of them
+  // is written: RetinaNet's head convolutions, appended to lists, were each kept as "written to
+  // later". A write to a new tensor writes what the region returns, a new tensor too.
+  auto module = script(R"(
+def forward(self, x):
+    outs: List[Tensor] = []
+    y = torch.relu(x)
+    outs.append(y)
+    z = x * 2.0
+    outs.append(z)
+    outs[1].add_(1.0)
+    return outs
+)");
+  const auto plan = torch_delegate::delegation_plan<ConvLikeBackend>(module);
+  std::size_t delegated = 0;
+  for (const auto& formed : plan.methods[0].regions) delegated += formed.node_count;
+  CHECK(delegated == 2);  // relu and mul
+  for (const auto& kept : plan.methods[0].kept) CHECK(kept.kind != "aten::mul");
+  torch::jit::Module lowered = torch_delegate::lower_partially<ConvLikeBackend>(module);
+  const at::Tensor x = torch::randn({3, 4});
+  const auto want = module.forward({x}).toList(), got = lowered.forward({x}).toList();
+  REQUIRE(got.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) CHECK(got.get(i).toTensor().allclose(want.get(i).toTensor()));
+
+  SUBCASE("in place on such a tensor, which nothing else reads: out-of-place") {
+    // ResNet's `out += identity; out = relu_(out)` in a block IntermediateLayerGetter returns.
+    auto block = script(R"(
+def forward(self, x, identity):
+    outs: List[Tensor] = []
+    out = x * 2.0
+    out += identity
+    out = torch.relu_(out)
+    outs.append(out)
+    outs[0].mul_(3.0)
+    return outs
+)");
+    // With example inputs: the add's two tensors then have one dtype (out_of_place_is_equivalent).
+    const at::Tensor identity = torch::randn({3, 4});
+    torch_delegate::partition_options options;
+    options.example_inputs["forward"] = {x, identity};
+    const auto block_plan = torch_delegate::delegation_plan<ConvLikeBackend>(block, options);
+    for (const auto& kept : block_plan.methods[0].kept) {
+      CHECK(kept.kind != "aten::add_");
+      CHECK(kept.kind != "aten::relu_");
+    }
+    torch::jit::Module lowered_block = torch_delegate::lower_partially<ConvLikeBackend>(block, options);
+    CHECK(lowered_block.forward({x, identity}).toList().get(0).toTensor().allclose(
+        block.forward({x, identity}).toList().get(0).toTensor()));
+  }
+}

@@ -352,3 +352,35 @@ def forward(self, x):
     }
   }
 }
+
+TEST_CASE("shape folding: a value of an Optional type folds to a constant of its own type") {
+  // F.interpolate's `output_size: Optional[List[int]]`, an if's result: a constant typed int[]?
+  // does not print, so the module did not save ("constant literal not supported for: int[]?";
+  // torchvision's segmentation models, once their in-place activations were made out-of-place).
+  auto module = script(R"(
+def forward(self, x):
+    h = x.size(2)
+    w = x.size(3)
+    a = h + w
+    b = a * 2 - h
+    c = b + w * 3
+    d = c - a + b
+    e = d * 2 - c
+    f = e + a - b
+    size: Optional[List[int]] = None
+    if h > 0:
+        size = [h * 2 + f - f, w * 2 + e - e]
+    return torch.upsample_nearest2d(x + x, size, None)
+)");
+  const at::Tensor x = torch::randn({1, 2, 3, 5});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x};
+  torch::jit::Module lowered = torch_delegate::lower_partially<AddsOnly>(module, options);
+  REQUIRE(specialization_of(lowered) != nullptr);
+  CHECK(count_in(specialization_of(lowered)->blocks()[0], "aten::size") == 0);
+  CHECK(lowered.forward({x}).toTensor().equal(module.forward({x}).toTensor()));
+  const std::string path = temp_path("shape_folding_optional.pt");
+  lowered.save(path);
+  CHECK(torch::jit::load(path).forward({x}).toTensor().equal(module.forward({x}).toTensor()));
+  std::remove(path.c_str());
+}

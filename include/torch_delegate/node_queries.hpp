@@ -25,12 +25,18 @@ inline bool constant_is(const torch::jit::Value* value, const c10::IValue& expec
   return known && *known == expected;
 }
 
-/// Whether preprocess sees `value` as a constant: a constant node, or an attribute read (a
-/// parameter or buffer; a backend with `owns_parameters` gets it as a constant in its region,
-/// and method_to_lower::tensor_of reads it in any case).
+/// Whether preprocess sees `value` as a constant: a constant node, or an attribute read of the
+/// module (a parameter or buffer, read from the method's `self` through its submodules; a backend
+/// with `owns_parameters` gets it as a constant in its region, and method_to_lower::tensor_of
+/// reads it in any case). Not an attribute of an object the method makes: torchvision's
+/// detection models read their batched images as `images.tensors`, from an ImageList.
 inline bool known_at_lowering(const torch::jit::Value* value) {
-  const c10::Symbol kind = value->node()->kind();
-  return kind == c10::prim::Constant || kind == c10::prim::GetAttr;
+  if (value->node()->kind() == c10::prim::Constant) return true;
+  if (value->node()->kind() != c10::prim::GetAttr) return false;
+  while (value->node()->kind() == c10::prim::GetAttr) value = value->node()->input(0);
+  const auto object = value->type()->cast<c10::ClassType>();
+  const torch::jit::Graph& graph = *value->owningGraph();
+  return object && object->is_module() && !graph.inputs().empty() && value == graph.inputs()[0];
 }
 
 /// The sizes of a tensor value whose type is complete (partition_options::example_inputs records

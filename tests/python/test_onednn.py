@@ -453,7 +453,7 @@ class Models(unittest.TestCase):
     def test_a_detection_model_whose_roi_pool_sets_its_scales_on_the_first_call(self):
         # FasterRCNN: its MultiScaleRoIAlign assigns self.scales on the first call (folded to
         # None, the example run raised), and its IntermediateLayerGetter looks up
-        # self.return_layers after each block (unfolded, a region per block: 21).
+        # self.return_layers after each block (unfolded, a region per block).
         import torchvision
         torch.manual_seed(0)
         model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
@@ -464,7 +464,10 @@ class Models(unittest.TestCase):
                                    on_other_shapes="torchscript")
         self.assertIsNone(scripted.roi_heads.box_roi_pool.scales)  # the user's module, as it was
         self.assertIsNone(low.roi_heads.box_roi_pool.scales)       # its first call sets them
-        self.assertLessEqual(len(regions(low)), 8)
+        # Every convolution is delegated: the stem reads `images.tensors` (an ImageList's, not a
+        # weight), the feature pyramid's and heads' results go into lists (alias analysis: written).
+        for kind in ("aten::conv2d", "aten::batch_norm", "aten::hardswish_", "aten::add_"):
+            self.assertNotIn(kind, kept(low))
         other = torch.rand(3, 240, 400)  # another size, its first call
         with torch.no_grad():
             want, got = scripted([other])[1][0], low([other])[1][0]

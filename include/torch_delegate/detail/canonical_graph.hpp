@@ -5,6 +5,9 @@
 #include <torch_delegate/detail/config.hpp>
 
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <algorithm>
 
 #include <functional>
 #include <memory>
@@ -25,6 +28,23 @@ namespace torch_delegate::detail {
 /// (whether one of the lowering's backends takes a node), nn.MultiheadAttention's self-attention
 /// is spelled as straight-line attention (attention_calls.hpp) when a backend takes its matmuls,
 /// and left as the module computes it otherwise.
+/// Whether `node` is an ATen operator whose results are tensors and whose schema marks none of
+/// them as an alias (not a view, not in place): each result is a new tensor. A later write to such a result writes what
+/// a region's call would return, a new tensor too (partial-lowering.md): the same either way, so
+/// the node may join a region though its result is written to later. Alias analysis says
+/// "written" of every tensor that goes into a container once any container's tensor is written
+/// (RetinaNet's heads and feature pyramid: each convolution's result, appended to a list, was
+/// kept). A view's result stays out: it and its base are one tensor in TorchScript, two after a
+/// region; so does a node no schema describes.
+inline bool makes_new_tensors(const torch::jit::Node* node) {
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  if (!schema || node->kind().ns() != c10::namespaces::aten || node->outputs().empty()) return false;
+  for (const torch::jit::Value* output : node->outputs())  // tensors: a list is a container, written by appends
+    if (output->type()->kind() != c10::TypeKind::TensorType) return false;
+  return std::none_of(schema->returns().begin(), schema->returns().end(),
+                      [](const c10::Argument& result) { return result.alias_info() != nullptr; });
+}
+
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(
     const torch::jit::Module& module, const std::string& method, const std::vector<c10::IValue>* example_inputs = nullptr,
     std::string_view backend = {}, bool fold_attributes = false, const std::function<bool(const torch::jit::Node*)>& takes = {});

@@ -106,6 +106,41 @@ inline bool out_of_place_is_equivalent(torch::jit::Node* node) {
   return dtype_root(a) == dtype_root(b);
 }
 
+/// An in-place operator whose out-of-place form computes the same (out_of_place_is_equivalent)
+/// on a new tensor (makes_new_tensors) that nothing else reads, made in the same block: no one
+/// can see the write, so it becomes out-of-place. LibTorch's RemoveTensorMutation leaves these
+/// where alias analysis cannot tell the tensor from others: ResNet's `out += identity; out =
+/// relu_(out)` when `out` then goes into a container (a block IntermediateLayerGetter returns),
+/// since any container's tensor may alias it once one is written.
+inline void make_sole_writes_out_of_place(torch::jit::Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* node = *it++;
+    for (torch::jit::Block* nested : node->blocks()) make_sole_writes_out_of_place(nested);
+    const std::string kind = node->kind().toQualString();
+    if (node->inputs().empty() || node->outputs().size() != 1 || kind.size() < 2 || kind.back() != '_') continue;
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    if (!schema || schema->arguments().empty() || !schema->arguments()[0].alias_info() ||
+        !schema->arguments()[0].alias_info()->isWrite())
+      continue;
+    torch::jit::Value* written = node->input(0);
+    const torch::jit::Node* maker = written->node();
+    if (maker->owningBlock() != block || written->uses().size() != 1 || !makes_new_tensors(maker) ||
+        !out_of_place_is_equivalent(node))
+      continue;
+    const c10::Symbol pure = c10::Symbol::fromQualString(kind.substr(0, kind.size() - 1));
+    torch::jit::Node* replacement = block->owningGraph()->create(pure, node->inputs(), 1);
+    replacement->insertBefore(node);
+    replacement->copyMetadata(node);
+    if (!replacement->maybeSchema()) {  // no out-of-place overload takes these arguments
+      replacement->destroy();
+      continue;
+    }
+    replacement->output()->setType(node->output()->type());
+    node->output()->replaceAllUsesWith(replacement->output());
+    node->destroy();
+  }
+}
+
 /// Runs `method`'s canonical graph once on example inputs and gives every tensor it makes at its
 /// top level (and its tensor arguments) the complete type of what it was in that run.
 inline void record_example_types(std::string_view backend, const torch::jit::Module& module, const std::string& method,
@@ -389,6 +424,7 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
   snapshot_appended_lists(*graph);
   torch::jit::RemoveListMutation(graph);
   torch::jit::RemoveTensorMutation(graph, std::function<bool(torch::jit::Node*)>(out_of_place_is_equivalent));
+  make_sole_writes_out_of_place(graph->block());
   torch::jit::EliminateDeadCode(graph);
   // Again where the out-of-place nodes that replaced in-place ones have no recorded type yet (a
   // run of the whole method: 2.4 s a call for ConvNeXt-T beside a busy process).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <torch_delegate/detail/regions.hpp>
+#include <torch_delegate/detail/canonical_graph.hpp>
 #include <torch_delegate/partition.hpp>
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
@@ -14,6 +15,7 @@
 #include <unordered_set>
 
 namespace torch_delegate::detail {
+
 
 /// "encoder.block1": the submodule a node was inlined from, by attribute path ("" for the
 /// method's own nodes; calls of the module's own methods add nothing).
@@ -133,9 +135,10 @@ struct partitioner {
     }
     if (options.keep_kinds.count(kind)) return std::make_pair(kept_reason::excluded_by_user, std::string());
     if (alias.isMutable(node)) return std::make_pair(kept_reason::mutation_or_aliasing, std::string("writes to its input"));
-    for (const torch::jit::Value* output : node->outputs())
-      if (alias.hasWriters(output))
-        return std::make_pair(kept_reason::mutation_or_aliasing, "%" + output->debugName() + " is written to later");
+    if (!makes_new_tensors(node))
+      for (const torch::jit::Value* output : node->outputs())
+        if (alias.hasWriters(output))
+          return std::make_pair(kept_reason::mutation_or_aliasing, "%" + output->debugName() + " is written to later");
     // The types of the values it takes and makes are checked when its run closes: only those
     // that cross the region's boundary must pass (a List[int] made and read inside stays inside).
     return std::nullopt;

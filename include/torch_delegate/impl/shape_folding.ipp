@@ -318,7 +318,9 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> fold_shapes(const std
           constants.push_back(nullptr);
           continue;
         }
-        (*constant)->setType(boundary[i]->type());
+        // The value's own type where the boundary's is an Optional (a constant cannot be one: an
+        // interpolate's `int[]? size` folded to a list did not print, so the module did not save).
+        if (!boundary[i]->type()->cast<c10::OptionalType>()) (*constant)->setType(boundary[i]->type());
         constants.push_back(*constant);
       }
     }
