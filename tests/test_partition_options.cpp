@@ -237,3 +237,21 @@ TEST_CASE("partial lowering: a registered backend's lowering is found by name, p
   // element of x is near 0 (a flaky check before).
   CHECK(lowered.forward({x, h}).toTensor().allclose(module.forward({x, h}).toTensor()));
 }
+
+TEST_CASE("partial lowering: too few example inputs name the method's arguments and their defaults") {
+  // RAFT's forward(image1, image2, num_flow_updates=12): two images given, three taken.
+  auto module = test_helpers::script(R"(
+def forward(self, x, y, updates: int = 12):
+    return x + y * float(updates)
+)");
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {torch::randn({2}), torch::randn({2})};
+  CHECK_THROWS_WITH(torch_delegate::lower_partially<partition_backends::AddsOnly>(module, options),
+                    doctest::Contains("example_inputs: 2 given, the method takes 3 (x, y, updates=12): give one for "
+                                      "each, defaulted ones included"));
+  options.example_inputs["forward"].push_back(std::int64_t{12});
+  CHECK(torch_delegate::lower_partially<partition_backends::AddsOnly>(module, options)
+            .forward({torch::ones({2}), torch::ones({2}), std::int64_t{12}})
+            .toTensor()
+            .equal(torch::full({2}, 13.0)));
+}

@@ -13,10 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 using namespace test_helpers;
 using torch_delegate::detail::compare_rounds;
@@ -218,6 +220,34 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
         [&] { return ++rounds % 4 == 0 ? std::pair{3.0, 1.0} : std::pair{1.0, 3.0}; }, quick);
     CHECK(stopped.verdict == separation::not_separable);
     CHECK(stopped.rounds == 16);
+  }
+  SUBCASE("the hard budget: rounds stop once it is spent, below the minimum too") {
+    // As the noisy case above (12 rounds to separate), each round taking 5 ms, the hard budget
+    // 30 ms: at most 6 rounds, not separable (ConvNeXt-T's TorchScript calls beside two busy
+    // processes, 2 s and more a round).
+    sampling_rule capped = rule;
+    capped.hard_budget_s = 0.03;
+    std::size_t rounds = 0;
+    auto cut = torch_delegate::detail::sample_until_separated(
+        [&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return ++rounds == 2 ? std::pair{3.0, 1.0} : std::pair{1.0, 3.0};
+        },
+        capped);
+    CHECK(cut.verdict == separation::not_separable);
+    CHECK(cut.rounds >= 2);
+    CHECK(cut.rounds <= 6);
+    CHECK(rounds == cut.rounds);
+    // A gross gap still separates in 2 rounds within it.
+    rounds = 0;
+    auto gross = torch_delegate::detail::sample_until_separated(
+        [&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return ++rounds, std::pair{1.0, 10.0};
+        },
+        capped);
+    CHECK(gross.verdict == separation::first_faster);
+    CHECK(gross.rounds == 2);
   }
 }
 

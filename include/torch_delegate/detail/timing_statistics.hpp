@@ -42,6 +42,10 @@ struct sampling_rule {
   double gross_ratio = 4.0;      // and fewer than early_rounds, from 2, only when the leader won
                                  // every one by this factor or more (ConvNeXt-T's body beside a
                                  // busy process: 60 ms on onednn, 2.4 s in TorchScript)
+  double hard_budget_s = 9.0;    // rounds stop once this is spent, whatever their number (from
+                                 // 2): not separable then, and the rules decide (ConvNeXt-T's
+                                 // whole model against TorchScript beside two busy processes:
+                                 // calls of 2 s and more, 8 rounds 24 to 29 s)
 };
 
 /// What the rounds of two paths say.
@@ -83,7 +87,8 @@ TORCH_DELEGATE_DECL bool can_still_separate(const paired_comparison& so_far, con
 /// Rounds of `round` (one time of each path, in ms, taken side by side) until compare_rounds
 /// separates them, can_still_separate says none would, rule.max_rounds, or rule.budget_s; from
 /// rule.min_rounds on, also once the medians are within a third of rule.margin of each other and
-/// neither path has won 3 rounds in 4.
+/// neither path has won 3 rounds in 4. Whatever the rounds, once rule.hard_budget_s is spent
+/// (fewer than min_rounds: not separable unless a wide gap separated them).
 TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function<std::pair<double, double>()>& round,
                                                              const sampling_rule& rule);
 

@@ -53,7 +53,7 @@ struct region_timing {
 /// The rules measured decisions follow (timing_statistics.hpp): regions, and whole methods (the
 /// method's check and choose_order, whose calls are longer and steadier).
 inline constexpr sampling_rule region_rule{0.03, 0.01, 8, 40, 3.0};
-inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 12.0};
+inline constexpr sampling_rule method_rule{0.03, 0.01, 8, 30, 12.0, 4, 4.0, 36.0};
 
 /// A block of calls of one path counts the fastest of its last timed_per_block calls: on a
 /// shared machine another process delays a call by 2-4x when it takes a core from a thread the

@@ -22,6 +22,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -147,8 +148,24 @@ inline void record_example_types(std::string_view backend, const torch::jit::Mod
                                  const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs) {
   const error_context where{backend, method};
   const std::size_t arguments = graph->inputs().size() - 1;
-  if (inputs.size() != arguments)
-    fail(where, "example_inputs: " + std::to_string(inputs.size()) + " given, the method takes " + std::to_string(arguments));
+  if (inputs.size() != arguments) {
+    // Its arguments by name, with their defaults: RAFT's forward(image1, image2,
+    // num_flow_updates=12) takes 3 example inputs, the default's value too.
+    std::string names;
+    if (const auto found = module.find_method(method)) {
+      const auto& schema = found->function().getSchema().arguments();
+      for (std::size_t i = 1; i < schema.size(); ++i) {
+        names += (i > 1 ? ", " : "") + schema[i].name();
+        if (schema[i].default_value()) {
+          std::ostringstream value;
+          value << *schema[i].default_value();
+          names += "=" + value.str();
+        }
+      }
+    }
+    fail(where, "example_inputs: " + std::to_string(inputs.size()) + " given, the method takes " + std::to_string(arguments) +
+                    (names.empty() ? std::string() : " (" + names + "): give one for each, defaulted ones included"));
+  }
   // A copy whose outputs are every tensor the method makes: the same nodes in the same order.
   std::shared_ptr<torch::jit::Graph> probe = graph->copy();
   std::vector<torch::jit::Value*> recorded;
