@@ -308,6 +308,22 @@ def forward(self, x):
   REQUIRE(got.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) CHECK(got.get(i).toTensor().allclose(want.get(i).toTensor()));
 
+  SUBCASE("type_as returns its input itself: a write to its result is a write to the input") {
+    // (makes_new_tensors leaves type_as out by name: its schema marks no alias.)
+    auto aliasing = script(R"(
+def forward(self, x, y):
+    a = x * 1.0
+    z = a.type_as(y)
+    z.relu_()
+    return a * 2.0
+)");
+    const at::Tensor y = torch::randn({3, 4});
+    torch_delegate::partition_options options;
+    options.example_inputs["forward"] = {x, y};
+    options.fold_shapes = false;  // the method as partitioned, its nodes at the top level
+    torch::jit::Module lowered_aliasing = torch_delegate::lower_partially<ConvLikeBackend>(aliasing, options);
+    CHECK(lowered_aliasing.forward({x, y}).toTensor().equal(aliasing.forward({x, y}).toTensor()));  // relu(x) * 2
+  }
   SUBCASE("in place on such a tensor, which nothing else reads: out-of-place") {
     // ResNet's `out += identity; out = relu_(out)` in a block IntermediateLayerGetter returns.
     auto block = script(R"(

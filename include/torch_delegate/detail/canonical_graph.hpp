@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,11 @@ inline bool makes_new_tensors(const torch::jit::Node* node) {
   if (!schema || node->kind().ns() != c10::namespaces::aten || node->outputs().empty()) return false;
   for (const torch::jit::Value* output : node->outputs())  // tensors: a list is a container, written by appends
     if (output->type()->kind() != c10::TypeKind::TensorType) return false;
+  // Unannotated, yet they may return their input itself: type_as to its own dtype, a dropout
+  // that does not train.
+  static const std::set<std::string> may_return_input{"aten::type_as", "aten::dropout", "aten::feature_dropout",
+                                                      "aten::alpha_dropout", "aten::feature_alpha_dropout"};
+  if (may_return_input.count(node->kind().toQualString())) return false;
   return std::none_of(schema->returns().begin(), schema->returns().end(),
                       [](const c10::Argument& result) { return result.alias_info() != nullptr; });
 }
