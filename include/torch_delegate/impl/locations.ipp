@@ -236,18 +236,26 @@ inline std::optional<c10::IValue> object_named(const torch::jit::Module& module,
   return attribute_value(module, value);
 }
 
-TORCH_DELEGATE_INTERNAL attribute_assignments::attribute_assignments(const torch::jit::Module& module,
-                                                                     const torch::jit::Graph& graph)
-    : module_(&module) {
+// Calls `visit(node)` for each prim::SetAttr of `graph`, at any depth.
+template <class Visit>
+void for_each_assignment(const torch::jit::Graph& graph, Visit&& visit) {
   std::vector<const torch::jit::Block*> blocks{graph.block()};
   while (!blocks.empty()) {
     const torch::jit::Block* block = blocks.back();
     blocks.pop_back();
     for (const torch::jit::Node* node : block->nodes()) {
       for (const torch::jit::Block* nested : node->blocks()) blocks.push_back(nested);
-      if (node->kind() == c10::prim::SetAttr) assigned_.emplace_back(object_named(module, node->input(0)), node->s(c10::attr::name));
+      if (node->kind() == c10::prim::SetAttr) visit(node);
     }
   }
+}
+
+TORCH_DELEGATE_INTERNAL attribute_assignments::attribute_assignments(const torch::jit::Module& module,
+                                                                     const torch::jit::Graph& graph)
+    : module_(&module) {
+  for_each_assignment(graph, [&](const torch::jit::Node* node) {
+    assigned_.emplace_back(object_named(module, node->input(0)), node->s(c10::attr::name));
+  });
 }
 
 TORCH_DELEGATE_INTERNAL bool attribute_assignments::assigns(const torch::jit::Node* read) const {
@@ -300,22 +308,15 @@ TORCH_DELEGATE_INTERNAL attribute_snapshot assigned_attributes(const torch::jit:
     if (!module.find_method(method)) continue;
     std::shared_ptr<torch::jit::Graph> graph = module.get_method(method).graph()->copy();
     torch::jit::Inline(*graph);
-    std::vector<const torch::jit::Block*> blocks{graph->block()};
-    while (!blocks.empty()) {
-      const torch::jit::Block* block = blocks.back();
-      blocks.pop_back();
-      for (const torch::jit::Node* node : block->nodes()) {
-        for (const torch::jit::Block* nested : node->blocks()) blocks.push_back(nested);
-        if (node->kind() != c10::prim::SetAttr) continue;
-        std::optional<std::vector<std::string>> path = path_from_self(node->input(0));
-        if (!path) continue;
-        path->push_back(node->s(c10::attr::name));
-        if (!seen.insert(*path).second) continue;
-        std::optional<c10::IValue> object = object_named(module, node->input(0));
-        if (!object || !object->isObject() || !object->toObjectRef().type()->hasAttribute(path->back())) continue;
-        snapshot.values.emplace_back(*path, kept_copy(object->toObjectRef().getAttr(path->back())));
-      }
-    }
+    for_each_assignment(*graph, [&](const torch::jit::Node* node) {
+      std::optional<std::vector<std::string>> path = path_from_self(node->input(0));
+      if (!path) return;
+      path->push_back(node->s(c10::attr::name));
+      if (!seen.insert(*path).second) return;
+      const std::optional<c10::IValue> object = object_named(module, node->input(0));
+      if (!object || !object->isObject() || !object->toObjectRef().type()->hasAttribute(path->back())) return;
+      snapshot.values.emplace_back(*path, kept_copy(object->toObjectRef().getAttr(path->back())));
+    });
   }
   return snapshot;
 }
