@@ -236,18 +236,22 @@ TEST_CASE("partial lowering: a lookup of a constant key in a dict attribute fold
   // torchvision's IntermediateLayerGetter, its loop over submodules unrolled: `if name in
   // self.return_layers: out[self.return_layers[name]] = x` after each one. Left, each if split the
   // backbone into a region per block (FasterRCNN's MobileNetV3: 21 regions, 7 folded).
-  torch::jit::Module module("m");
-  c10::Dict<std::string, std::string> layers;
-  layers.insert("b", "out");
-  module.register_attribute("return_layers", c10::DictType::create(c10::StringType::get(), c10::StringType::get()),
-                            layers);
-  module.define(R"(
+  // A module with `return_layers` = {"b": "out"} and `forward` from `body`.
+  const auto with_layers = [](const std::string& body) {
+    torch::jit::Module made("m");
+    c10::Dict<std::string, std::string> layers;
+    layers.insert("b", "out");
+    made.register_attribute("return_layers", c10::DictType::create(c10::StringType::get(), c10::StringType::get()), layers);
+    made.define(R"(
 def forward(self, x):
     out: Dict[str, Tensor] = {}
     y = torch.relu(x)
     if "a" in self.return_layers:
         out[self.return_layers["a"]] = y
-    z = torch.sigmoid(y)
+)" + body);
+    return made;
+  };
+  torch::jit::Module module = with_layers(R"(    z = torch.sigmoid(y)
     if "b" in self.return_layers:
         out[self.return_layers["b"]] = z
     return out
@@ -263,17 +267,7 @@ def forward(self, x):
   CHECK(got.at("out").toTensor().allclose(expected.at("out").toTensor()));
 
   SUBCASE("a dict the method changes is not folded") {
-    torch::jit::Module changing("m");
-    c10::Dict<std::string, std::string> names;
-    names.insert("b", "out");
-    changing.register_attribute("return_layers", c10::DictType::create(c10::StringType::get(), c10::StringType::get()), names);
-    changing.define(R"(
-def forward(self, x):
-    out: Dict[str, Tensor] = {}
-    y = torch.relu(x)
-    if "a" in self.return_layers:
-        out[self.return_layers["a"]] = y
-    self.return_layers["a"] = "first"
+    torch::jit::Module changing = with_layers(R"(    self.return_layers["a"] = "first"
     return out
 )");
     torch::jit::Module changed = torch_delegate::lower_partially<OwningConvLikeBackend>(changing.clone());

@@ -211,29 +211,39 @@ TORCH_DELEGATE_INTERNAL std::string source_of(const torch::jit::Node* node, std:
   return text + " in method '" + std::string(method) + "'";
 }
 
-TORCH_DELEGATE_INTERNAL std::optional<c10::IValue> attribute_value(const torch::jit::Module& module,
-                                                                   const torch::jit::Value* value) {
+// The attribute path from `self` a value of its graph is ({} for `self`), where it is one.
+inline std::optional<std::vector<std::string>> path_from_self(const torch::jit::Value* value) {
   std::vector<std::string> names;  // innermost first
-  const torch::jit::Value* current = value;
-  while (current->node()->kind() == c10::prim::GetAttr) {
-    names.push_back(current->node()->s(c10::attr::name));
-    current = current->node()->input();
-  }
+  for (; value->node()->kind() == c10::prim::GetAttr; value = value->node()->input()) names.push_back(value->node()->s(c10::attr::name));
   const torch::jit::Graph& graph = *value->owningGraph();
-  if (names.empty() || graph.inputs().empty() || current != graph.inputs()[0]) return std::nullopt;
+  if (graph.inputs().empty() || value != graph.inputs()[0]) return std::nullopt;
+  return std::vector<std::string>(names.rbegin(), names.rend());
+}
+
+// What `module` holds at the first `count` names of `path` (the module itself for none), where
+// each is an attribute of the object before it.
+inline std::optional<c10::IValue> object_at(const torch::jit::Module& module, const std::vector<std::string>& path,
+                                            std::size_t count) {
   c10::IValue object = module._ivalue();
-  for (auto name = names.rbegin(); name != names.rend(); ++name) {
-    if (!object.isObject() || !object.toObjectRef().type()->hasAttribute(*name)) return std::nullopt;
-    object = object.toObjectRef().getAttr(*name);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!object.isObject() || !object.toObjectRef().type()->hasAttribute(path[i])) return std::nullopt;
+    object = object.toObjectRef().getAttr(path[i]);
   }
   return object;
 }
 
+TORCH_DELEGATE_INTERNAL std::optional<c10::IValue> attribute_value(const torch::jit::Module& module,
+                                                                   const torch::jit::Value* value) {
+  const std::optional<std::vector<std::string>> path = path_from_self(value);
+  if (!path || path->empty()) return std::nullopt;
+  return object_at(module, *path, path->size());
+}
+
 // The object a value of `graph` is, where it is `self` or a GetAttr chain from it.
 inline std::optional<c10::IValue> object_named(const torch::jit::Module& module, const torch::jit::Value* value) {
-  const torch::jit::Graph& graph = *value->owningGraph();
-  if (!graph.inputs().empty() && value == graph.inputs()[0]) return module._ivalue();
-  return attribute_value(module, value);
+  const std::optional<std::vector<std::string>> path = path_from_self(value);
+  if (!path) return std::nullopt;
+  return object_at(module, *path, path->size());
 }
 
 // Calls `visit(node)` for each prim::SetAttr of `graph`, at any depth.
@@ -271,15 +281,6 @@ TORCH_DELEGATE_INTERNAL bool attribute_assignments::assigns(const torch::jit::No
   return false;
 }
 
-// The attribute path from `self` a value of its graph is ({} for `self`), where it is one.
-inline std::optional<std::vector<std::string>> path_from_self(const torch::jit::Value* value) {
-  std::vector<std::string> names;  // innermost first
-  for (; value->node()->kind() == c10::prim::GetAttr; value = value->node()->input()) names.push_back(value->node()->s(c10::attr::name));
-  const torch::jit::Graph& graph = *value->owningGraph();
-  if (graph.inputs().empty() || value != graph.inputs()[0]) return std::nullopt;
-  return std::vector<std::string>(names.rbegin(), names.rend());
-}
-
 // A list or dict as a copy (a method may change one in place); any other value as it is.
 inline c10::IValue kept_copy(const c10::IValue& value) {
   if (value.isList()) return value.toList().copy();
@@ -289,14 +290,9 @@ inline c10::IValue kept_copy(const c10::IValue& value) {
 
 TORCH_DELEGATE_INTERNAL void attribute_snapshot::restore(const torch::jit::Module& module) const {
   for (const auto& [path, value] : values) {
-    c10::IValue object = module._ivalue();
-    bool found = true;
-    for (std::size_t i = 0; found && i + 1 < path.size(); ++i) {
-      found = object.isObject() && object.toObjectRef().type()->hasAttribute(path[i]);
-      if (found) object = object.toObjectRef().getAttr(path[i]);
-    }
-    if (found && object.isObject() && object.toObjectRef().type()->hasAttribute(path.back()))
-      object.toObjectRef().setAttr(path.back(), kept_copy(value));
+    const std::optional<c10::IValue> object = object_at(module, path, path.size() - 1);
+    if (object && object->isObject() && object->toObjectRef().type()->hasAttribute(path.back()))
+      object->toObjectRef().setAttr(path.back(), kept_copy(value));
   }
 }
 
@@ -313,7 +309,7 @@ TORCH_DELEGATE_INTERNAL attribute_snapshot assigned_attributes(const torch::jit:
       if (!path) return;
       path->push_back(node->s(c10::attr::name));
       if (!seen.insert(*path).second) return;
-      const std::optional<c10::IValue> object = object_named(module, node->input(0));
+      const std::optional<c10::IValue> object = object_at(module, *path, path->size() - 1);
       if (!object || !object->isObject() || !object->toObjectRef().type()->hasAttribute(path->back())) return;
       snapshot.values.emplace_back(*path, kept_copy(object->toObjectRef().getAttr(path->back())));
     });
