@@ -1,14 +1,17 @@
-"""torchvision's detection and segmentation models lowered to ["onednn"] (issue 39: models the
-bench has not seen): a backbone behind IntermediateLayerGetter, a feature pyramid, heads that run
-once per pyramid level, RoI pooling that sets its scales on the first call, and the per-call
-TorchScript of proposals, NMS and post-processing around them.
+"""torchvision's detection, segmentation and video models lowered to ["onednn"] (issue 39: models
+the bench has not seen): a backbone behind IntermediateLayerGetter, a feature pyramid, heads that
+run once per pyramid level, RoI pooling that sets its scales on the first call, and the per-call
+TorchScript of proposals, NMS and post-processing around them; and video classifiers, whose 3-d
+convolutions, poolings and batch norms read [N, C, T, H, W] clips.
 
 Per model: the regions and nodes delegated; how far the lowered module's outputs and the scripted
 model's are from the same model computed in float64 (eager), as the largest difference relative to
-the largest magnitude (segmentation: the masks' logits; detection: the backbone's feature maps,
+the largest magnitude (segmentation: the masks' logits; video: the logits; detection: the backbone's feature maps,
 since with random weights the scores tie and a 1e-7 difference reorders the detections);
 and the time of a call, scripted and lowered side by side in one process, interleaved (each round
-a block of calls of each, the first dropped, the order drawn anew each round; medians).
+a block of calls of each, the first dropped, the order drawn anew each round; medians). Video
+models also run as torch.jit.optimize_for_inference makes them (LibTorch's fastest path; its
+Conv3d on the same oneDNN, one ATen op at a time), in the same rounds.
 
 Batch 1, random weights (weights=None, weights_backbone=None), the batch norms' statistics from one
 batch of random images (calibrate), 2 threads unless TD_BENCH_THREADS.
@@ -47,6 +50,15 @@ SEGMENTATION = {
     "deeplabv3_mobilenet_v3_large": (torchvision.models.segmentation.deeplabv3_mobilenet_v3_large, 320, {}),
     "fcn_resnet50": (torchvision.models.segmentation.fcn_resnet50, 320, {}),
 }
+# Video classifiers take a 1x3xTxHxW clip: 16 frames of 112x112 (S3D: 224x224, its last pooling's
+# window is 7x7).
+VIDEO = {
+    "r3d_18": (torchvision.models.video.r3d_18, 112, {}),
+    "mc3_18": (torchvision.models.video.mc3_18, 112, {}),
+    "r2plus1d_18": (torchvision.models.video.r2plus1d_18, 112, {}),
+    "s3d": (torchvision.models.video.s3d, 224, {}),
+}
+FRAMES = 16
 
 
 def isa():
@@ -57,7 +69,7 @@ def isa():
     return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
 
 
-def calibrate(model, side):
+def calibrate(model, side, frames=None):
     """Each batch norm's statistics set from one batch of random images (two: a pooled 1x1 map
     needs more than one value per channel), so that the activations keep their scale: with the
     initial statistics (mean 0, variance 1) MobileNetV3's feature maps end around 1e-8, the
@@ -69,12 +81,12 @@ def calibrate(model, side):
     part = model.backbone if hasattr(model, "transform") else model  # detection: its backbone alone (no targets)
     part.train()
     with torch.no_grad():
-        part(torch.rand(2, 3, side, side))
+        part(torch.rand(2, 3, side, side) if frames is None else torch.rand(2, 3, frames, side, side))
     model.eval()
 
 
 def build(name):
-    constructor, side, kwargs = {**DETECTION, **SEGMENTATION}[name]
+    constructor, side, kwargs = {**DETECTION, **SEGMENTATION, **VIDEO}[name]
     torch.manual_seed(0)
     if name in DETECTION:
         model = constructor(weights=None, weights_backbone=None, **kwargs).eval()
@@ -82,9 +94,10 @@ def build(name):
         example = ([torch.rand(3, side, side)], None)
         call = lambda module: module([example[0][0]])[1][0]  # noqa: E731  (losses, detections): the detections
     else:
-        model = constructor(weights=None, weights_backbone=None, **kwargs).eval()
-        calibrate(model, side)
-        example = (torch.rand(1, 3, side, side),)
+        video = name in VIDEO
+        model = (constructor(weights=None, **kwargs) if video else constructor(weights=None, weights_backbone=None, **kwargs)).eval()
+        calibrate(model, side, FRAMES if video else None)
+        example = (torch.rand(1, 3, FRAMES, side, side) if video else torch.rand(1, 3, side, side),)
 
         def call(module):
             return module(example[0])
@@ -112,9 +125,9 @@ def compare(name, model, scripted, lowered, call):
             exact, a = {"out": exact}, {"out": a}
         return max(((exact[k] - a[k].double()).abs().max() / exact[k].abs().max().clamp_min(1e-300)).item() for k in exact)
     with torch.no_grad():
-        if name in SEGMENTATION:
+        if name in SEGMENTATION or name in VIDEO:
             exact = in_float64(model)(call.example[0].double())
-            return relative(exact, call(lowered)), relative(exact, call(scripted)), "masks' logits"
+            return relative(exact, call(lowered)), relative(exact, call(scripted)), "logits" if name in VIDEO else "masks' logits"
         torch.manual_seed(1)
         features = torch.jit.script(model.backbone)
         images = torch.rand(1, 3, 320, 320)
@@ -132,7 +145,7 @@ def main():
     threads = int(os.environ.get("TD_BENCH_THREADS", "2"))
     torch.set_num_threads(threads)
     torch_delegate.load_backend("onednn")
-    names = args.models.split(",") if args.models else list(DETECTION) + list(SEGMENTATION)
+    names = args.models.split(",") if args.models else list(DETECTION) + list(SEGMENTATION) + list(VIDEO)
     print(f"Machine: {isa()}; {threads} threads; LibTorch's BLAS: {blas_in_use()}; torch {torch.__version__}")
     rows = []
     for name in names:
@@ -151,6 +164,8 @@ def main():
         summary = str(torch_delegate.report(lowered)).splitlines()[1].strip()  # "forward: N regions, ..."
         error, scripted_error, of = compare(name, model, scripted, lowered, call)
         variants = {"scripted": scripted, "lowered": lowered}
+        if name in VIDEO:
+            variants["optimize_for_inference"] = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))
         times = {key: [] for key in variants}
         with torch.no_grad():
             for module in variants.values():  # warm-up: the profiling executor's runs, the plans
@@ -174,18 +189,25 @@ def main():
         row = {"model": name, "regions": summary, "lowering_s": lowering_s, "error": error,
                "scripted_error": scripted_error, "of": of, **ms,
                "speedup": ms["scripted"] / ms["lowered"]}
+        oif = ""
+        if "optimize_for_inference" in ms:
+            row["vs_optimize_for_inference"] = ms["optimize_for_inference"] / ms["lowered"]
+            oif = f"optimize_for_inference {ms['optimize_for_inference']:.1f} ms ({row['vs_optimize_for_inference']:.2f}x), "
         rows.append(row)
-        print(f"{name}: scripted {ms['scripted']:.1f} ms, lowered {ms['lowered']:.1f} ms, "
+        print(f"{name}: scripted {ms['scripted']:.1f} ms, {oif}lowered {ms['lowered']:.1f} ms, "
               f"{row['speedup']:.2f}x; {summary}; lowered in {lowering_s:.1f} s; "
               f"from float64: lowered {error:.1e}, scripted {scripted_error:.1e} ({of})", flush=True)
     print()
-    print("| model | scripted, ms | lowered to onednn, ms | lowered vs scripted | regions | from float64, lowered / scripted |")
-    print("|---|---|---|---|---|---|")
+    print("| model | scripted, ms | lowered to onednn, ms | lowered vs scripted | lowered vs optimize_for_inference | regions | "
+          "from float64, lowered / scripted |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         if "failed" in row:
-            print(f"| {row['model']} | | | lowering failed: {row['failed']} | | |")
+            print(f"| {row['model']} | | | lowering failed: {row['failed']} | | | |")
             continue
-        print(f"| {row['model']} | {row['scripted']:.1f} | {row['lowered']:.1f} | {row['speedup']:.2f}x | "
+        oif = (f"{row['vs_optimize_for_inference']:.2f}x ({row['optimize_for_inference']:.1f} ms)"
+               if "vs_optimize_for_inference" in row else "—")
+        print(f"| {row['model']} | {row['scripted']:.1f} | {row['lowered']:.1f} | {row['speedup']:.2f}x | {oif} | "
               f"{row['regions'].removeprefix('forward: ')} | {row['error']:.0e} / {row['scripted_error']:.0e} ({row['of']}) |")
     if args.json:
         with open(args.json, "w") as out:

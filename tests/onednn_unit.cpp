@@ -355,6 +355,33 @@ TEST_CASE("payload: a linear reads its bias as a second value exactly when it ha
   CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) == "onednn: region forward: step 0: a linear that reads 2 values");
 }
 
+TEST_CASE("payload: 3-d steps take three values of each, 2-d ones two") {
+  region_payload payload;
+  payload.inputs = 1;
+  payload.values = 3;
+  payload.outputs = {2};
+  step_record& conv = payload.steps.emplace_back();
+  conv.op = "convolution";
+  conv.inputs = {0};
+  conv.output = 1;
+  conv.weight = "w";
+  conv.bias = "b";
+  conv.convolution = convolution_parameters{{1, 1, 1}, {0, 1, 1}, {1, 1, 1}, 1};  // a 1x3x3 convolution's
+  step_record& pool = payload.steps.emplace_back();
+  pool.op = "max_pool3d";
+  pool.inputs = {1};
+  pool.output = 2;
+  pool.pooling = pooling_parameters{{1, 3, 3}, {1, 2, 2}, {0, 1, 1}, false};
+  const std::vector<compiled_step> decoded = decode_steps(payload, "forward");
+  CHECK(decoded[1].kind == step_kind::max_pool3d);
+  CHECK(name_of(step_kind::global_avg_pool3d) == "adaptive_avg_pool3d");
+  payload.steps[1].pooling = pooling_parameters{{3, 3}, {2, 2}, {1, 1}, false};  // a max_pool2d's window
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) == "onednn: region forward: step 1: a max_pool3d without its parameters");
+  payload.steps[1].pooling = pooling_parameters{{1, 3, 3}, {1, 2, 2}, {0, 1, 1}, false};
+  payload.steps[0].convolution->padding = {0, 1};  // two paddings for three strides
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) == "onednn: region forward: step 0: a convolution without its parameters");
+}
+
 namespace {
 
 /// Random values in nChw8c order (any order will do for the kernels' test: both read the same).

@@ -107,7 +107,9 @@ TEST_CASE("toolkit support rules: conv2d with weights known at lowering, adaptiv
     CHECK(toolkit::window_output_size(size, 1, 1, 3, 2, 1, true) == pooled.size(2));
     CHECK(toolkit::window_output_size(size, 1, 1, 3, 2, 1) == at::max_pool2d(at::zeros({1, 1, size, size}), 3, 2, 1).size(2));
   }
-  CHECK(toolkit::two_values({3}) == std::vector<std::int64_t>{3, 3});
+  CHECK(toolkit::n_values({3}, 2) == std::vector<std::int64_t>{3, 3});
+  CHECK(toolkit::n_values({3}, 3) == std::vector<std::int64_t>{3, 3, 3});
+  CHECK(toolkit::n_values({1, 3, 3}, 3) == std::vector<std::int64_t>{1, 3, 3});
 }
 
 TEST_CASE("toolkit support rules: an adaptive pool to a size that divides its input's is fixed windows") {

@@ -16,9 +16,19 @@
 namespace onednn_delegate {
 
 namespace {
-/// The weight's dims as oneDNN takes them: [groups, O / groups, I / groups, kh, kw] when grouped.
+/// The weight's dims as oneDNN takes them: [groups, O / groups, I / groups, kh, kw] when grouped
+/// (3-d: [groups, O / groups, I / groups, kt, kh, kw]).
 dims grouped_weight_dims(const std::vector<std::int64_t>& weight, std::int64_t groups) {
-  return groups > 1 ? dims{groups, weight[0] / groups, weight[1], weight[2], weight[3]} : dims{weight[0], weight[1], weight[2], weight[3]};
+  dims made(weight.begin(), weight.end());
+  if (groups > 1) {
+    made[0] /= groups;
+    made.insert(made.begin(), groups);
+  }
+  return made;
+}
+/// A weight's plain layout: oihw, goihw when grouped; their 3-d forms for a 3-d convolution's.
+tag plain_weight_layout(const dims& grouped, std::int64_t groups) {
+  return of_rank(groups > 1 ? tag::goihw : tag::oihw, grouped.size());
 }
 }  // namespace
 
@@ -41,14 +51,15 @@ int isa_rank(std::string_view implementation) {
 }
 }  // namespace
 
-/// [N, O, oh, ow] for the step's input.
+/// [N, O, oh, ow] ([N, O, ot, oh, ow]) for the step's input.
 dims planner::conv_output(std::size_t index) const {
   const compiled_step& conv = step(index);
   const convolution_parameters& c = *conv.record.convolution;
   const dims d = plan_.slots[value(conv.record.inputs[0])].dims();
   const std::vector<std::int64_t>& weight = conv.weight_sizes;
-  dims out{d[0], weight[0], 0, 0};
-  for (std::size_t k = 0; k < 2; ++k)
+  dims out(d.size(), 0);
+  out[0] = d[0], out[1] = weight[0];
+  for (std::size_t k = 0; k + 2 < d.size() && k < c.stride.size(); ++k)
     out[k + 2] = torch_delegate::toolkit::window_output_size(d[k + 2], c.padding[k], c.padding[k], weight[k + 2], c.stride[k], c.dilation[k]);
   return out;
 }
@@ -103,12 +114,14 @@ std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, con
     }
     result = finished(next);
   }
+  dims dilation(c.dilation.begin(), c.dilation.end());
+  for (auto& each : dilation) each -= 1;  // oneDNN counts the gaps
+  const dims stride(c.stride.begin(), c.stride.end()), padding(c.padding.begin(), c.padding.end());
   try {
     made.pd = dnnl::convolution_forward::primitive_desc(
         {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-         md(grouped_weight_dims(conv.weight_sizes, c.groups), f32, tag::any), md({out_channels}, f32, tag::x), out,
-         {c.stride[0], c.stride[1]}, {c.dilation[0] - 1, c.dilation[1] - 1}, {c.padding[0], c.padding[1]},
-         {c.padding[0], c.padding[1]}},
+         md(grouped_weight_dims(conv.weight_sizes, c.groups), f32, tag::any), md({out_channels}, f32, tag::x), out, stride, dilation,
+         padding, padding},
         attributes(post_ops), cpu_engine());
   } catch (const dnnl::error&) {
     return std::nullopt;  // e.g. a residual in a layout its kernels do not write
@@ -131,6 +144,7 @@ bool planner::brgconv_between_reorders(std::size_t index, const conv_candidate& 
   const convolution_parameters& c = *conv.record.convolution;
   const md& given = plan_.slots[value(conv.record.inputs[0])];
   const dims d = given.dims();
+  if (d.size() != 4) return false;  // 2-d convolutions only
   const std::int64_t channels = d[1];
   const bool wide = c.groups == 1 && (conv.weight_sizes[2] > 1 || conv.weight_sizes[3] > 1) &&
                     (channels >= 96 || (channels >= 64 && (c.stride[0] > 1 || c.stride[1] > 1)));
@@ -146,7 +160,8 @@ bool planner::brgconv_between_reorders(std::size_t index, const conv_candidate& 
 /// brgconv_between_reorders); (2) alone, the fused steps after it as
 /// primitives of their own, the same two layouts; (3) alone, source and destination in each of
 /// nChw16c, nChw8c, nhwc, nchw (weights: oneDNN's pick); (4) ATen's conv2d on dense NCHW, as
-/// LibTorch runs it. Its folded relu goes with it in each.
+/// LibTorch runs it. Its folded relu goes with it in each. A 3-d convolution the same, in the
+/// 3-d forms of those layouts, and never on a GEMM-based kernel (then ATen's conv3d).
 void planner::convolution(std::size_t index) {
   const compiled_step& conv = step(index);
   const std::vector<std::size_t>& fused = conv.fusion.post_ops;
@@ -156,14 +171,22 @@ void planner::convolution(std::size_t index) {
   if (d[1] != channels)
     refuse("a convolution of " + std::to_string(channels) + " input channels given " + std::to_string(d[1]) + " (input " +
            describe(conv) + ")");
+  if (d.size() != conv.weight_sizes.size())
+    refuse("a " + std::to_string(conv.weight_sizes.size() - 2) + "-d convolution given a " + std::to_string(d.size()) + "-d input (" +
+           describe(conv) + ")");
   const dims out = conv_output(index);
-  if (out[2] <= 0 || out[3] <= 0) refuse("a convolution's input " + describe(conv) + " is smaller than its kernel");
+  if (std::any_of(out.begin() + 2, out.end(), [](std::int64_t size) { return size <= 0; }))
+    refuse("a convolution's input " + describe(conv) + " is smaller than its kernel");
   if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
   if (channel_affine_convolution(index)) return;  // a per-channel scale and shift of a cat's view
-  const auto fast = [](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()); };
   const auto gemm = [](const std::optional<conv_candidate>& c) {
     return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
   };
+  // A 3-d convolution not on a GEMM-based kernel either (below AVX2 the only one oneDNN 2.6 has:
+  // an im2col of every tap of a 3-d window per call), but on ATen's conv3d, as LibTorch runs it
+  // (R3D-18 lowered ran 1.17x slower than scripted with ONEDNN_MAX_CPU_ISA=SSE41 on it).
+  const bool video = d.size() == 5;
+  const auto fast = [&](const std::optional<conv_candidate>& c) { return c && !is_reference(c->pd.impl_info_str()) && !(video && gemm(c)); };
   const std::vector<std::size_t> alone;
   // A SiLU that ends the post-ops runs after the convolution on our kernel (silu.hpp), faster
   // than oneDNN's swish post-op.
@@ -174,7 +197,7 @@ void planner::convolution(std::size_t index) {
     std::optional<conv_candidate> chosen;
     bool between_reorders = false;  // oneDNN's pick, brgconv in nhwc, where the input is in nChw16c
     if (channels_last_) {  // nhwc in and out (its input reordered once if need be), where oneDNN has a direct kernel for it
-      chosen = conv_desc(index, *with, md(d, f32, tag::nhwc), tag::nhwc);
+      chosen = conv_desc(index, *with, in_layout(d, tag::nhwc), of_rank(tag::nhwc, d.size()));
       if (!fast(chosen) || gemm(chosen)) chosen.reset();
     }
     const bool in_nhwc = chosen.has_value();
@@ -201,7 +224,8 @@ void planner::convolution(std::size_t index) {
       return;
     }
   }
-  for (const tag layout : {tag::nChw16c, tag::nChw8c, tag::nhwc, tag::nchw}) {
+  for (const tag image : {tag::nChw16c, tag::nChw8c, tag::nhwc, tag::nchw}) {
+    const tag layout = of_rank(image, d.size());
     std::optional<conv_candidate> candidate = conv_desc(index, alone, md(d, f32, layout), layout);
     if (fast(candidate)) return emit_conv(index, *candidate, alone);
   }
@@ -276,7 +300,7 @@ void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const s
     // reorder with s as its per-channel scales did it in one call, but gained nothing: oneDNN 2.6
     // runs such a reorder on its generic kernel.)
     const std::vector<std::int64_t>& w = conv.weight_sizes;
-    const md plain(dims(w.begin(), w.end()), f32, tag::oihw);
+    const md plain(dims(w.begin(), w.end()), f32, of_rank(tag::oihw, w.size()));
     const std::size_t stored = constant(store_.weights[index], plain), scale = scaled->second.second;
     own_weights_.emplace_back(index, stored, bias);
     const std::size_t dense_scaled = add_slot(plain);
@@ -316,7 +340,7 @@ void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const s
 }
 
 /// A convolution for which oneDNN offered only reference kernels, in every layout: ATen's conv2d
-/// on dense NCHW tensors (the weights kept dense in the plan), its post-ops after it.
+/// (conv3d) on dense NCHW (NCDHW) tensors (the weights kept dense in the plan), its post-ops after it.
 void planner::conv_in_aten(std::size_t index) {
   make_scaled_input(index);  // ATen reads the product itself
   const compiled_step& conv = step(index);
@@ -325,7 +349,8 @@ void planner::conv_in_aten(std::size_t index) {
   const std::vector<std::int64_t> weight = conv.weight_sizes;
   const std::int64_t groups = c.groups, out_channels = weight[0];
   const std::size_t src = as(value(conv.record.inputs[0]), dense(d));
-  const std::size_t weights = constant(store_.weights[index], md(grouped_weight_dims(weight, groups), f32, groups > 1 ? tag::goihw : tag::oihw));
+  const dims grouped = grouped_weight_dims(weight, groups);
+  const std::size_t weights = constant(store_.weights[index], md(grouped, f32, plain_weight_layout(grouped, groups)));
   const std::size_t bias = constant(store_.biases[index], md({out_channels}, f32, tag::x));
   own_weights_.emplace_back(index, weights, bias);
   const dims out = conv_output(index);
@@ -338,11 +363,12 @@ void planner::conv_in_aten(std::size_t index) {
     const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), d, at::kFloat);
     const at::Tensor w = at::from_blob(weight_memory.get_data_handle(), weight, at::kFloat);
     const at::Tensor b = at::from_blob(bias_memory.get_data_handle(), {out_channels}, at::kFloat);
-    at::Tensor y = at::conv2d(x, w, b, stride, padding, dilation, groups);
+    at::Tensor y = weight.size() == 5 ? at::conv3d(x, w, b, stride, padding, dilation, groups)
+                                      : at::conv2d(x, w, b, stride, padding, dilation, groups);
     if (then_relu) y.relu_();
     at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), out, at::kFloat).copy_(y);
   };
-  call(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, value(finished(index))}}, md(), run_conv2d, "convolution", "aten::conv2d");
+  call(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, value(finished(index))}}, md(), run_conv2d, "convolution", weight.size() == 5 ? "aten::conv3d" : "aten::conv2d");
   for (std::size_t next : conv.fusion.post_ops) post_op_alone(next);
 }
 

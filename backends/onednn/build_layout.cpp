@@ -31,8 +31,9 @@ void planner::layer_norm(std::size_t index) {
 /// A cat with no copy: at batch 1, in a channel-blocked layout (nChw8c, or nChw16c on AVX-512)
 /// with every part's channels in whole blocks, a run of channel blocks is a dense tensor of that
 /// layout of its own, so each part is made in place, in its range of the result's bytes
-/// (GoogLeNet's inception blocks, SqueezeNet's fire modules). Each part must be a value this plan
-/// made in that layout, viewed by no other slot; false (nothing changed) otherwise.
+/// (GoogLeNet's inception blocks, SqueezeNet's fire modules; in nCdhw8c or nCdhw16c S3D's). Each
+/// part must be a value this plan made in that layout, viewed by no other slot; false (nothing
+/// changed) otherwise.
 bool planner::cat_in_place(std::size_t index) {
   const auto& sources = step(index).record.inputs;
   for (const auto& [layout, block] : {std::pair{tag::nChw8c, 8}, std::pair{tag::nChw16c, 16}}) {
@@ -42,11 +43,11 @@ bool planner::cat_in_place(std::size_t index) {
     for (const std::int64_t source : sources) {
       const std::size_t slot = value(source);
       const dims d = plan_.slots[slot].dims();
-      fits = d.size() == 4 && d[0] == 1 && d[1] % block == 0 && plan_.slots[slot] == md(d, f32, layout) &&
+      fits = (d.size() == 4 || d.size() == 5) && d[0] == 1 && d[1] % block == 0 && plan_.slots[slot] == in_layout(d, layout) &&
              slot >= static_cast<std::size_t>(region_.inputs) && !plan_.constants[slot] && plan_.aliases[slot] == no_slot &&
              std::find(parts.begin(), parts.end(), slot) == parts.end() &&
              std::find(plan_.aliases.begin(), plan_.aliases.end(), slot) == plan_.aliases.end() &&  // no view of it
-             (out.empty() || (d[2] == out[2] && d[3] == out[3]));
+             (out.empty() || (d.size() == out.size() && std::equal(d.begin() + 2, d.end(), out.begin() + 2)));
       if (!fits) break;
       if (out.empty())
         out = d;
@@ -55,7 +56,7 @@ bool planner::cat_in_place(std::size_t index) {
       parts.push_back(slot);
     }
     if (!fits || parts.empty()) continue;
-    define(step(index).record.output, md(out, f32, layout));
+    define(step(index).record.output, in_layout(out, layout));
     const std::size_t whole = value(step(index).record.output);
     std::size_t offset = 0;
     for (const std::size_t part : parts) {
@@ -183,7 +184,9 @@ std::optional<std::int64_t> planner::channels_of(std::int64_t id, int depth) con
     case step_kind::scale_by:
     case step_kind::add:
     case step_kind::max_pool2d:
-    case step_kind::global_avg_pool2d: return channels_of(maker.record.inputs[0], depth + 1);
+    case step_kind::max_pool3d:
+    case step_kind::global_avg_pool2d:
+    case step_kind::global_avg_pool3d: return channels_of(maker.record.inputs[0], depth + 1);
     case step_kind::cat: {
       std::int64_t sum = 0;
       for (const std::int64_t part : maker.record.inputs) {
@@ -275,7 +278,7 @@ void planner::cat(std::size_t index) {
   for (const std::optional<tag> layout : {std::optional<tag>(), std::optional<tag>(tag::nhwc), std::optional<tag>(tag::nchw)}) {
     std::vector<md> inputs;
     for (const std::int64_t source : sources)
-      inputs.push_back(layout ? md(plan_.slots[value(source)].dims(), f32, *layout) : plan_.slots[value(source)]);
+      inputs.push_back(layout ? in_layout(plan_.slots[value(source)].dims(), *layout) : plan_.slots[value(source)]);
     try {
       dnnl::concat::primitive_desc pd(1, inputs, cpu_engine(), attributes());
       const bool fast = !is_reference(pd.impl_info_str());
@@ -288,7 +291,7 @@ void planner::cat(std::size_t index) {
   std::vector<std::pair<int, std::size_t>> arguments;
   for (std::size_t k = 0; k < sources.size(); ++k) {
     const std::size_t slot = value(sources[k]);
-    arguments.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), relaid ? as(slot, md(plan_.slots[slot].dims(), f32, *relaid)) : slot);
+    arguments.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), relaid ? as(slot, in_layout(plan_.slots[slot].dims(), *relaid)) : slot);
   }
   define(joined.record.output, chosen->dst_desc());
   arguments.emplace_back(DNNL_ARG_DST, value(joined.record.output));

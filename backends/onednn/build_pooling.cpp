@@ -1,5 +1,6 @@
-// The pooling builders: max_pool2d (PyTorch's ceil_mode rule as oneDNN's right padding) and the
-// global average pooling (adaptive_avg_pool2d to 1x1).
+// The pooling builders: max_pool2d and max_pool3d (PyTorch's ceil_mode rule as oneDNN's right
+// padding) and the global average pooling (adaptive_avg_pool2d to 1x1, adaptive_avg_pool3d to
+// 1x1x1, a mean over the spatial dimensions), over as many spatial dimensions as the input has.
 #include "internal.hpp"
 
 #include "toolkit/support_rules.hpp"
@@ -7,6 +8,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <optional>
+#include <string_view>
 
 namespace onednn_delegate {
 
@@ -15,34 +18,58 @@ void planner::max_pool(std::size_t index) {
   const pooling_parameters& w = *pool.record.pooling;
   const std::size_t in = value(pool.record.inputs[0]);
   const dims d = plan_.slots[in].dims();
-  const dims kernel{w.kernel[0], w.kernel[1]}, strides{w.stride[0], w.stride[1]}, left{w.padding[0], w.padding[1]};
-  dims out_hw(2), right(2);
-  for (std::size_t k = 0; k < 2; ++k) {
+  const std::size_t spatial = w.kernel.size();
+  TORCH_CHECK(d.size() == spatial + 2, "onednn: region ", region_.method, ": ", name_of(pool.kind), " given a ", d.size(), "-d input ",
+              c10::IntArrayRef(d), " (expected ", spatial + 2, "-d)");
+  const dims kernel(w.kernel.begin(), w.kernel.end()), strides(w.stride.begin(), w.stride.end()), left(w.padding.begin(), w.padding.end());
+  dims out(d.begin(), d.begin() + 2), right(spatial);
+  for (std::size_t k = 0; k < spatial; ++k) {
     const std::int64_t size = d[k + 2], span = size + 2 * left[k] - kernel[k];
-    TORCH_CHECK(span >= 0, "onednn: region ", region_.method, ": max_pool2d's kernel ", kernel[k], " is larger than its padded input ",
-                size + 2 * left[k]);
+    TORCH_CHECK(span >= 0, "onednn: region ", region_.method, ": ", name_of(pool.kind), "'s kernel ", kernel[k],
+                " is larger than its padded input ", size + 2 * left[k]);
     const std::int64_t o = torch_delegate::toolkit::window_output_size(size, left[k], left[k], kernel[k], strides[k], 1, w.ceil_mode);
-    out_hw[k] = o;
+    out.push_back(o);
     // Right padding that gives o windows: any in [exact, exact + stride - 1]; the symmetric one when it fits.
     const std::int64_t exact = (o - 1) * strides[k] + kernel[k] - size - left[k];
     right[k] = std::max<std::int64_t>(0, left[k] >= exact && left[k] < exact + strides[k] ? left[k] : exact);
   }
-  const md out({d[0], d[1], out_hw[0], out_hw[1]}, f32, tag::any);
-  const dnnl::pooling_forward::primitive_desc pd(
-      {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, plan_.slots[in], out, strides, kernel, left, right},
-      attributes(), cpu_engine());
-  define(pool.record.output, pd.dst_desc());
-  call(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(pool.record.output)}}, pd.scratchpad_desc());
+  // In its input's layout; where oneDNN has no JIT kernel for that (a 3-d pooling of a dense
+  // input below AVX2: "simple_nchw", plain loops, S3D's 13 max poolings 300 ms a call at
+  // ONEDNN_MAX_CPU_ISA=SSE41), in a blocked or channels-last one.
+  const auto plain_loops = [](const dnnl::pooling_forward::primitive_desc& pd) {
+    const std::string_view implementation = pd.impl_info_str();
+    return is_reference(implementation) || implementation.starts_with("simple");
+  };
+  std::optional<dnnl::pooling_forward::primitive_desc> chosen;
+  for (const md& src : {plan_.slots[in], in_layout(d, tag::nChw16c), in_layout(d, tag::nChw8c), in_layout(d, tag::nhwc)}) {
+    try {
+      dnnl::pooling_forward::primitive_desc pd(
+          {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, src, md(out, f32, tag::any), strides, kernel, left, right},
+          attributes(), cpu_engine());
+      if (!chosen || !plain_loops(pd)) chosen = pd;
+      if (!plain_loops(pd)) break;
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (!chosen) refuse("step " + std::to_string(index) + " (" + std::string(name_of(pool.kind)) + "): oneDNN refused it in every layout");
+  const std::size_t src = as(in, chosen->src_desc());
+  define(pool.record.output, chosen->dst_desc());
+  call(dnnl::pooling_forward(*chosen), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, value(pool.record.output)}}, chosen->scratchpad_desc());
 }
 
 void planner::global_avg_pool(std::size_t index) {
   const compiled_step& pool = step(index);
   const std::size_t in = value(pool.record.inputs[0]);
   const dims d = plan_.slots[in].dims();
-  const md out({d[0], d[1], 1, 1}, f32, tag::any);
+  const std::size_t expected = pool.kind == step_kind::global_avg_pool3d ? 5 : 4;
+  TORCH_CHECK(d.size() == expected, "onednn: region ", region_.method, ": ", name_of(pool.kind), " given a ", d.size(), "-d input ",
+              c10::IntArrayRef(d), " (expected ", expected, "-d)");
+  dims out(d.size(), 1), window(d.begin() + 2, d.end());
+  out[0] = d[0], out[1] = d[1];
+  const dims ones(d.size() - 2, 1), zeros(d.size() - 2, 0);
   const dnnl::pooling_forward::primitive_desc pd(
-      {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding, plan_.slots[in], out, {1, 1}, {d[2], d[3]},
-       {0, 0}, {0, 0}},
+      {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding, plan_.slots[in], md(out, f32, tag::any), ones,
+       window, zeros, zeros},
       attributes(), cpu_engine());
   define(pool.record.output, pd.dst_desc());
   call(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(pool.record.output)}}, pd.scratchpad_desc());

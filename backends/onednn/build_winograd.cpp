@@ -91,6 +91,18 @@ const char* kernel_name(const winograd::geometry& g, bool output) {
 
 std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>& weight, const convolution_parameters& c,
                                                  const dims& input, const dims& output) {
+  // A 3-d convolution of a 1x3x3 kernel (R(2+1)D's and MC3's spatial ones), no temporal padding:
+  // a 2-d one per frame, the frames a batch (geometry::frames). Below, the 2-d view of it.
+  const bool frames = weight.size() == 5 && input.size() == 5 && output.size() == 5 && weight[2] == 1 && c.stride.size() == 3 &&
+                      c.stride[0] == 1 && c.dilation[0] == 1 && c.padding[0] == 0;
+  if (frames) {
+    std::optional<winograd_choice> choice = winograd_eligible(
+        {weight[0], weight[1], weight[3], weight[4]},
+        {{c.stride[1], c.stride[2]}, {c.padding[1], c.padding[2]}, {c.dilation[1], c.dilation[2]}, c.groups},
+        {input[0] * input[2], input[1], input[3], input[4]}, {output[0] * output[2], output[1], output[3], output[4]});
+    if (choice) choice->g.frames = input[2];
+    return choice;
+  }
   if (c.groups != 1 || weight.size() != 4 || weight[2] != 3 || weight[3] != 3) return std::nullopt;
   if (c.stride != std::vector<std::int64_t>{1, 1} || c.dilation != std::vector<std::int64_t>{1, 1}) return std::nullopt;
   if (c.padding.size() != 2 || c.padding[0] > 2 || c.padding[1] > 2) return std::nullopt;
@@ -185,7 +197,8 @@ bool planner::winograd_convolution(std::size_t index) {
   // The weights: dense [k, c, 3, 3] from wherever the store holds them (a plan's reordered copy,
   // for a later shape), kept dense in the store (a direct plan for another shape reorders from
   // them); the transformed ones are this plan's.
-  const md dense_weights({g.k, g.c, 3, 3}, f32, tag::oihw);
+  const md dense_weights(d.size() == 5 ? dims{g.k, g.c, 1, 3, 3} : dims{g.k, g.c, 3, 3}, f32,
+                         of_rank(tag::oihw, d.size()));  // the same bytes either way
   dnnl::memory weights(dense_weights, cpu_engine());
   {
     dnnl::stream stream(cpu_engine());
@@ -201,7 +214,7 @@ bool planner::winograd_convolution(std::size_t index) {
   const std::size_t bias_slot = constant(store_.biases[index], md({g.k}, f32, tag::x));
   store_.biases[index] = plan_.constants[bias_slot];
 
-  const tag layout = g.channels_last ? tag::nhwc : g.layout_block == 16 ? tag::nChw16c : tag::nChw8c;
+  const tag layout = of_rank(g.channels_last ? tag::nhwc : g.layout_block == 16 ? tag::nChw16c : tag::nChw8c, d.size());
   const md blocked_out(out, f32, layout);
   const std::size_t src = as(in, md(d, f32, layout));
   const std::size_t residual_slot = residual ? as(*residual, blocked_out) : no_slot;

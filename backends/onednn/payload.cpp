@@ -178,7 +178,10 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
   const auto fail = [&](std::size_t index, const std::string& why) {
     TORCH_CHECK(false, "onednn: region ", method, ": step ", index, ": ", why);
   };
-  const auto pair = [](const std::vector<std::int64_t>& v, std::int64_t low) { return v.size() == 2 && v[0] >= low && v[1] >= low; };
+  // One value per spatial dimension (two; three for a 3-d step), none below `low`.
+  const auto each = [](const std::vector<std::int64_t>& v, std::size_t count, std::int64_t low) {
+    return v.size() == count && std::all_of(v.begin(), v.end(), [low](std::int64_t x) { return x >= low; });
+  };
   std::vector<compiled_step> steps;
   for (std::size_t i = 0; i < payload.steps.size(); ++i) {
     const step_record& record = payload.steps[i];
@@ -197,9 +200,13 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
                   std::to_string(payload.values) + ")");
     const auto& c = record.convolution;
     const auto& w = record.pooling;
+    const std::size_t spatial = c && c->stride.size() == 3 ? 3 : 2;  // a convolution's: its weight's rank less 2
+    const std::size_t window = *kind == step_kind::max_pool3d ? 3 : 2;
+    const bool pooling = *kind == step_kind::max_pool2d || *kind == step_kind::max_pool3d;
     const bool parameters_fit =
-        *kind == step_kind::convolution   ? c && pair(c->stride, 1) && pair(c->padding, 0) && pair(c->dilation, 1) && c->groups >= 1
-        : *kind == step_kind::max_pool2d  ? w && pair(w->kernel, 1) && pair(w->stride, 1) && pair(w->padding, 0)
+        *kind == step_kind::convolution   ? c && each(c->stride, spatial, 1) && each(c->padding, spatial, 0) &&
+                                              each(c->dilation, spatial, 1) && c->groups >= 1
+        : pooling                         ? w && each(w->kernel, window, 1) && each(w->stride, window, 1) && each(w->padding, window, 0)
         : *kind == step_kind::activation  ? record.activation && std::find(std::begin(activation_kinds), std::end(activation_kinds),
                                                                            record.activation->kind) != std::end(activation_kinds)
         : *kind == step_kind::permute     ? record.permute_dims && !record.permute_dims->empty() && record.permute_dims->size() <= 6

@@ -17,12 +17,12 @@ namespace onednn_delegate {
 
 /// A convolution's geometry (the weight's sizes come with the weight).
 struct convolution_parameters {
-  std::vector<std::int64_t> stride, padding, dilation;  // two each: height, width
+  std::vector<std::int64_t> stride, padding, dilation;  // two each: height, width (3-d: three, time first)
   std::int64_t groups = 1;
 };
-/// A max_pool2d's window (PyTorch's meaning of each).
+/// A max_pool2d's (max_pool3d's) window (PyTorch's meaning of each).
 struct pooling_parameters {
-  std::vector<std::int64_t> kernel, stride, padding;  // two each
+  std::vector<std::int64_t> kernel, stride, padding;  // two each (max_pool3d: three)
   bool ceil_mode = false;
 };
 /// An activation oneDNN runs as an eltwise: "sigmoid", "silu", "hardswish", "hardsigmoid",
@@ -43,7 +43,8 @@ struct slice_parameters {
 
 /// One step: its op ("convolution", "relu", "add", "max_pool2d", "adaptive_avg_pool2d",
 /// "activation", "mul", "cat", "permute", "layer_norm", "linear", "scale", "flatten"; since
-/// version 3 "reshape", "slice", "contiguous", "matmul", "softmax", "scale_by"), the value ids it
+/// version 3 "reshape", "slice", "contiguous", "matmul", "softmax", "scale_by"; then "normalize",
+/// "max_pool3d", "adaptive_avg_pool3d", and convolutions with three values of each: 3-d), the value ids it
 /// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
 /// the one it makes, the parameters of its family (absent for the others), and the named-data
 /// keys of its weight and bias (convolution, linear, layer_norm; scale: its factor as the weight).

@@ -38,6 +38,12 @@ inline constexpr std::size_t no_slot = static_cast<std::size_t>(-1);
 const dnnl::engine& cpu_engine();
 /// The row-major (contiguous) layout of `sizes`: how tensors enter and leave a region.
 md dense(const dims& sizes);
+/// The layout `image` (one of a 4-d tensor's or weight's: nchw, nhwc, nChw8c, nChw16c, oihw,
+/// goihw) for a tensor of `rank` dimensions: its 3-d counterpart for a 5-d tensor (ncdhw, ndhwc,
+/// nCdhw8c, nCdhw16c, oidhw; goidhw for a grouped weight, of 6), else `image` itself.
+tag of_rank(tag image, std::size_t rank);
+/// md(sizes, f32, of_rank(image, sizes.size())).
+md in_layout(const dims& sizes, tag image);
 /// A primitive's attributes: a user scratchpad (in the call's buffer) and `post_ops`.
 dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops = {});
 /// oneDNN's eltwise operations for a relu or an activation step, in order (hardsigmoid is two).

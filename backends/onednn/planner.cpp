@@ -22,6 +22,20 @@ md dense(const dims& sizes) {
   return md(sizes, f32, strides);
 }
 
+tag of_rank(tag image, std::size_t rank) {
+  // oneDNN's tags alias by their letters (nchw and oihw are abcd, goihw and ncdhw abcde): compare
+  // the forms, not the names.
+  if (rank == 6 && image == tag::goihw) return tag::goidhw;
+  if (rank != 5) return image;
+  if (image == tag::nchw) return tag::ncdhw;  // and oihw: oidhw
+  if (image == tag::nhwc) return tag::ndhwc;
+  if (image == tag::nChw8c) return tag::nCdhw8c;
+  if (image == tag::nChw16c) return tag::nCdhw16c;
+  return image;
+}
+
+md in_layout(const dims& sizes, tag image) { return md(sizes, f32, of_rank(image, sizes.size())); }
+
 dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -115,11 +129,13 @@ bool planner::small_step(std::size_t index) const {
   std::int64_t work = 0;
   switch (s.kind) {
     case step_kind::convolution: {
-      if (s.weight_sizes.size() != 4) return false;
-      work = elements(conv_output(index)) * s.weight_sizes[1] * s.weight_sizes[2] * s.weight_sizes[3];
+      if (s.weight_sizes.size() < 4) return false;
+      work = elements(conv_output(index));
+      for (std::size_t k = 1; k < s.weight_sizes.size(); ++k) work *= s.weight_sizes[k];
       break;
     }
     case step_kind::global_avg_pool2d:
+    case step_kind::global_avg_pool3d:
     case step_kind::relu:
     case step_kind::activation:
     case step_kind::mul:
@@ -158,8 +174,10 @@ void planner::run_step(std::size_t index) {
     case step_kind::mul: return mul(index);
     case step_kind::normalize: return normalize(index);
     case step_kind::scale: return scale(index);
-    case step_kind::max_pool2d: return max_pool(index);
-    case step_kind::global_avg_pool2d: return global_avg_pool(index);
+    case step_kind::max_pool2d:
+    case step_kind::max_pool3d: return max_pool(index);
+    case step_kind::global_avg_pool2d:
+    case step_kind::global_avg_pool3d: return global_avg_pool(index);
     case step_kind::linear: return linear(index);
     case step_kind::layer_norm: return layer_norm(index);
     case step_kind::cat: return cat(index);

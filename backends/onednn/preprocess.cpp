@@ -1,4 +1,4 @@
-// Preprocess: a region's graph -> payload version 2 (payload_records.hpp), one step per node
+// Preprocess: a region's graph -> payload version 3 (payload_records.hpp), one step per node
 // through the op table's emitters (support.cpp), unfused (fusion.cpp decides at compile), weights
 // as named data keyed by content with the BatchNorm after a convolution folded into its weight
 // and bias. Built on the toolkit's payload builder, folding and pooling arguments.
@@ -53,19 +53,21 @@ T known_in_region(step_builder& builder, const torch::jit::Node* node, std::opti
 }
 
 void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
-  const tk::folded_conv2d conv = tk::read_conv2d(builder.region(), node, builder.base.result_check(), builder.base.folded(), "onednn");
+  const tk::folded_conv2d conv = tk::read_conv(builder.region(), node, builder.base.result_check(), builder.base.folded(), "onednn", true);
   step_record& step = builder.add("convolution", {builder.base.id(node->input(0))}, conv.output);
   step.convolution = convolution_parameters{conv.stride, conv.padding, conv.dilation, conv.groups};
   step.weight = builder.base.store_constant(conv.weight);
   step.bias = builder.base.store_constant(conv.bias);
 }
 
-/// A depthwise convolution step (groups = channels) over the 4-d value `input` with `weight`
-/// [C, 1, kh, kw] and `bias` [C]: how a BatchNorm that is not folded and an avg_pool2d run.
+/// A depthwise convolution step (groups = channels) over the 4-d (5-d) value `input` with `weight`
+/// [C, 1, kh, kw] ([C, 1, kt, kh, kw]) and `bias` [C]: how a BatchNorm that is not folded and an
+/// avg_pool2d run.
 void emit_depthwise(step_builder& builder, const torch::jit::Value* input, const torch::jit::Value* made, const at::Tensor& weight,
                     const at::Tensor& bias, std::vector<std::int64_t> stride, std::vector<std::int64_t> padding) {
   step_record& step = builder.add("convolution", {builder.base.id(input)}, made);
-  step.convolution = convolution_parameters{std::move(stride), std::move(padding), {1, 1}, weight.size(0)};
+  std::vector<std::int64_t> dilation(stride.size(), 1);
+  step.convolution = convolution_parameters{std::move(stride), std::move(padding), std::move(dilation), weight.size(0)};
   step.weight = builder.base.store_constant(weight.contiguous());
   step.bias = builder.base.store_constant(bias.contiguous());
 }
@@ -74,22 +76,30 @@ void emit_depthwise(step_builder& builder, const torch::jit::Value* input, const
 // cat) are y = x * scale + shift per channel: a depthwise 1x1 convolution.
 void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {
   const auto [scale, shift] = tk::batch_norm_affine(builder.region(), node, "onednn");
-  emit_depthwise(builder, node->input(0), node->output(), scale.reshape({scale.size(0), 1, 1, 1}), shift, {1, 1}, {0, 0});
+  const std::size_t spatial = tk::known_sizes(node->input(0))->size() - 2;
+  std::vector<std::int64_t> weight(spatial + 2, 1);
+  weight[0] = scale.size(0);
+  emit_depthwise(builder, node->input(0), node->output(), scale.reshape(weight), shift, std::vector<std::int64_t>(spatial, 1),
+                 std::vector<std::int64_t>(spatial, 0));
 }
 
-/// The mean of each `kernel` window of `node`'s input (4-d, its channels known at lowering): a
-/// depthwise convolution of weights 1 / (kh * kw); avg_pool2d's and the fixed-window adaptive pool's.
+/// The mean of each `kernel` window of `node`'s input (4-d or 5-d, its channels known at
+/// lowering): a depthwise convolution of weights 1 / (kh * kw) (1 / (kt * kh * kw)); avg_pool2d's,
+/// avg_pool3d's and the fixed-window adaptive pool's.
 void emit_window_mean(step_builder& builder, const torch::jit::Node* node, const std::vector<std::int64_t>& kernel,
                       std::vector<std::int64_t> stride, std::vector<std::int64_t> padding) {
   const std::int64_t channels = (*tk::float_sizes(node->input(0)))[1];
-  const at::Tensor weight = at::full({channels, 1, kernel[0], kernel[1]}, 1.0 / static_cast<double>(kernel[0] * kernel[1]));
+  std::vector<std::int64_t> sizes{channels, 1};
+  std::int64_t window = 1;
+  for (const std::int64_t k : kernel) sizes.push_back(k), window *= k;
+  const at::Tensor weight = at::full(sizes, 1.0 / static_cast<double>(window));
   emit_depthwise(builder, node->input(0), node->output(), weight, at::zeros({channels}), std::move(stride), std::move(padding));
 }
 
-// support.cpp took only the avg_pool2d whose sums agree with the depthwise convolution's: no
-// ceil_mode, no divisor, padding none or counted.
-void emit_avg_pool2d(step_builder& builder, const torch::jit::Node* node) {
-  const tk::pool2d_arguments read = tk::read_pool2d(builder.region(), node, "onednn");
+// support.cpp took only the avg_pool2d (avg_pool3d) whose sums agree with the depthwise
+// convolution's: no ceil_mode, no divisor, padding none or counted.
+void emit_avg_pool(step_builder& builder, const torch::jit::Node* node) {
+  const tk::pool_arguments read = tk::read_pool(builder.region(), node, "onednn");
   emit_window_mean(builder, node, read.kernel, read.stride, read.padding);
 }
 
@@ -105,16 +115,18 @@ void emit_add(step_builder& builder, const torch::jit::Node* node) {
   builder.add("add", {builder.base.id(node->input(swap ? 1 : 0)), builder.base.id(node->input(swap ? 0 : 1))}, node->output());
 }
 
-void emit_max_pool2d(step_builder& builder, const torch::jit::Node* node) {
-  const tk::pool2d_arguments read = tk::read_pool2d(builder.region(), node, "onednn");
-  builder.add_unary("max_pool2d", node).pooling = pooling_parameters{read.kernel, read.stride, read.padding, read.ceil_mode};
+// max_pool3d is a step of its own (an older build refuses it: "unknown op 'max_pool3d'").
+void emit_max_pool(step_builder& builder, const torch::jit::Node* node) {
+  const tk::pool_arguments read = tk::read_pool(builder.region(), node, "onednn");
+  const char* op = tk::spatial_dims_of(node) == 3 ? "max_pool3d" : "max_pool2d";
+  builder.add_unary(op, node).pooling = pooling_parameters{read.kernel, read.stride, read.padding, read.ceil_mode};
 }
 
-// To 1x1: oneDNN's global average pooling. To a size that divides the input's: windows of
+// To 1x1 (1x1x1): oneDNN's global average pooling. To a size that divides the input's: windows of
 // {H / oh, W / ow} at that stride, as avg_pool2d (to the input's own size: windows of one, a copy).
-void emit_adaptive_avg_pool2d(step_builder& builder, const torch::jit::Node* node) {
+void emit_adaptive_avg_pool(step_builder& builder, const torch::jit::Node* node) {
   if (tk::adaptive_pool_to_one(node)) {
-    builder.add_unary("adaptive_avg_pool2d", node);
+    builder.add_unary(tk::spatial_dims_of(node) == 3 ? "adaptive_avg_pool3d" : "adaptive_avg_pool2d", node);
     return;
   }
   const std::vector<std::int64_t> window = *tk::adaptive_pool_window(node);
@@ -266,14 +278,15 @@ void emit_softmax(step_builder& builder, const torch::jit::Node* node) {
   builder.add_unary("softmax", node).softmax_dim = dim < 0 ? dim + rank : dim;
 }
 
-void emit_mean(step_builder& builder, const torch::jit::Node* node) {  // over H and W: a global average pooling
+void emit_mean(step_builder& builder, const torch::jit::Node* node) {  // over H and W (T, H and W): a global average pooling
   const bool keepdim = known_in_region(builder, node, tk::known_value(node->input(2)), "keepdim").toBool();
+  const std::vector<std::int64_t> sizes = *tk::known_sizes(node->input(0));
+  const char* op = sizes.size() == 5 ? "adaptive_avg_pool3d" : "adaptive_avg_pool2d";
   if (keepdim) {
-    builder.add_unary("adaptive_avg_pool2d", node);
+    builder.add_unary(op, node);
     return;
   }
-  const std::vector<std::int64_t> sizes = *tk::known_sizes(node->input(0));
-  const std::int64_t pooled = builder.add_unnamed("adaptive_avg_pool2d", {builder.base.id(node->input(0))}).output;
+  const std::int64_t pooled = builder.add_unnamed(op, {builder.base.id(node->input(0))}).output;
   builder.add("reshape", {pooled}, node->output()).reshape_sizes = std::vector<std::int64_t>{sizes[0], sizes[1]};
 }
 

@@ -88,14 +88,19 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
       const std::int64_t groups = record.convolution->groups;
       const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
       const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
-      TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && weight.dim() == 4 && bias.dim() == 1 &&
+      TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
+                      weight.dim() == static_cast<std::int64_t>(record.convolution->stride.size()) + 2 && bias.dim() == 1 &&
                       bias.size(0) == weight.size(0) && weight.size(0) % groups == 0,
                   "onednn: region ", context.method(), ": a convolution with weight ", weight.sizes(), ", bias ", bias.sizes(),
                   " and ", groups, " groups");
       step.weight_sizes = weight.sizes().vec();
-      const dims weight_dims = groups > 1 ? dims{groups, weight.size(0) / groups, weight.size(1), weight.size(2), weight.size(3)}
-                                          : dims(weight.sizes().begin(), weight.sizes().end());
-      weight_memory = dnnl::memory(md(weight_dims, f32, groups > 1 ? tag::goihw : tag::oihw), cpu_engine(), weight.data_ptr());
+      dims weight_dims(weight.sizes().begin(), weight.sizes().end());  // [groups, O / groups, ...] when grouped
+      if (groups > 1) {
+        weight_dims[0] /= groups;
+        weight_dims.insert(weight_dims.begin(), groups);
+      }
+      weight_memory = dnnl::memory(md(weight_dims, f32, of_rank(groups > 1 ? tag::goihw : tag::oihw, weight_dims.size())), cpu_engine(),
+                                   weight.data_ptr());
       bias_memory = dnnl::memory(md({bias.size(0)}, f32, tag::x), cpu_engine(), bias.data_ptr());
       store->dense.push_back(weight);
       store->dense.push_back(bias);

@@ -18,7 +18,8 @@ namespace onednn_delegate {
 enum class step_kind {
   convolution, relu, add, max_pool2d, global_avg_pool2d, activation, mul, cat, permute, layer_norm, linear, scale, flatten,
   reshape, slice, contiguous, matmul, softmax, scale_by,  // payload version 3
-  normalize  // F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'")
+  normalize,  // F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'")
+  max_pool3d, global_avg_pool3d  // video models' poolings ("max_pool3d", "adaptive_avg_pool3d"); an older build refuses them
 };
 /// Its name in a payload (and in the debug query); step_kind_named: the reverse, nullopt when unknown.
 std::string_view name_of(step_kind kind);

@@ -82,25 +82,35 @@ namespace {
 
 /// A float tensor of rank 4, or one whose dtype or rank is not known (no example inputs).
 bool float_4d_or_unknown(const torch::jit::Value* value) { return tk::is_float_of_rank_or_unknown(value, 4); }
+/// A float tensor of the rank a 2-d or 3-d op (`node`: conv3d, max_pool3d, ...) reads, 4 or 5, or
+/// one whose dtype or rank is not known.
+bool float_of_op_rank_or_unknown(const torch::jit::Node* node) {
+  return tk::is_float_of_rank_or_unknown(node->input(0), tk::spatial_dims_of(node) + 2);
+}
+/// Sizes known, of rank 4 or 5 (an image's or a video's [N, C, T, H, W]).
+bool sizes_4d_or_5d(const torch::jit::Value* value) {
+  const auto sizes = tk::float_sizes(value);
+  return sizes && (sizes->size() == 4 || sizes->size() == 5);
+}
 
-bool supports_conv2d(const torch::jit::Node* node) { return tk::conv2d_foldable(node) && float_4d_or_unknown(node->input(0)); }
+// conv2d, and conv3d (video models: [N, C, T, H, W]).
+bool supports_conv(const torch::jit::Node* node) { return tk::conv_foldable(node) && float_of_op_rank_or_unknown(node); }
 // Eval mode, its statistics, weight and bias known: folded into the convolution it follows, or
 // else (DenseNet's, after a cat) run as a depthwise 1x1 convolution of its per-channel scale and
 // shift, whose ReLU fusion takes as a post-op.
 bool supports_batch_norm(const torch::jit::Node* node) {
   if (!tk::batch_norm_eval(node) || !tk::known_at_lowering(node->input(1)) || !tk::known_at_lowering(node->input(2))) return false;
-  if (tk::is(node->input(0)->node(), "aten::conv2d") && node->input(0)->uses().size() == 1) return true;
-  const auto sizes = tk::float_sizes(node->input(0));
-  return sizes && sizes->size() == 4;
+  if (tk::is_any(node->input(0)->node(), {"aten::conv2d", "aten::conv3d"}) && node->input(0)->uses().size() == 1) return true;
+  return sizes_4d_or_5d(node->input(0));
 }
-// avg_pool2d as a depthwise convolution of weights 1 / (kh * kw): without ceil_mode or a divisor
-// override, and with no padding or the padding counted (then the two are the same sum); the
-// channels known at lowering.
-bool supports_avg_pool2d(const torch::jit::Node* node) {
+// avg_pool2d (avg_pool3d) as a depthwise convolution of weights 1 / (kh * kw): without ceil_mode
+// or a divisor override, and with no padding or the padding counted (then the two are the same
+// sum); the sizes known at lowering.
+bool supports_avg_pool(const torch::jit::Node* node) {
   if (node->inputs().size() != 7 || !tk::constant_is(node->input(4), false) || !node->input(6)->type()->cast<c10::NoneType>()) return false;
   if (!tk::constant_is(node->input(5), true) && !tk::constant_ints_all(node->input(3), 0)) return false;
   const auto sizes = tk::float_sizes(node->input(0));
-  return sizes && sizes->size() == 4;
+  return sizes && sizes->size() == tk::spatial_dims_of(node) + 2;
 }
 bool supports_relu(const torch::jit::Node* node) {  // any rank with known sizes (a transformer's feed-forward [N, T, C])
   return float_4d_or_unknown(node->input(0)) || tk::float_sizes(node->input(0)).has_value();
@@ -120,13 +130,13 @@ bool supports_add(const torch::jit::Node* node) {  // two float tensors, sizes k
   const auto a = tk::float_sizes(node->input(0)), b = tk::float_sizes(node->input(1));
   return a && b && (*a == *b || broadcasts_onto(*b, *a) || broadcasts_onto(*a, *b));
 }
-bool supports_max_pool2d(const torch::jit::Node* node) {  // oneDNN's pooling has no dilation
-  return node->inputs().size() == 6 && tk::constant_ints_all(node->input(4), 1) && float_4d_or_unknown(node->input(0));
+bool supports_max_pool(const torch::jit::Node* node) {  // 2-d or 3-d; oneDNN's pooling has no dilation
+  return node->inputs().size() == 6 && tk::constant_ints_all(node->input(4), 1) && float_of_op_rank_or_unknown(node);
 }
-// adaptive_avg_pool2d to 1x1 (a global pooling), or to a size that divides its input's known
-// one (emit_adaptive_avg_pool2d: fixed windows, as avg_pool2d).
-bool supports_adaptive_avg_pool2d(const torch::jit::Node* node) {
-  return (tk::adaptive_pool_to_one(node) && float_4d_or_unknown(node->input(0))) || tk::adaptive_pool_window(node).has_value();
+// adaptive_avg_pool2d to 1x1 (adaptive_avg_pool3d to 1x1x1: a global pooling), or to a size that
+// divides its input's known one (emit_adaptive_avg_pool: fixed windows, as avg_pool2d).
+bool supports_adaptive_avg_pool(const torch::jit::Node* node) {
+  return (tk::adaptive_pool_to_one(node) && float_of_op_rank_or_unknown(node)) || tk::adaptive_pool_window(node).has_value();
 }
 bool supports_activation(const torch::jit::Node* node) {
   return activation_of(node) && (float_4d_or_unknown(node->input(0)) || tk::float_sizes(node->input(0)).has_value());
@@ -194,13 +204,13 @@ bool supports_mul(const torch::jit::Node* node) {
   const auto a = tk::float_sizes(node->input(0)), b = tk::float_sizes(node->input(1));
   return a && b && (broadcasts_to(*b, *a) || broadcasts_to(*a, *b));
 }
-bool supports_cat(const torch::jit::Node* node) {  // 4-d float tensors along the channels, listed in the region
+bool supports_cat(const torch::jit::Node* node) {  // 4-d (or 5-d) float tensors along the channels, listed in the region
   const torch::jit::Node* list = node->input(0)->node();
   if (node->inputs().size() != 2 || list->kind() != c10::prim::ListConstruct || node->input(0)->uses().size() != 1) return false;
   if (tk::constant_int(node->input(1)) != std::optional<std::int64_t>(1)) return false;
   return std::all_of(list->inputs().begin(), list->inputs().end(), [](const torch::jit::Value* v) {
     const auto sizes = tk::known_sizes(v);
-    return sizes && sizes->size() == 4 && float_4d_or_unknown(v);
+    return sizes && (sizes->size() == 4 || sizes->size() == 5) && tk::is_float_of_rank_or_unknown(v, sizes->size());
   });
 }
 bool supports_list(const torch::jit::Node* node) {  // the tensors of a cat it takes
@@ -293,16 +303,19 @@ bool supports_scale_by(const torch::jit::Node* node) {
          tk::float_sizes(node->input(0)) && tk::known_number(node->input(1)) && computed_in_region(node->input(1)) &&
          (!tk::is(node, "aten::div") || *tk::known_number(node->input(1)) != 0);
 }
-/// mean(x, [2, 3], keepdim, dtype=None) of a 4-d float tensor: a global average pooling.
+/// mean(x, [2, 3], keepdim, dtype=None) of a 4-d float tensor, or over [2, 3, 4] of a 5-d one (S3D's
+/// last): a global average pooling.
 bool supports_mean(const torch::jit::Node* node) {
-  if (node->inputs().size() != 4 || !float_4d_or_unknown(node->input(0)) || !tk::float_sizes(node->input(0))) return false;
+  if (node->inputs().size() != 4 || !sizes_4d_or_5d(node->input(0))) return false;
+  const auto rank = static_cast<std::int64_t>(tk::float_sizes(node->input(0))->size());
   const auto dims = tk::constant_ints(node->input(1));
-  if (!dims || dims->size() != 2) return false;
+  if (!dims || static_cast<std::int64_t>(dims->size()) != rank - 2) return false;
   std::vector<std::int64_t> axes;
-  for (const std::int64_t d : *dims) axes.push_back(d < 0 ? d + 4 : d);
+  for (const std::int64_t d : *dims) axes.push_back(d < 0 ? d + rank : d);
   std::sort(axes.begin(), axes.end());
-  return axes == std::vector<std::int64_t>{2, 3} && tk::constant_of(node->input(2)).has_value() &&
-         node->input(3)->type()->kind() == c10::TypeKind::NoneType;
+  std::vector<std::int64_t> spatial;
+  for (std::int64_t d = 2; d < rank; ++d) spatial.push_back(d);
+  return axes == spatial && tk::constant_of(node->input(2)).has_value() && node->input(3)->type()->kind() == c10::TypeKind::NoneType;
 }
 bool supports_mul_any(const torch::jit::Node* node) { return supports_known_scalar(node) || supports_mul(node) || supports_scale_by(node); }
 bool supports_div_any(const torch::jit::Node* node) {
@@ -347,13 +360,13 @@ std::optional<double> normalize_eps(const torch::jit::Node* node) {
 const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
   static const tk::op_table<step_builder> table = [] {
     tk::op_table<step_builder> ops;
-    ops.add("aten::conv2d", supports_conv2d, emit_convolution)
+    ops.add({"aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
         .add("aten::batch_norm", supports_batch_norm, emit_batch_norm)
         .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
         .add("aten::add", supports_add_any, emit_add)
-        .add("aten::max_pool2d", supports_max_pool2d, emit_max_pool2d)
-        .add("aten::avg_pool2d", supports_avg_pool2d, emit_avg_pool2d)
-        .add("aten::adaptive_avg_pool2d", supports_adaptive_avg_pool2d, emit_adaptive_avg_pool2d)
+        .add({"aten::max_pool2d", "aten::max_pool3d"}, supports_max_pool, emit_max_pool)
+        .add({"aten::avg_pool2d", "aten::avg_pool3d"}, supports_avg_pool, emit_avg_pool)
+        .add({"aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d"}, supports_adaptive_avg_pool, emit_adaptive_avg_pool)
         .add({"aten::sigmoid", "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::gelu", "aten::relu6", "aten::hardtanh",
               "aten::clamp"},
              supports_activation, emit_activation)
@@ -401,7 +414,7 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
 
 torch_delegate::region_verdict OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   using torch_delegate::region_verdict;
-  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::linear"}); }))
+  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::conv3d", "aten::linear"}); }))
     return region_verdict::refuse("no convolution or linear: not worth a call");
   // Numbers are evaluated at preprocess and never cross the region's boundary: a region the
   // partition cut between a number and a step that reads it (MaxViT's `B, C, H, W = x.shape`,

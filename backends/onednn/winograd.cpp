@@ -25,12 +25,15 @@ constexpr double g2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0
 
 /// Where (n, 8-channel group, y, x) starts in the geometry's layout, for a tensor of `channels`
 /// channels and height x width: nhwc (channels_last), nChw8c (layout_block 8) or nChw16c (16, the
-/// group's 8 channels one half of a 16-channel block).
+/// group's 8 channels one half of a 16-channel block); with frames, n is a clip's frame, in ndhwc,
+/// nCdhw8c or nCdhw16c (a block's plane per frame, the frames of a clip one after another).
 inline std::size_t position(const geometry& g, std::int64_t channels, std::int64_t n, std::int64_t group, std::int64_t y,
                             std::int64_t x, std::int64_t height, std::int64_t width) {
   if (g.channels_last) return static_cast<std::size_t>(((n * height + y) * width + x) * channels + group * 8);
   const std::int64_t block = group * 8 / g.layout_block, lane = group * 8 % g.layout_block;
-  return static_cast<std::size_t>((((n * (channels / g.layout_block) + block) * height + y) * width + x) * g.layout_block + lane);
+  const std::int64_t clip = n / g.frames, frame = n % g.frames;
+  const std::int64_t plane = (clip * (channels / g.layout_block) + block) * g.frames + frame;
+  return static_cast<std::size_t>(((plane * height + y) * width + x) * g.layout_block + lane);
 }
 
 }  // namespace

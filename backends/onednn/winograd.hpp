@@ -18,10 +18,13 @@ namespace onednn_delegate::winograd {
 /// A convolution's sizes as the Winograd kernels see them (batch n, channels in c and out k, both
 /// multiples of layout_block; input h x w; output oh x ow; zero padding top and left; output tile
 /// m; activations in nChw8c, or nChw16c when layout_block is 16, or in nhwc when channels_last,
-/// where layout_block is only the vector: 16 runs the AVX-512 kernels).
+/// where layout_block is only the vector: 16 runs the AVX-512 kernels). A 3-d convolution of a
+/// 1x3x3 kernel is a 2-d one on each frame: n then counts clips x frames, `frames` the frames of a
+/// clip, in nCdhw16c / nCdhw8c (a channel block's frames one after another) or ndhwc.
 struct geometry {
   int m = 4;
   std::int64_t n = 1, c = 8, k = 8, h = 0, w = 0, oh = 0, ow = 0, pad_top = 1, pad_left = 1, layout_block = 8;
+  std::int64_t frames = 1;
   bool channels_last = false;
   int alpha() const { return m + 2; }
   std::int64_t tiles_h() const { return (oh + m - 1) / m; }

@@ -1,5 +1,6 @@
 // Folding at preprocess: an eval-mode BatchNorm as a per-channel affine (scale, shift), and a 2-d
-// convolution read with the BatchNorm that alone reads its output folded into its weight and bias.
+// (or 3-d) convolution read with the BatchNorm that alone reads its output folded into its weight
+// and bias.
 #pragma once
 
 #include "graph.hpp"
@@ -35,9 +36,9 @@ inline std::pair<at::Tensor, at::Tensor> batch_norm_affine(const torch_delegate:
   return {scale, shift};
 }
 
-/// A 2-d convolution as preprocess folds it: float weight [O, I/groups, kh, kw], bias (zeros
-/// when it has none), two strides, paddings and dilations, and the value it makes (the
-/// BatchNorm's output when one was folded in).
+/// A convolution as preprocess folds it: float weight [O, I/groups, kh, kw] (3-d: [O, I/groups,
+/// kt, kh, kw]), bias (zeros when it has none), a stride, padding and dilation per spatial
+/// dimension, and the value it makes (the BatchNorm's output when one was folded in).
 struct folded_conv2d {
   at::Tensor weight;
   at::Tensor bias;
@@ -46,12 +47,12 @@ struct folded_conv2d {
   const torch::jit::Value* output = nullptr;
 };
 
-/// Reads `conv` (aten::conv2d) and folds the BatchNorm that is the only reader of its output
-/// (as its input), unless that output is one of the region's results (`is_result`). A folded
-/// BatchNorm is added to `folded`: the caller skips it.
+/// Reads `conv` (aten::conv2d, or aten::conv3d when `three_d` is allowed) and folds the BatchNorm
+/// that is the only reader of its output (as its input), unless that output is one of the
+/// region's results (`is_result`). A folded BatchNorm is added to `folded`: the caller skips it.
 template <class IsResult>
-folded_conv2d read_conv2d(const torch_delegate::method_to_lower& region, const torch::jit::Node* conv, IsResult is_result,
-                          std::unordered_set<const torch::jit::Node*>& folded, const std::string& backend) {
+folded_conv2d read_conv(const torch_delegate::method_to_lower& region, const torch::jit::Node* conv, IsResult is_result,
+                        std::unordered_set<const torch::jit::Node*>& folded, const std::string& backend, bool three_d) {
   folded_conv2d read;
   read.weight = region.argument<at::Tensor>(conv, "weight").to(at::kFloat);
   const auto bias = region.argument<std::optional<at::Tensor>>(conv, "bias");
@@ -59,19 +60,31 @@ folded_conv2d read_conv2d(const torch_delegate::method_to_lower& region, const t
   read.padding = region.argument<std::vector<std::int64_t>>(conv, "padding");
   read.dilation = region.argument<std::vector<std::int64_t>>(conv, "dilation");
   read.groups = region.argument<std::int64_t>(conv, "groups");
-  if (read.weight.dim() != 4 || read.stride.size() != 2 || read.padding.size() != 2 || read.dilation.size() != 2)
-    region.reject(conv, backend + ": only 2-d convolutions with two strides, paddings and dilations");
+  const std::size_t n = three_d && is(conv, "aten::conv3d") ? 3 : 2;
+  if (read.weight.dim() != static_cast<std::int64_t>(n + 2) || read.stride.size() != n || read.padding.size() != n ||
+      read.dilation.size() != n)
+    region.reject(conv, backend + (three_d ? ": only 2-d and 3-d convolutions with a stride, padding and dilation per spatial dimension"
+                                           : ": only 2-d convolutions with two strides, paddings and dilations"));
   read.bias = bias ? bias->to(at::kFloat) : at::zeros({read.weight.size(0)}, read.weight.options());
   read.output = conv->output();
   const torch::jit::Node* norm = only_reader(read.output, 0);
   if (norm && !is_result(read.output) && is(norm, "aten::batch_norm")) {
     const auto [scale, shift] = batch_norm_affine(region, norm, backend);
-    read.weight = read.weight * scale.reshape({-1, 1, 1, 1});
+    std::vector<std::int64_t> per_output(n + 2, 1);
+    per_output[0] = -1;
+    read.weight = read.weight * scale.reshape(per_output);
     read.bias = read.bias * scale + shift;
     folded.insert(norm);
     read.output = norm->output();
   }
   return read;
+}
+
+/// read_conv for a 2-d convolution alone (aten::conv2d).
+template <class IsResult>
+folded_conv2d read_conv2d(const torch_delegate::method_to_lower& region, const torch::jit::Node* conv, IsResult is_result,
+                          std::unordered_set<const torch::jit::Node*>& folded, const std::string& backend) {
+  return read_conv(region, conv, is_result, folded, backend, false);
 }
 
 }  // namespace torch_delegate::toolkit

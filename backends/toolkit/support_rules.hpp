@@ -1,8 +1,8 @@
-// Support rules CNN backends share, and the normalisation of pooling arguments: the conv2d form a
-// backend can fold (weights known at lowering, numeric padding), an eval-mode BatchNorm, an
-// adaptive average pool to 1x1 (a global pool) or to a size that divides its input's (a pool of
-// fixed windows), and max/avg pooling's kernel, stride, padding and
-// dilation read as two values each (PyTorch accepts one for both, and an empty stride).
+// Support rules CNN backends share, and the normalisation of pooling arguments: the conv2d (and
+// conv3d) form a backend can fold (weights known at lowering, numeric padding), an eval-mode
+// BatchNorm, an adaptive average pool to 1x1 (1x1x1: a global pool) or to a size that divides its
+// input's (a pool of fixed windows), and max/avg pooling's kernel, stride, padding and dilation
+// read as one value per spatial dimension each (PyTorch accepts one for all, and an empty stride).
 #pragma once
 
 #include "graph.hpp"
@@ -25,6 +25,17 @@ inline bool conv2d_foldable(const torch::jit::Node* node) {
          known_at_lowering(node->input(2));
 }
 
+/// conv2d_foldable, or the same form of conv3d (a video model's [N, C, T, H, W] convolutions).
+inline bool conv_foldable(const torch::jit::Node* node) {
+  return is_any(node, {"aten::conv2d", "aten::conv3d"}) && node->inputs().size() == 7 && is_list(node->input(4)) &&
+         known_at_lowering(node->input(1)) && known_at_lowering(node->input(2));
+}
+
+/// How many spatial dimensions a pooling or convolution node works on: 3 for the *3d ops, else 2.
+inline std::size_t spatial_dims_of(const torch::jit::Node* node) {
+  return is_any(node, {"aten::conv3d", "aten::max_pool3d", "aten::avg_pool3d", "aten::adaptive_avg_pool3d"}) ? 3 : 2;
+}
+
 /// batch_norm(input, weight, bias, running_mean, running_var, training=False, ...) with its
 /// running statistics known at lowering.
 inline bool batch_norm_eval(const torch::jit::Node* node) {
@@ -32,10 +43,11 @@ inline bool batch_norm_eval(const torch::jit::Node* node) {
          known_at_lowering(node->input(3)) && known_at_lowering(node->input(4));
 }
 
-/// adaptive_avg_pool2d(input, [1, 1]): a global average pool.
+/// adaptive_avg_pool2d(input, [1, 1]), or adaptive_avg_pool3d(input, [1, 1, 1]): a global average pool.
 inline bool adaptive_pool_to_one(const torch::jit::Node* node) {
-  const auto size = is(node, "aten::adaptive_avg_pool2d") ? constant_ints(node->input(1)) : std::nullopt;
-  return size && *size == std::vector<std::int64_t>{1, 1};
+  const bool three = is(node, "aten::adaptive_avg_pool3d");
+  const auto size = three || is(node, "aten::adaptive_avg_pool2d") ? constant_ints(node->input(1)) : std::nullopt;
+  return size && *size == std::vector<std::int64_t>(three ? 3 : 2, 1);
 }
 
 /// adaptive_avg_pool2d(input, [oh, ow]) whose input's height and width are known at lowering and
@@ -55,33 +67,36 @@ inline std::optional<std::vector<std::int64_t>> adaptive_pool_window(const torch
   return window;
 }
 
-/// The arguments of max_pool2d or avg_pool2d, two values each (height, width).
-struct pool2d_arguments {
-  std::vector<std::int64_t> kernel, stride, padding, dilation{1, 1};
+/// The arguments of max_pool2d, avg_pool2d, max_pool3d or avg_pool3d, one value per spatial
+/// dimension each (height, width; or time, height, width).
+struct pool_arguments {
+  std::vector<std::int64_t> kernel, stride, padding, dilation;
   bool ceil_mode = false;
 };
 
-/// `list` with two values: one value stands for both.
-inline std::vector<std::int64_t> two_values(std::vector<std::int64_t> list) {
-  if (list.size() == 1) list.push_back(list[0]);
+/// `list` with `count` values: one value stands for all.
+inline std::vector<std::int64_t> n_values(std::vector<std::int64_t> list, std::size_t count) {
+  if (list.size() == 1) list.resize(count, list[0]);
   return list;
 }
 
-/// Reads a max_pool2d's or avg_pool2d's arguments: one value stands for two, an empty stride is
-/// the kernel size, and avg_pool2d has dilation 1. Rejects (naming `backend`) sizes that are not
-/// two values after that.
-inline pool2d_arguments read_pool2d(const torch_delegate::method_to_lower& region, const torch::jit::Node* node,
-                                    const std::string& backend) {
-  pool2d_arguments read;
-  read.kernel = two_values(region.argument<std::vector<std::int64_t>>(node, "kernel_size"));
+/// Reads a pooling node's arguments (max_pool2d, avg_pool2d, max_pool3d, avg_pool3d): one value
+/// stands for all, an empty stride is the kernel size, and average pooling has dilation 1.
+/// Rejects (naming `backend`) sizes that are not one per spatial dimension after that.
+inline pool_arguments read_pool(const torch_delegate::method_to_lower& region, const torch::jit::Node* node, const std::string& backend) {
+  const std::size_t n = spatial_dims_of(node);
+  pool_arguments read;
+  read.kernel = n_values(region.argument<std::vector<std::int64_t>>(node, "kernel_size"), n);
   const auto stride = region.argument<std::vector<std::int64_t>>(node, "stride");
-  read.stride = stride.empty() ? read.kernel : two_values(stride);
-  read.padding = two_values(region.argument<std::vector<std::int64_t>>(node, "padding"));
-  if (is(node, "aten::max_pool2d")) read.dilation = two_values(region.argument<std::vector<std::int64_t>>(node, "dilation"));
+  read.stride = stride.empty() ? read.kernel : n_values(stride, n);
+  read.padding = n_values(region.argument<std::vector<std::int64_t>>(node, "padding"), n);
+  read.dilation = is_any(node, {"aten::max_pool2d", "aten::max_pool3d"})
+                      ? n_values(region.argument<std::vector<std::int64_t>>(node, "dilation"), n)
+                      : std::vector<std::int64_t>(n, 1);
   read.ceil_mode = region.argument<bool>(node, "ceil_mode");
-  if (read.kernel.size() != 2 || read.stride.size() != 2 || read.padding.size() != 2 || read.dilation.size() != 2)
-    region.reject(node, backend + ": " + node->kind().toUnqualString() +
-                            " with one or two values each for kernel_size, stride, padding and dilation");
+  if (read.kernel.size() != n || read.stride.size() != n || read.padding.size() != n || read.dilation.size() != n)
+    region.reject(node, backend + ": " + node->kind().toUnqualString() + " with one or " + (n == 3 ? "three" : "two") +
+                            " values each for kernel_size, stride, padding and dilation");
   return read;
 }
 

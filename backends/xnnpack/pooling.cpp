@@ -14,7 +14,7 @@ namespace xnnpack_delegate {
 void emit_pooling(subgraph_builder& builder, const torch::jit::Node* node) {
   const auto& region = builder.region();
   const std::vector<std::int64_t> in = region.sizes(node->input(0)), out_sizes = region.sizes(node->output());
-  const toolkit::pool2d_arguments a = toolkit::read_pool2d(region, node, builder.backend());
+  const toolkit::pool_arguments a = toolkit::read_pool(region, node, builder.backend());
   const auto& [kernel, stride, padding, dilation] = std::tie(a.kernel, a.stride, a.padding, a.dilation);
   // ceil_mode: the bottom and right padding that give the recorded output size (max pooling
   // ignores padding, so this is exact).

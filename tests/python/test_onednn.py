@@ -70,6 +70,8 @@ class Residual(nn.Module):
 ONE_REGION_CNNS = selected(["regnet_y_400mf", "efficientnet_b0", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_0",
                             "convnext_tiny", "alexnet", "vgg11_bn"], smoke=["regnet_y_400mf", "mobilenet_v3_small", "alexnet"])
 RESNETS = selected(["resnet18", "resnet50"], smoke=["resnet18"])
+# Video classifiers: 3-d convolutions, poolings and batch norms; S3D's cats of four branches and its mean.
+VIDEO = selected(["r3d_18", "mc3_18", "r2plus1d_18", "s3d"], smoke=["r2plus1d_18"])
 
 
 class Ops(unittest.TestCase):
@@ -400,6 +402,43 @@ class Ops(unittest.TestCase):
                 self.assertLess(relative_error(low(x), model(x)), 1e-4)
             self.assertEqual(len(regions(low)), 1, kept(low))
 
+    def test_3d_convolutions_poolings_and_batch_norms(self):
+        # A video model's ops on [N, C, T, H, W]: 3x3x3, 1x3x3 and 3x1x1 convolutions (strided,
+        # dilated, grouped, depthwise), batch norms folded into them and on their own (after a cat),
+        # a residual add, max and average poolings (ceil mode, padding), a global pooling and a mean
+        # over T, H and W, then a linear.
+        torch.manual_seed(3)
+
+        class Clip(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stem = nn.Sequential(nn.Conv3d(3, 16, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False), nn.BatchNorm3d(16),
+                                          nn.ReLU(inplace=True), nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1)))
+                self.spatial = nn.Conv3d(16, 32, (1, 3, 3), padding=(0, 1, 1))
+                self.temporal = nn.Sequential(nn.Conv3d(32, 16, (3, 1, 1), padding=(1, 0, 0)), nn.BatchNorm3d(16))
+                self.grouped = nn.Conv3d(16, 16, 3, padding=2, dilation=2, groups=4)
+                self.depthwise = nn.Conv3d(16, 16, 3, padding=1, groups=16)
+                self.norm = nn.BatchNorm3d(32)
+                self.pool = nn.MaxPool3d(2, 2, ceil_mode=True)
+                self.average = nn.AvgPool3d((1, 2, 2))
+                self.head = nn.Linear(32, 10)
+
+            def forward(self, x):
+                x = self.stem(x)
+                y = self.temporal(torch.relu(self.spatial(x)))
+                y = torch.relu(self.grouped(y) + x)
+                z = torch.cat([y, torch.sigmoid(self.depthwise(y))], 1)
+                z = self.pool(torch.relu(self.norm(z)))
+                pooled = torch.flatten(nn.functional.adaptive_avg_pool3d(self.average(z), 1), 1)
+                return self.head(pooled) + self.head(z.mean((2, 3, 4)))
+
+        model = randomized(Clip())
+        self.check(model, torch.rand(1, 3, 8, 40, 44))
+        low = lowered(model, torch.rand(1, 3, 8, 40, 44))
+        for kind in ("aten::conv3d", "aten::batch_norm", "aten::max_pool3d", "aten::avg_pool3d", "aten::adaptive_avg_pool3d",
+                     "aten::mean", "aten::cat"):
+            self.assertNotIn(kind, kept(low))
+
     def test_a_list_that_escapes_keeps_its_appends(self):
         class Escapes(nn.Module):
             def forward(self, x):
@@ -449,6 +488,20 @@ class Models(unittest.TestCase):
                     # The whole model, stem to classifier, is one region.
                     self.assertEqual(len(regions(low)), 1, kept(low))
                     self.assertLessEqual(set(kept(low)), {"prim::GetAttr"})
+
+    def test_video_models_in_one_region(self):
+        import torchvision
+        for name in VIDEO:
+            with self.subTest(model=name):
+                torch.manual_seed(0)
+                model = randomized(getattr(torchvision.models.video, name)(weights=None))
+                # S3D's last pooling takes a 2x7x7 window: 16 frames of 224x224 make one.
+                x = torch.rand(1, 3, 16, 224, 224) if name == "s3d" else torch.rand(1, 3, 4, 64, 64)
+                low = lowered(model, x)
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(x), model(x)), 1e-4)
+                self.assertEqual(len(regions(low)), 1, kept(low))
+                self.assertLessEqual(set(kept(low)), {"prim::GetAttr"})
 
     def test_a_detection_model_whose_roi_pool_sets_its_scales_on_the_first_call(self):
         # FasterRCNN: its MultiScaleRoIAlign assigns self.scales on the first call (folded to
