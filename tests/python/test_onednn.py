@@ -552,6 +552,15 @@ class SavedAndElsewhere(unittest.TestCase):
                 self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
 
 
+    def test_a_video_module_saved_by_an_earlier_main_loads(self):
+        # Saved at 57f8c6e, the first build with 3-d steps (tests/data/README.md).
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+        saved = torch.load(os.path.join(data, "onednn_video_by_57f8c6e.io.pt"))
+        for load in (torch.jit.load, torch_delegate.load):
+            with self.subTest(load=load.__module__), torch.no_grad():
+                module = load(os.path.join(data, "onednn_video_by_57f8c6e.pt"))
+                self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
+
     def setUp(self):
         torch.manual_seed(3)
         self.model = randomized(nn.Sequential(Residual(4), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)))
