@@ -18,6 +18,9 @@ warnings.filterwarnings("ignore", message="Scripted GoogleNet always returns Goo
 CNNS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
         "squeezenet1_0", "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "googlenet"]
 TRANSFORMERS = ["vit_b_16", "swin_t", "bert_base_encoder"]
+# Video classifiers (3-d convolutions): not in the default runs (a call takes 0.1-0.3 s);
+# bench/ort_models.py --models r3d_18,... measures them against ONNX Runtime.
+VIDEO = ["r3d_18", "mc3_18", "r2plus1d_18", "s3d"]
 
 
 # Seconds each block of an interleaved timing waits before its first call. An engine's worker
@@ -121,11 +124,12 @@ def model_and_input(name):
     if name == "bert_base_encoder":
         return Encoder().eval(), torch.rand(1, 128, 768)
     kwargs = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
-    model = getattr(torchvision.models, name)(weights=None, **kwargs).eval()
+    family = torchvision.models.video if name in VIDEO else torchvision.models
+    model = getattr(family, name)(weights=None, **kwargs).eval()
     # Random BatchNorm statistics and affine parameters: with the defaults some models' outputs
     # hardly depend on their input, and a comparison of outputs would prove little.
     for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
+        if isinstance(module, (nn.BatchNorm2d, nn.BatchNorm3d)):
             with torch.no_grad():
                 module.running_mean.uniform_(-0.1, 0.1)
                 module.running_var.uniform_(0.5, 1.5)
@@ -134,4 +138,7 @@ def model_and_input(name):
     if name == "vit_b_16":  # its classifier starts at zero: an output of zeros whatever the input
         with torch.no_grad():
             model.heads.head.weight.normal_(0, 0.02)
+    if name in VIDEO:  # a clip of 16 frames, 112x112 (S3D's last pooling needs 224x224)
+        side = 224 if name == "s3d" else 112
+        return model, torch.rand(1, 3, 16, side, side)
     return model, torch.rand(1, 3, 224, 224)

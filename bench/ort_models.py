@@ -346,7 +346,7 @@ def table(rows, ort, rates, machine, blas, allocator):
                f"LibTorch's allocator: {allocator}; "
                f"ONNX Runtime {ort.version or 'not measured: ' + str(ort.error)}. Times in ms (medians, interleaved). "
                f"The machine's measured GEMM peak (a 2048^3 float matrix product; {measured}): {peak:.0f} GFLOP/s.", ""]
-    for label, group in (("CNNs", models.CNNS), ("transformers", models.TRANSFORMERS)):
+    for label, group in (("CNNs", models.CNNS), ("transformers", models.TRANSFORMERS), ("video models", models.VIDEO)):
         chosen = [row for row in rows if row["name"] in group and "recipe" in row and "ort" in row]
         if chosen:
             versus = {row["name"]: row["ort"] / row["recipe"] for row in chosen}

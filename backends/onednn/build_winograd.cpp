@@ -8,6 +8,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -92,17 +93,23 @@ const char* kernel_name(const winograd::geometry& g, bool output) {
 std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>& weight, const convolution_parameters& c,
                                                  const dims& input, const dims& output) {
   // A 3-d convolution of a 1x3x3 kernel (R(2+1)D's and MC3's spatial ones), no temporal padding:
-  // a 2-d one per frame, the frames a batch (geometry::frames). Below, the 2-d view of it.
-  const bool frames = weight.size() == 5 && input.size() == 5 && output.size() == 5 && weight[2] == 1 && c.stride.size() == 3 &&
-                      c.stride[0] == 1 && c.dilation[0] == 1 && c.padding[0] == 0;
-  if (frames) {
+  // a 2-d one per frame, the frames a batch (geometry::frames). Of a kt x 3 x 3 kernel (R3D's
+  // 3x3x3), kt odd and padded to keep the frames (kt / 2 each side), for one clip: the frames'
+  // transformed tiles once, then per tap a product of the frames it reads with that tap's
+  // weights, summed (winograd_choice::taps). Below, the 2-d view of it.
+  const bool three_d = weight.size() == 5 && input.size() == 5 && output.size() == 5 && c.stride.size() == 3 && c.stride[0] == 1 &&
+                       c.dilation[0] == 1;
+  const std::int64_t taps = three_d ? weight[2] : 1;
+  const bool same_frames = taps % 2 == 1 && c.padding[0] == taps / 2 && (taps == 1 || input[0] == 1);
+  if (three_d && same_frames) {
     std::optional<winograd_choice> choice = winograd_eligible(
         {weight[0], weight[1], weight[3], weight[4]},
         {{c.stride[1], c.stride[2]}, {c.padding[1], c.padding[2]}, {c.dilation[1], c.dilation[2]}, c.groups},
         {input[0] * input[2], input[1], input[3], input[4]}, {output[0] * output[2], output[1], output[3], output[4]});
-    if (choice) choice->g.frames = input[2];
+    if (choice) choice->g.frames = input[2], choice->taps = taps;
     return choice;
   }
+  if (three_d) return std::nullopt;
   if (c.groups != 1 || weight.size() != 4 || weight[2] != 3 || weight[3] != 3) return std::nullopt;
   if (c.stride != std::vector<std::int64_t>{1, 1} || c.dilation != std::vector<std::int64_t>{1, 1}) return std::nullopt;
   if (c.padding.size() != 2 || c.padding[0] > 2 || c.padding[1] > 2) return std::nullopt;
@@ -185,20 +192,38 @@ bool planner::winograd_convolution(std::size_t index) {
   const int positions = g.alpha() * g.alpha();
   const std::int64_t tiles = g.tiles();
   const md transformed_input({positions, tiles, g.c}, f32, tag::abc), products({positions, tiles, g.k}, f32, tag::abc);
-  dnnl::matmul::primitive_desc pd;
-  try {
-    pd = dnnl::matmul::primitive_desc({transformed_input, md({positions, g.c, g.k}, f32, tag::any), products}, attributes(),
-                                      cpu_engine());
-  } catch (const dnnl::error&) {
-    return false;
+  // One product per temporal tap, the middle one first over every frame, each other one added to
+  // the frames whose input frame + its offset exists (rows of whole frames: a frame's tiles are
+  // consecutive rows of each matrix).
+  const std::int64_t taps = choice->taps, middle = taps / 2, frame_rows = tiles / g.frames;
+  struct tap_product {
+    std::int64_t tap;
+    md src, dst;
+    dnnl::matmul::primitive_desc pd;
+  };
+  std::vector<tap_product> tap_products;
+  for (std::int64_t k = 0; k < taps; ++k) {
+    const std::int64_t tap = k == 0 ? middle : k <= middle ? k - 1 : k, offset = tap - middle;
+    const std::int64_t rows = (g.frames - std::abs(offset)) * frame_rows;
+    if (rows <= 0) continue;  // a clip shorter than the kernel's reach: only the middle taps meet frames
+    const std::int64_t from = std::max<std::int64_t>(0, offset) * frame_rows, to = std::max<std::int64_t>(0, -offset) * frame_rows;
+    tap_product made{tap, taps == 1 ? transformed_input : transformed_input.submemory_desc({positions, rows, g.c}, {0, from, 0}),
+                     taps == 1 ? products : products.submemory_desc({positions, rows, g.k}, {0, to, 0}), {}};
+    dnnl::post_ops sum;
+    if (tap != middle) sum.append_sum(1.f);
+    try {
+      made.pd = dnnl::matmul::primitive_desc({made.src, md({positions, g.c, g.k}, f32, tag::any), made.dst}, attributes(sum), cpu_engine());
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    if (is_reference(made.pd.impl_info_str())) return false;
+    tap_products.push_back(std::move(made));
   }
-  if (is_reference(pd.impl_info_str())) return false;
 
-  // The weights: dense [k, c, 3, 3] from wherever the store holds them (a plan's reordered copy,
-  // for a later shape), kept dense in the store (a direct plan for another shape reorders from
-  // them); the transformed ones are this plan's.
-  const md dense_weights(d.size() == 5 ? dims{g.k, g.c, 1, 3, 3} : dims{g.k, g.c, 3, 3}, f32,
-                         of_rank(tag::oihw, d.size()));  // the same bytes either way
+  // The weights: dense [k, c, 3, 3] ([k, c, kt, 3, 3]) from wherever the store holds them (a plan's
+  // reordered copy, for a later shape), kept dense in the store (a direct plan for another shape
+  // reorders from them); the transformed ones, a set per tap, are this plan's.
+  const md dense_weights(d.size() == 5 ? dims{g.k, g.c, taps, 3, 3} : dims{g.k, g.c, 3, 3}, f32, of_rank(tag::oihw, d.size()));
   dnnl::memory weights(dense_weights, cpu_engine());
   {
     dnnl::stream stream(cpu_engine());
@@ -206,11 +231,19 @@ bool planner::winograd_convolution(std::size_t index) {
     dnnl::reorder(given, weights).execute(stream, given, weights);
     stream.wait();
   }
-  dnnl::memory transformed_weights(md({positions, g.c, g.k}, f32, tag::abc), cpu_engine());
-  winograd::transform_weights(g, static_cast<const float*>(weights.get_data_handle()),
-                              static_cast<float*>(transformed_weights.get_data_handle()));
+  std::vector<std::size_t> weight_slots;
+  {
+    const auto* all = static_cast<const float*>(weights.get_data_handle());
+    std::vector<float> one_tap(static_cast<std::size_t>(g.k * g.c * 9));
+    for (const tap_product& product : tap_products) {
+      for (std::int64_t pair = 0; pair < g.k * g.c; ++pair)  // [k, c, tap, 3, 3] -> [k, c, 3, 3]
+        std::copy_n(all + (pair * taps + product.tap) * 9, 9, one_tap.begin() + pair * 9);
+      dnnl::memory transformed_weights(md({positions, g.c, g.k}, f32, tag::abc), cpu_engine());
+      winograd::transform_weights(g, one_tap.data(), static_cast<float*>(transformed_weights.get_data_handle()));
+      weight_slots.push_back(constant(transformed_weights, product.pd.weights_desc()));
+    }
+  }
   store_.weights[index] = weights;
-  const std::size_t weight_slot = constant(transformed_weights, pd.weights_desc());
   const std::size_t bias_slot = constant(store_.biases[index], md({g.k}, f32, tag::x));
   store_.biases[index] = plan_.constants[bias_slot];
 
@@ -230,8 +263,13 @@ bool planner::winograd_convolution(std::size_t index) {
                           [&](std::int64_t first, std::int64_t last) { winograd::transform_input(g, source, target, first, last); });
        },
        "convolution", kernel_name(g, false));
-  call(dnnl::matmul(pd), {{DNNL_ARG_SRC, input_slot}, {DNNL_ARG_WEIGHTS, weight_slot}, {DNNL_ARG_DST, product_slot}},
-       pd.scratchpad_desc());
+  for (std::size_t k = 0; k < tap_products.size(); ++k) {
+    const tap_product& product = tap_products[k];
+    const std::size_t src_slot = taps == 1 ? input_slot : view(product.src, input_slot);
+    const std::size_t dst_slot = taps == 1 ? product_slot : view(product.dst, product_slot);
+    call(dnnl::matmul(product.pd), {{DNNL_ARG_SRC, src_slot}, {DNNL_ARG_WEIGHTS, weight_slots[k]}, {DNNL_ARG_DST, dst_slot}},
+         product.pd.scratchpad_desc());
+  }
   std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_SRC, product_slot}, {DNNL_ARG_BIAS, bias_slot}, {DNNL_ARG_DST, value(made)}};
   if (residual) arguments.emplace_back(DNNL_ARG_SRC_1, residual_slot);
   call(dnnl::primitive(), std::move(arguments), md(),

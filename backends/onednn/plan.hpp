@@ -106,6 +106,9 @@ bool winograd_enabled();
 /// (not on AVX-512).
 struct winograd_choice {
   winograd::geometry g;
+  /// A 3-d convolution's temporal taps (its kernel's kt; 1 for 2-d and 1x3x3): output frame t sums
+  /// the products of input frame t + tap - kt / 2 with each tap's transformed weights.
+  std::int64_t taps = 1;
 };
 std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>& weight, const convolution_parameters& c,
                                                  const dims& input, const dims& output);

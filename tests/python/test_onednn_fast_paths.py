@@ -99,32 +99,37 @@ class Winograd(unittest.TestCase):
         self.assertFalse(any(k in ("binary", "eltwise") for _, k, _ in kinds), kinds)  # the sums and ReLUs are fused
 
     @unittest.skipUnless(AVX2, "Winograd runs on AVX2 with FMA")
-    def test_a_1x3x3_video_convolution_runs_as_winograd_on_each_frame(self):
-        # R(2+1)D's spatial convolutions: 1x3x3 kernels, no temporal padding. Each frame of each
-        # clip is a 2-d convolution; two clips check that frames are addressed within a clip's
-        # channel blocks (nCdhw16c), the residual and ReLU fused into the output transform.
-        class Spatial(nn.Module):
+    def test_video_convolutions_run_as_winograd_on_each_frame(self):
+        # R(2+1)D's spatial convolutions (1x3x3 kernels, no temporal padding): each frame of each
+        # clip a 2-d convolution; two clips check that frames are addressed within a clip's
+        # channel blocks (nCdhw16c), the residual and ReLU fused into the output transform. R3D's
+        # 3x3x3 ones (one clip): the frames' tiles transformed once, a product per temporal tap,
+        # summed; with one frame only the middle tap meets one. Its 3x1x1 one runs direct.
+        class Video(nn.Module):
             def __init__(self):
                 super().__init__()
                 self.a = nn.Sequential(nn.Conv3d(64, 64, (1, 3, 3), padding=(0, 1, 1)), nn.BatchNorm3d(64), nn.ReLU())
                 self.b = nn.Sequential(nn.Conv3d(64, 64, (1, 3, 3), padding=(0, 1, 1)), nn.BatchNorm3d(64))
-                self.temporal = nn.Conv3d(64, 64, (3, 1, 1), padding=(1, 0, 0))  # not 1x3x3: direct
+                self.full = nn.Sequential(nn.Conv3d(64, 64, 3, padding=1), nn.BatchNorm3d(64), nn.ReLU())
+                self.temporal = nn.Conv3d(64, 64, (3, 1, 1), padding=(1, 0, 0))
 
             def forward(self, x):
-                return self.temporal(torch.relu(self.b(self.a(x)) + x))
+                return self.temporal(self.full(torch.relu(self.b(self.a(x)) + x)))
 
         torch.manual_seed(4)
-        model = randomized(Spatial())
-        for clips in (1, 2):
-            with self.subTest(clips=clips):
-                x = torch.rand(clips, 64, 3, 14, 13)
+        model = randomized(Video())
+        for clips, frames, winograd in ((1, 3, 3), (1, 1, 3), (2, 3, 2)):
+            with self.subTest(clips=clips, frames=frames):
+                x = torch.rand(clips, 64, frames, 14, 13)
                 low = lowered(model, x)
                 with torch.no_grad():
                     self.assertLess(relative_error(low(x), model(x)), 1e-4)
                 kinds = plan(low)
-                self.assertEqual(sum(i.startswith("winograd_f4x4_input") for _, _, i in kinds), 2, kinds)
-                self.assertEqual(sum(i.startswith("winograd_f4x4_output") for _, _, i in kinds), 2, kinds)
+                self.assertEqual(sum(i.startswith("winograd_f4x4_input") for _, _, i in kinds), winograd, kinds)
+                self.assertEqual(sum(i.startswith("winograd_f4x4_output") for _, _, i in kinds), winograd, kinds)
                 self.assertFalse(any(k in ("binary", "eltwise") for _, k, _ in kinds), kinds)
+                # One product per convolution and temporal tap that meets a frame.
+                self.assertEqual([k for _, k, _ in kinds].count("matmul"), 2 + (3 if clips == 1 and frames > 1 else 1 if clips == 1 else 0), kinds)
 
     @unittest.skipUnless(AVX2, "Winograd runs on AVX2 with FMA")
     def test_td_onednn_winograd_0_turns_it_off(self):
