@@ -1,16 +1,18 @@
 """torchvision's detection, segmentation and video models lowered to ["onednn"] (issue 39: models
 the bench has not seen): a backbone behind IntermediateLayerGetter, a feature pyramid, heads that
 run once per pyramid level, RoI pooling that sets its scales on the first call, and the per-call
-TorchScript of proposals, NMS and post-processing around them; and video classifiers, whose 3-d
-convolutions, poolings and batch norms read [N, C, T, H, W] clips.
+TorchScript of proposals, NMS and post-processing around them; video classifiers, whose 3-d
+convolutions, poolings and batch norms read [N, C, T, H, W] clips; and torchaudio's speech models,
+whose 1-d convolutions read [N, C, L] (a second of 16 kHz audio; skipped where torchaudio is not
+installed).
 
 Per model: the regions and nodes delegated; how far the lowered module's outputs and the scripted
 model's are from the same model computed in float64 (eager), as the largest difference relative to
-the largest magnitude (segmentation: the masks' logits; video: the logits; detection: the backbone's feature maps,
+the largest magnitude (segmentation: the masks' logits; video, audio: the logits or the separated sources; detection: the backbone's feature maps,
 since with random weights the scores tie and a 1e-7 difference reorders the detections);
 and the time of a call, scripted and lowered side by side in one process, interleaved (each round
 a block of calls of each, the first dropped, the order drawn anew each round; medians). Video
-models also run as torch.jit.optimize_for_inference makes them (LibTorch's fastest path; its
+and audio models also run as torch.jit.optimize_for_inference makes them (LibTorch's fastest path; its
 Conv3d on the same oneDNN, one ATen op at a time), in the same rounds.
 
 Batch 1, random weights (weights=None, weights_backbone=None), the batch norms' statistics from one
@@ -59,6 +61,12 @@ VIDEO = {
     "s3d": (torchvision.models.video.s3d, 224, {}),
 }
 FRAMES = 16
+# Speech models (torchaudio): (constructor name, keyword arguments, whether forward takes lengths).
+AUDIO = {
+    "wav2letter": ("Wav2Letter", {"num_classes": 40, "input_type": "waveform", "num_features": 1}, False),
+    "wav2vec2_base": ("wav2vec2_base", {}, True),
+    "conv_tasnet": ("ConvTasNet", {}, False),
+}
 
 
 def isa():
@@ -86,6 +94,19 @@ def calibrate(model, side, frames=None):
 
 
 def build(name):
+    if name in AUDIO:
+        import torchaudio
+        constructor, kwargs, takes_lengths = AUDIO[name]
+        torch.manual_seed(0)
+        model = getattr(torchaudio.models, constructor)(**kwargs).eval()
+        wave = torch.rand(1, 16000) * 2 - 1
+        example = (wave, None) if takes_lengths else (wave.unsqueeze(1),)
+
+        def call(module):
+            out = module(*example)
+            return out[0] if isinstance(out, tuple) else out
+        call.example = example
+        return model, example, call
     constructor, side, kwargs = {**DETECTION, **SEGMENTATION, **VIDEO}[name]
     torch.manual_seed(0)
     if name in DETECTION:
@@ -125,6 +146,10 @@ def compare(name, model, scripted, lowered, call):
             exact, a = {"out": exact}, {"out": a}
         return max(((exact[k] - a[k].double()).abs().max() / exact[k].abs().max().clamp_min(1e-300)).item() for k in exact)
     with torch.no_grad():
+        if name in AUDIO:
+            out = in_float64(model)(*(x.double() if x is not None else None for x in call.example))
+            exact = out[0] if isinstance(out, tuple) else out
+            return relative(exact, call(lowered)), relative(exact, call(scripted)), "logits" if name != "conv_tasnet" else "sources"
         if name in SEGMENTATION or name in VIDEO:
             exact = in_float64(model)(call.example[0].double())
             return relative(exact, call(lowered)), relative(exact, call(scripted)), "logits" if name in VIDEO else "masks' logits"
@@ -145,11 +170,15 @@ def main():
     threads = int(os.environ.get("TD_BENCH_THREADS", "2"))
     torch.set_num_threads(threads)
     torch_delegate.load_backend("onednn")
-    names = args.models.split(",") if args.models else list(DETECTION) + list(SEGMENTATION) + list(VIDEO)
+    names = args.models.split(",") if args.models else list(DETECTION) + list(SEGMENTATION) + list(VIDEO) + list(AUDIO)
     print(f"Machine: {isa()}; {threads} threads; LibTorch's BLAS: {blas_in_use()}; torch {torch.__version__}")
     rows = []
     for name in names:
-        model, example, call = build(name)
+        try:
+            model, example, call = build(name)
+        except ImportError as error:  # torchaudio not installed: said, and the next model
+            print(f"{name}: not measured: {error}", flush=True)
+            continue
         scripted = torch.jit.script(model)
         start = time.perf_counter()
         try:
@@ -164,7 +193,7 @@ def main():
         summary = str(torch_delegate.report(lowered)).splitlines()[1].strip()  # "forward: N regions, ..."
         error, scripted_error, of = compare(name, model, scripted, lowered, call)
         variants = {"scripted": scripted, "lowered": lowered}
-        if name in VIDEO:
+        if name in VIDEO or name in AUDIO:
             variants["optimize_for_inference"] = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))
         times = {key: [] for key in variants}
         with torch.no_grad():

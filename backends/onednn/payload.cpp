@@ -200,7 +200,7 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
                   std::to_string(payload.values) + ")");
     const auto& c = record.convolution;
     const auto& w = record.pooling;
-    const std::size_t spatial = c && c->stride.size() == 3 ? 3 : 2;  // a convolution's: its weight's rank less 2
+    const std::size_t spatial = c && c->stride.size() >= 1 && c->stride.size() <= 3 ? c->stride.size() : 2;  // a convolution's: its weight's rank less 2
     const std::size_t window = *kind == step_kind::max_pool3d ? 3 : 2;
     const bool pooling = *kind == step_kind::max_pool2d || *kind == step_kind::max_pool3d;
     const bool parameters_fit =

@@ -40,7 +40,8 @@ const dnnl::engine& cpu_engine();
 md dense(const dims& sizes);
 /// The layout `image` (one of a 4-d tensor's or weight's: nchw, nhwc, nChw8c, nChw16c, oihw,
 /// goihw) for a tensor of `rank` dimensions: its 3-d counterpart for a 5-d tensor (ncdhw, ndhwc,
-/// nCdhw8c, nCdhw16c, oidhw; goidhw for a grouped weight, of 6), else `image` itself.
+/// nCdhw8c, nCdhw16c, oidhw; goidhw for a grouped weight, of 6), its 1-d one for a 3-d tensor
+/// (ncw, nwc, nCw8c, nCw16c, oiw; goiw, of 4), else `image` itself.
 tag of_rank(tag image, std::size_t rank);
 /// md(sizes, f32, of_rank(image, sizes.size())).
 md in_layout(const dims& sizes, tag image);

@@ -25,7 +25,14 @@ md dense(const dims& sizes) {
 tag of_rank(tag image, std::size_t rank) {
   // oneDNN's tags alias by their letters (nchw and oihw are abcd, goihw and ncdhw abcde): compare
   // the forms, not the names.
-  if (rank == 6 && image == tag::goihw) return tag::goidhw;
+  if (image == tag::goihw) return rank == 6 ? tag::goidhw : rank == 4 ? tag::goiw : image;
+  if (rank == 3) {  // a 1-d convolution's
+    if (image == tag::nchw) return tag::ncw;  // and oihw: oiw
+    if (image == tag::nhwc) return tag::nwc;
+    if (image == tag::nChw8c) return tag::nCw8c;
+    if (image == tag::nChw16c) return tag::nCw16c;
+    return image;
+  }
   if (rank != 5) return image;
   if (image == tag::nchw) return tag::ncdhw;  // and oihw: oidhw
   if (image == tag::nhwc) return tag::ndhwc;
@@ -129,7 +136,7 @@ bool planner::small_step(std::size_t index) const {
   std::int64_t work = 0;
   switch (s.kind) {
     case step_kind::convolution: {
-      if (s.weight_sizes.size() < 4) return false;
+      if (s.weight_sizes.size() < 3) return false;
       work = elements(conv_output(index));
       for (std::size_t k = 1; k < s.weight_sizes.size(); ++k) work *= s.weight_sizes[k];
       break;

@@ -76,7 +76,11 @@ void emit_depthwise(step_builder& builder, const torch::jit::Value* input, const
 // cat) are y = x * scale + shift per channel: a depthwise 1x1 convolution.
 void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {
   const auto [scale, shift] = tk::batch_norm_affine(builder.region(), node, "onednn");
-  const std::size_t spatial = tk::known_sizes(node->input(0))->size() - 2;
+  // Its input's rank (4 when not known: lowered without example inputs, an image's).
+  const auto type = node->input(0)->type()->cast<c10::TensorType>();
+  const std::size_t rank = type && type->dim() ? *type->dim() : 4;
+  if (rank < 3 || rank > 5) builder.base.reject(node, "a batch_norm of a " + std::to_string(rank) + "-d input (expected 3-d to 5-d)");
+  const std::size_t spatial = rank - 2;
   std::vector<std::int64_t> weight(spatial + 2, 1);
   weight[0] = scale.size(0);
   emit_depthwise(builder, node->input(0), node->output(), scale.reshape(weight), shift, std::vector<std::int64_t>(spatial, 1),

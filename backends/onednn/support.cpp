@@ -93,15 +93,17 @@ bool sizes_4d_or_5d(const torch::jit::Value* value) {
   return sizes && (sizes->size() == 4 || sizes->size() == 5);
 }
 
-// conv2d, and conv3d (video models: [N, C, T, H, W]).
+// conv2d, conv1d (audio models: [N, C, L]) and conv3d (video models: [N, C, T, H, W]).
 bool supports_conv(const torch::jit::Node* node) { return tk::conv_foldable(node) && float_of_op_rank_or_unknown(node); }
 // Eval mode, its statistics, weight and bias known: folded into the convolution it follows, or
 // else (DenseNet's, after a cat) run as a depthwise 1x1 convolution of its per-channel scale and
 // shift, whose ReLU fusion takes as a post-op.
 bool supports_batch_norm(const torch::jit::Node* node) {
   if (!tk::batch_norm_eval(node) || !tk::known_at_lowering(node->input(1)) || !tk::known_at_lowering(node->input(2))) return false;
-  if (tk::is_any(node->input(0)->node(), {"aten::conv2d", "aten::conv3d"}) && node->input(0)->uses().size() == 1) return true;
-  return sizes_4d_or_5d(node->input(0));
+  if (tk::is_any(node->input(0)->node(), {"aten::conv1d", "aten::conv2d", "aten::conv3d"}) && node->input(0)->uses().size() == 1)
+    return true;
+  const auto sizes = tk::float_sizes(node->input(0));  // [N, C, L], [N, C, H, W] or [N, C, T, H, W]
+  return sizes && sizes->size() >= 3 && sizes->size() <= 5;
 }
 // avg_pool2d (avg_pool3d) as a depthwise convolution of weights 1 / (kh * kw): without ceil_mode
 // or a divisor override, and with no padding or the padding counted (then the two are the same
@@ -360,7 +362,7 @@ std::optional<double> normalize_eps(const torch::jit::Node* node) {
 const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
   static const tk::op_table<step_builder> table = [] {
     tk::op_table<step_builder> ops;
-    ops.add({"aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
+    ops.add({"aten::conv1d", "aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
         .add("aten::batch_norm", supports_batch_norm, emit_batch_norm)
         .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
         .add("aten::add", supports_add_any, emit_add)
@@ -412,10 +414,37 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
   return onednn_ops().supports(node);
 }
 
+namespace {
+/// Whether a region whose convolutions are all 1-d chains two of them (one reads what another
+/// made, directly or through the steps between them): a lone 1-d convolution, or several side by
+/// side, each between a reorder into oneDNN's layout and one back, ran slower than in TorchScript
+/// (ConvTasNet's, between the PReLUs and GroupNorms TorchScript keeps: a 1x1 Conv1d of 128 -> 512
+/// channels over 3199 samples 1.15 ms against 1.00, the model 1.12x slower with them). True for
+/// a region with a 2-d or 3-d convolution or a linear.
+bool chains_its_1d_convolutions(std::span<const torch::jit::Node* const> region) {
+  if (std::any_of(region.begin(), region.end(),
+                  [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::conv3d", "aten::linear"}); }))
+    return true;
+  std::unordered_set<const torch::jit::Value*> after_convolution;  // made by a 1-d convolution or from one's result
+  for (const torch::jit::Node* node : region) {  // in graph order
+    const bool reads = std::any_of(node->inputs().begin(), node->inputs().end(),
+                                   [&](const torch::jit::Value* v) { return after_convolution.count(v) > 0; });
+    if (reads && tk::is(node, "aten::conv1d")) return true;
+    if (reads || tk::is(node, "aten::conv1d"))
+      for (const torch::jit::Value* output : node->outputs()) after_convolution.insert(output);
+  }
+  return false;
+}
+}  // namespace
+
 torch_delegate::region_verdict OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   using torch_delegate::region_verdict;
-  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::conv3d", "aten::linear"}); }))
+  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::linear"}); }))
     return region_verdict::refuse("no convolution or linear: not worth a call");
+  if (!chains_its_1d_convolutions(region))
+    return region_verdict::refuse(
+        "its only convolutions are 1-d ones that read none of each other's results: their layout conversions cost more than they "
+        "save");
   // Numbers are evaluated at preprocess and never cross the region's boundary: a region the
   // partition cut between a number and a step that reads it (MaxViT's `B, C, H, W = x.shape`,
   // read across several regions) stays in TorchScript, whole, rather than failing preprocess.

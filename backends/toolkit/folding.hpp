@@ -4,6 +4,7 @@
 #pragma once
 
 #include "graph.hpp"
+#include "support_rules.hpp"
 
 #include <torch_delegate/preprocess.hpp>
 
@@ -47,12 +48,12 @@ struct folded_conv2d {
   const torch::jit::Value* output = nullptr;
 };
 
-/// Reads `conv` (aten::conv2d, or aten::conv3d when `three_d` is allowed) and folds the BatchNorm
-/// that is the only reader of its output (as its input), unless that output is one of the
-/// region's results (`is_result`). A folded BatchNorm is added to `folded`: the caller skips it.
+/// Reads `conv` (aten::conv2d; aten::conv1d and aten::conv3d too when `other_ranks`) and folds the
+/// BatchNorm that is the only reader of its output (as its input), unless that output is one of
+/// the region's results (`is_result`). A folded BatchNorm is added to `folded`: the caller skips it.
 template <class IsResult>
 folded_conv2d read_conv(const torch_delegate::method_to_lower& region, const torch::jit::Node* conv, IsResult is_result,
-                        std::unordered_set<const torch::jit::Node*>& folded, const std::string& backend, bool three_d) {
+                        std::unordered_set<const torch::jit::Node*>& folded, const std::string& backend, bool other_ranks) {
   folded_conv2d read;
   read.weight = region.argument<at::Tensor>(conv, "weight").to(at::kFloat);
   const auto bias = region.argument<std::optional<at::Tensor>>(conv, "bias");
@@ -60,10 +61,10 @@ folded_conv2d read_conv(const torch_delegate::method_to_lower& region, const tor
   read.padding = region.argument<std::vector<std::int64_t>>(conv, "padding");
   read.dilation = region.argument<std::vector<std::int64_t>>(conv, "dilation");
   read.groups = region.argument<std::int64_t>(conv, "groups");
-  const std::size_t n = three_d && is(conv, "aten::conv3d") ? 3 : 2;
+  const std::size_t n = other_ranks ? spatial_dims_of(conv) : 2;
   if (read.weight.dim() != static_cast<std::int64_t>(n + 2) || read.stride.size() != n || read.padding.size() != n ||
       read.dilation.size() != n)
-    region.reject(conv, backend + (three_d ? ": only 2-d and 3-d convolutions with a stride, padding and dilation per spatial dimension"
+    region.reject(conv, backend + (other_ranks ? ": only 1-d, 2-d and 3-d convolutions with a stride, padding and dilation per spatial dimension"
                                            : ": only 2-d convolutions with two strides, paddings and dilations"));
   read.bias = bias ? bias->to(at::kFloat) : at::zeros({read.weight.size(0)}, read.weight.options());
   read.output = conv->output();

@@ -25,14 +25,17 @@ inline bool conv2d_foldable(const torch::jit::Node* node) {
          known_at_lowering(node->input(2));
 }
 
-/// conv2d_foldable, or the same form of conv3d (a video model's [N, C, T, H, W] convolutions).
+/// conv2d_foldable, or the same form of conv1d (an audio model's [N, C, L]) or conv3d (a video
+/// model's [N, C, T, H, W]).
 inline bool conv_foldable(const torch::jit::Node* node) {
-  return is_any(node, {"aten::conv2d", "aten::conv3d"}) && node->inputs().size() == 7 && is_list(node->input(4)) &&
+  return is_any(node, {"aten::conv1d", "aten::conv2d", "aten::conv3d"}) && node->inputs().size() == 7 && is_list(node->input(4)) &&
          known_at_lowering(node->input(1)) && known_at_lowering(node->input(2));
 }
 
-/// How many spatial dimensions a pooling or convolution node works on: 3 for the *3d ops, else 2.
+/// How many spatial dimensions a pooling or convolution node works on: 3 for the *3d ops, 1 for
+/// conv1d, else 2.
 inline std::size_t spatial_dims_of(const torch::jit::Node* node) {
+  if (is(node, "aten::conv1d")) return 1;
   return is_any(node, {"aten::conv3d", "aten::max_pool3d", "aten::avg_pool3d", "aten::adaptive_avg_pool3d"}) ? 3 : 2;
 }
 

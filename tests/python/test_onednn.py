@@ -439,6 +439,48 @@ class Ops(unittest.TestCase):
                      "aten::mean", "aten::cat"):
             self.assertNotIn(kind, kept(low))
 
+    def test_1d_convolutions_that_follow_one_another(self):
+        # An audio model's [N, C, L]: strided, dilated and grouped Conv1d with BatchNorm1d folded
+        # and ReLUs, one after another: one region.
+        torch.manual_seed(5)
+        model = randomized(nn.Sequential(nn.Conv1d(1, 32, 11, 2, 5, bias=False), nn.BatchNorm1d(32), nn.ReLU(),
+                                         nn.Conv1d(32, 32, 3, padding=2, dilation=2, groups=4), nn.ReLU(),
+                                         nn.Conv1d(32, 48, 5, 1, 2), nn.BatchNorm1d(48), nn.ReLU(), nn.Conv1d(48, 16, 1)))
+        self.check(model, torch.rand(1, 1, 400))
+        # Frozen, BatchNorm1d's input check (`dim() != 2 and dim() != 3`) is gone and the whole model
+        # is one region, at another batch too. (Unfrozen, the checks of this small model stay in
+        # TorchScript: fewer nodes than shape folding's least, and they cut the region before the
+        # last convolution.)
+        low = lowered(model, torch.rand(2, 1, 400), frozen=True)
+        self.assertEqual(set(kept(low)), set())
+
+    def test_a_batch_norm_after_a_convolution_left_in_torchscript_without_example_inputs(self):
+        # padding='same' keeps the convolution in TorchScript; its BatchNorm is then a step of its
+        # own, whose input's rank nothing gives without example inputs (an image's is assumed).
+        torch.manual_seed(7)
+        model = randomized(nn.Sequential(nn.Conv2d(3, 8, 3, padding="same"), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3)))
+        x = torch.rand(1, 3, 12, 12)
+        # Frozen without the numerics passes (which would fold the batch norm into the convolution):
+        # BatchNorm2d's input check is gone, and the convolution's result is read by the batch norm
+        # alone, which a region takes.
+        frozen = torch.jit.freeze(torch.jit.script(model.eval()), optimize_numerics=False)
+        low = torch_delegate.lower(frozen, "onednn", partial=True)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+        self.assertIn("aten::batch_norm", {kind for region in regions(low) for kind in region.kinds})
+
+    def test_a_lone_1d_convolution_is_refused_with_its_reason(self):
+        # Between steps that stay in TorchScript (ConvTasNet's PReLUs), a 1-d convolution alone
+        # runs slower lowered than in TorchScript: the region is refused, and says why.
+        torch.manual_seed(6)
+        model = nn.Sequential(nn.Conv1d(8, 16, 1), nn.PReLU(), nn.Conv1d(16, 8, 3, padding=1), nn.PReLU())
+        low = lowered(model, torch.rand(1, 8, 50))
+        self.assertEqual(len(regions(low)), 0)
+        details = {(node.kind, node.reason, node.detail) for node in torch_delegate.report(low).methods[0].kept}
+        self.assertIn(("aten::conv1d", "refused by the backend",
+                       "1-node region: its only convolutions are 1-d ones that read none of each other's results: their layout "
+                       "conversions cost more than they save"), details)
+
     def test_a_list_that_escapes_keeps_its_appends(self):
         class Escapes(nn.Module):
             def forward(self, x):
@@ -502,6 +544,18 @@ class Models(unittest.TestCase):
                     self.assertLess(relative_error(low(x), model(x)), 1e-4)
                 self.assertEqual(len(regions(low)), 1, kept(low))
                 self.assertLessEqual(set(kept(low)), {"prim::GetAttr"})
+
+    def test_wav2letter_in_one_region(self):
+        # torchaudio's Wav2Letter: twelve Conv1d with ReLUs; its log_softmax stays in TorchScript.
+        import torchaudio
+        torch.manual_seed(0)
+        model = torchaudio.models.Wav2Letter(num_classes=40, input_type="waveform", num_features=1).eval()
+        x = torch.rand(1, 1, 8000)
+        low = lowered(model, x)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+        self.assertEqual(len(regions(low)), 1, kept(low))
+        self.assertLessEqual(set(kept(low)), {"prim::GetAttr", "aten::log_softmax"})
 
     def test_a_detection_model_whose_roi_pool_sets_its_scales_on_the_first_call(self):
         # FasterRCNN: its MultiScaleRoIAlign assigns self.scales on the first call (folded to

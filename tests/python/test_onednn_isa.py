@@ -6,7 +6,7 @@ residual add fused, NHWC source, plain weights; under SSE4.1, a squeeze-excitati
 multiply in a blocked layout; at AVX2, a grouped dilated convolution with a residual add). Each cap
 runs in a subprocess (ONEDNN_MAX_CPU_ISA is read when the first primitive is made): SSE41, AVX2,
 and the machine's own when higher. In each, torchvision's CNNs (random weights and BatchNorm
-statistics, 1x3x96x96) lowered to ["onednn"] must match eager, list no reference kernel in the
+statistics, 1x3x96x96) and video models (clips of 4 frames of 48x48) lowered to ["onednn"] must match eager, list no reference kernel in the
 backend's debug query (torch.ops.torch_delegate_onednn.plan_implementations), and oneDNN's own
 log (ONEDNN_VERBOSE=1) of the lowered call must agree with the query. Also: the fallback order
 (unfused, other layouts, ATen) walked with TD_ONEDNN_TREAT_AS_REFERENCE, and the query's error.
@@ -26,8 +26,9 @@ from torchvision_models import selected
 LIBRARY = os.environ["TD_ONEDNN_LIBRARY"]
 # A smoke set in `meson test` (MobileNetV3's binary ops and ShuffleNetV2's concat are where
 # reference kernels were found); every model in the sweep (torchvision_models.py).
+# Video models (3-d convolutions; below AVX2 on ATen's conv3d, S3D's max poolings in a blocked copy).
 MODELS = selected(["mobilenet_v2", "resnet18", "efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf", "squeezenet1_0",
-                   "shufflenet_v2_x1_0"], smoke=["mobilenet_v3_small", "shufflenet_v2_x1_0"])
+                   "shufflenet_v2_x1_0", "r3d_18", "r2plus1d_18", "s3d"], smoke=["mobilenet_v3_small", "shufflenet_v2_x1_0", "r3d_18"])
 
 # Runs in a subprocess with the cap set: lowers each model, checks it against eager, prints one
 # JSON line per model between oneDNN's log lines of its lowered call.
@@ -40,8 +41,10 @@ from torchvision_models import randomized
 
 for name in sys.argv[2].split(","):
     torch.manual_seed(0)
-    model = randomized(getattr(torchvision.models, name)(weights=None))
-    x = torch.rand(1, 3, 96, 96)
+    video = name in ("r3d_18", "r2plus1d_18", "s3d")
+    model = randomized(getattr(torchvision.models.video if video else torchvision.models, name)(weights=None))
+    # A clip: 4 frames of 48x48 (S3D's last pooling needs 16 of 224x224).
+    x = torch.rand(1, 3, 16, 224, 224) if name == "s3d" else torch.rand(1, 3, 4, 48, 48) if video else torch.rand(1, 3, 96, 96)
     with torch.no_grad():
         want = model(x)
     lowered = torch_delegate.lower(torch.jit.script(model), ["onednn"], partial=True, example_inputs=(x,))
@@ -116,6 +119,10 @@ class NoReferenceKernels(unittest.TestCase):
                     # ATen and our own kernels, Winograd's transforms, SiLU, the channel shuffle, a
                     # squeeze-excitation's scaled weights and its multiply, are not oneDNN's to log).
                     ran = {(kind, impl) for kind, impl in log if kind != "reorder"}
+                    # A convolution run as ATen's conv3d or conv1d (no JIT kernel but a GEMM-based
+                    # one: a 3-d one below AVX2) calls oneDNN's GEMM-based kernel itself, which logs it.
+                    if any(impl in ("aten::conv3d", "aten::conv1d") for *_, impl in plan):
+                        ran = {(kind, impl) for kind, impl in ran if not (kind == "convolution" and "gemm" in impl)}
                     listed = {(kind, impl) for _, _, _, kind, impl in plan
                               if kind != "reorder" and not impl.startswith(("aten::", "winograd_", "silu:", "shuffle:", "scale_weights:",
                                                                             "channel_scale:", "channel_affine:"))}
