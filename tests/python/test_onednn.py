@@ -606,14 +606,16 @@ class SavedAndElsewhere(unittest.TestCase):
                 self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
 
 
-    def test_a_video_module_saved_by_an_earlier_main_loads(self):
-        # Saved at 57f8c6e, the first build with 3-d steps (tests/data/README.md).
+    def test_video_and_audio_modules_saved_by_an_earlier_main_load(self):
+        # Saved at 57f8c6e, the first build with 3-d steps, and at c700280, the first with 1-d
+        # convolutions (tests/data/README.md).
         data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
-        saved = torch.load(os.path.join(data, "onednn_video_by_57f8c6e.io.pt"))
-        for load in (torch.jit.load, torch_delegate.load):
-            with self.subTest(load=load.__module__), torch.no_grad():
-                module = load(os.path.join(data, "onednn_video_by_57f8c6e.pt"))
-                self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
+        for stem in ("onednn_video_by_57f8c6e", "onednn_audio_by_c700280"):
+            saved = torch.load(os.path.join(data, stem + ".io.pt"))
+            for load in (torch.jit.load, torch_delegate.load):
+                with self.subTest(module=stem, load=load.__module__), torch.no_grad():
+                    module = load(os.path.join(data, stem + ".pt"))
+                    self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
 
     def setUp(self):
         torch.manual_seed(3)
