@@ -94,13 +94,13 @@ std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>
                                                  const dims& input, const dims& output) {
   // A 3-d convolution of a 1x3x3 kernel (R(2+1)D's and MC3's spatial ones), no temporal padding:
   // a 2-d one per frame, the frames a batch (geometry::frames). Of a kt x 3 x 3 kernel (R3D's
-  // 3x3x3), kt odd and padded to keep the frames (kt / 2 each side), for one clip: the frames'
-  // transformed tiles once, then per tap a product of the frames it reads with that tap's
-  // weights, summed (winograd_choice::taps). Below, the 2-d view of it.
+  // 3x3x3), kt odd and padded to keep the frames (kt / 2 each side): the frames' transformed tiles
+  // once, then per tap a product of the frames it reads with that tap's weights, summed
+  // (winograd_choice::taps). Below, the 2-d view of it.
   const bool three_d = weight.size() == 5 && input.size() == 5 && output.size() == 5 && c.stride.size() == 3 && c.stride[0] == 1 &&
                        c.dilation[0] == 1;
   const std::int64_t taps = three_d ? weight[2] : 1;
-  const bool same_frames = taps % 2 == 1 && c.padding[0] == taps / 2 && (taps == 1 || input[0] == 1);
+  const bool same_frames = taps % 2 == 1 && c.padding[0] == taps / 2;
   if (three_d && same_frames) {
     std::optional<winograd_choice> choice = winograd_eligible(
         {weight[0], weight[1], weight[3], weight[4]},
@@ -192,10 +192,10 @@ bool planner::winograd_convolution(std::size_t index) {
   const int positions = g.alpha() * g.alpha();
   const std::int64_t tiles = g.tiles();
   const md transformed_input({positions, tiles, g.c}, f32, tag::abc), products({positions, tiles, g.k}, f32, tag::abc);
-  // One product per temporal tap, the middle one first over every frame, each other one added to
-  // the frames whose input frame + its offset exists (rows of whole frames: a frame's tiles are
-  // consecutive rows of each matrix).
-  const std::int64_t taps = choice->taps, middle = taps / 2, frame_rows = tiles / g.frames;
+  // One product per temporal tap, the middle one first over every frame of every clip, each other
+  // one, clip by clip, added to the frames whose input frame + its offset is in the clip (rows of
+  // whole frames: a frame's tiles are consecutive rows of each matrix, a clip's frames too).
+  const std::int64_t taps = choice->taps, middle = taps / 2, frame_rows = tiles / g.n, clips = g.n / g.frames;
   struct tap_product {
     std::int64_t tap;
     md src, dst;
@@ -206,18 +206,23 @@ bool planner::winograd_convolution(std::size_t index) {
     const std::int64_t tap = k == 0 ? middle : k <= middle ? k - 1 : k, offset = tap - middle;
     const std::int64_t rows = (g.frames - std::abs(offset)) * frame_rows;
     if (rows <= 0) continue;  // a clip shorter than the kernel's reach: only the middle taps meet frames
-    const std::int64_t from = std::max<std::int64_t>(0, offset) * frame_rows, to = std::max<std::int64_t>(0, -offset) * frame_rows;
-    tap_product made{tap, taps == 1 ? transformed_input : transformed_input.submemory_desc({positions, rows, g.c}, {0, from, 0}),
-                     taps == 1 ? products : products.submemory_desc({positions, rows, g.k}, {0, to, 0}), {}};
-    dnnl::post_ops sum;
-    if (tap != middle) sum.append_sum(1.f);
-    try {
-      made.pd = dnnl::matmul::primitive_desc({made.src, md({positions, g.c, g.k}, f32, tag::any), made.dst}, attributes(sum), cpu_engine());
-    } catch (const dnnl::error&) {
-      return false;
+    for (std::int64_t clip = 0; clip < (offset == 0 ? 1 : clips); ++clip) {
+      const std::int64_t first = clip * g.frames * frame_rows;
+      const std::int64_t from = first + std::max<std::int64_t>(0, offset) * frame_rows;
+      const std::int64_t to = first + std::max<std::int64_t>(0, -offset) * frame_rows;
+      tap_product made{tap, offset == 0 ? transformed_input : transformed_input.submemory_desc({positions, rows, g.c}, {0, from, 0}),
+                       offset == 0 ? products : products.submemory_desc({positions, rows, g.k}, {0, to, 0}), {}};
+      dnnl::post_ops sum;
+      if (offset != 0) sum.append_sum(1.f);
+      try {
+        made.pd =
+            dnnl::matmul::primitive_desc({made.src, md({positions, g.c, g.k}, f32, tag::any), made.dst}, attributes(sum), cpu_engine());
+      } catch (const dnnl::error&) {
+        return false;
+      }
+      if (is_reference(made.pd.impl_info_str())) return false;
+      tap_products.push_back(std::move(made));
     }
-    if (is_reference(made.pd.impl_info_str())) return false;
-    tap_products.push_back(std::move(made));
   }
 
   // The weights: dense [k, c, 3, 3] ([k, c, kt, 3, 3]) from wherever the store holds them (a plan's
@@ -235,7 +240,12 @@ bool planner::winograd_convolution(std::size_t index) {
   {
     const auto* all = static_cast<const float*>(weights.get_data_handle());
     std::vector<float> one_tap(static_cast<std::size_t>(g.k * g.c * 9));
-    for (const tap_product& product : tap_products) {
+    for (std::size_t k = 0; k < tap_products.size(); ++k) {
+      const tap_product& product = tap_products[k];
+      if (k > 0 && tap_products[k - 1].tap == product.tap && tap_products[k - 1].pd.weights_desc() == product.pd.weights_desc()) {
+        weight_slots.push_back(weight_slots.back());  // the same tap for the next clip
+        continue;
+      }
       for (std::int64_t pair = 0; pair < g.k * g.c; ++pair)  // [k, c, tap, 3, 3] -> [k, c, 3, 3]
         std::copy_n(all + (pair * taps + product.tap) * 9, 9, one_tap.begin() + pair * 9);
       dnnl::memory transformed_weights(md({positions, g.c, g.k}, f32, tag::abc), cpu_engine());
@@ -265,8 +275,8 @@ bool planner::winograd_convolution(std::size_t index) {
        "convolution", kernel_name(g, false));
   for (std::size_t k = 0; k < tap_products.size(); ++k) {
     const tap_product& product = tap_products[k];
-    const std::size_t src_slot = taps == 1 ? input_slot : view(product.src, input_slot);
-    const std::size_t dst_slot = taps == 1 ? product_slot : view(product.dst, product_slot);
+    const std::size_t src_slot = product.tap == middle ? input_slot : view(product.src, input_slot);
+    const std::size_t dst_slot = product.tap == middle ? product_slot : view(product.dst, product_slot);
     call(dnnl::matmul(product.pd), {{DNNL_ARG_SRC, src_slot}, {DNNL_ARG_WEIGHTS, weight_slots[k]}, {DNNL_ARG_DST, dst_slot}},
          product.pd.scratchpad_desc());
   }

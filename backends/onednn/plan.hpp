@@ -104,7 +104,8 @@ bool winograd_enabled();
 /// A convolution's Winograd geometry when it is one (3x3, stride 1, no dilation, one group,
 /// padding up to 2, channels in and out multiples of 8 (16 on AVX-512) and at least 16, an output
 /// at least 4x4): F(4x4, 3x3) where the output's smaller side is at least 12, else F(2x2, 3x3)
-/// (not on AVX-512).
+/// (not on AVX-512). A 3-d convolution of a 1x3x3 or kt x 3 x 3 kernel (kt odd, padded by kt / 2,
+/// stride 1 in time): on each frame, a product per temporal tap.
 struct winograd_choice {
   winograd::geometry g;
   /// A 3-d convolution's temporal taps (its kernel's kt; 1 for 2-d and 1x3x3): output frame t sums
