@@ -176,7 +176,7 @@ def main():
     for name in names:
         try:
             model, example, call = build(name)
-        except ImportError as error:  # torchaudio not installed: said, and the next model
+        except (ImportError, OSError) as error:  # torchaudio not installed (or not loadable): said, and the next model
             print(f"{name}: not measured: {error}", flush=True)
             continue
         scripted = torch.jit.script(model)

@@ -76,7 +76,7 @@ void emit_depthwise(step_builder& builder, const torch::jit::Value* input, const
 // cat) are y = x * scale + shift per channel: a depthwise 1x1 convolution.
 void emit_batch_norm(step_builder& builder, const torch::jit::Node* node) {
   const auto [scale, shift] = tk::batch_norm_affine(builder.region(), node, "onednn");
-  // Its input's rank (4 when not known: lowered without example inputs, an image's).
+  // Its input's rank; 4 when not known (support.cpp took such a one only after a conv2d).
   const auto type = node->input(0)->type()->cast<c10::TensorType>();
   const std::size_t rank = type && type->dim() ? *type->dim() : 4;
   if (rank < 3 || rank > 5) builder.base.reject(node, "a batch_norm of a " + std::to_string(rank) + "-d input (expected 3-d to 5-d)");

@@ -93,7 +93,7 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
                       bias.size(0) == weight.size(0) && weight.size(0) % groups == 0,
                   "onednn: region ", context.method(), ": a convolution with weight ", weight.sizes(), ", bias ", bias.sizes(),
                   " and ", groups, " groups (expected a float weight of ", record.convolution->stride.size() + 2,
-                  " dimensions for its ", record.convolution->stride.size(), " strides, one bias per output channel)");
+                  " dimensions for its ", record.convolution->stride.size(), " strides, output channels a multiple of the groups, one bias per output channel)");
       step.weight_sizes = weight.sizes().vec();
       dims weight_dims(weight.sizes().begin(), weight.sizes().end());  // [groups, O / groups, ...] when grouped
       if (groups > 1) {

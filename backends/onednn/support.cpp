@@ -100,8 +100,15 @@ bool supports_conv(const torch::jit::Node* node) { return tk::conv_foldable(node
 // shift, whose ReLU fusion takes as a post-op.
 bool supports_batch_norm(const torch::jit::Node* node) {
   if (!tk::batch_norm_eval(node) || !tk::known_at_lowering(node->input(1)) || !tk::known_at_lowering(node->input(2))) return false;
-  if (tk::is_any(node->input(0)->node(), {"aten::conv1d", "aten::conv2d", "aten::conv3d"}) && node->input(0)->uses().size() == 1)
-    return true;
+  const torch::jit::Node* producer = node->input(0)->node();
+  if (tk::is_any(producer, {"aten::conv1d", "aten::conv2d", "aten::conv3d"}) && node->input(0)->uses().size() == 1) {
+    if (supports_conv(producer)) return true;  // folded into it
+    // After a convolution TorchScript keeps (padding='same'): a step of its own, of its input's
+    // rank; without example inputs that is not known, and only an image's (4) is assumed.
+    const auto type = node->input(0)->type()->cast<c10::TensorType>();
+    if (type && type->dim()) return *type->dim() >= 3 && *type->dim() <= 5;
+    return tk::is(producer, "aten::conv2d");
+  }
   const auto sizes = tk::float_sizes(node->input(0));  // [N, C, L], [N, C, H, W] or [N, C, T, H, W]
   return sizes && sizes->size() >= 3 && sizes->size() <= 5;
 }
@@ -425,13 +432,15 @@ bool chains_its_1d_convolutions(std::span<const torch::jit::Node* const> region)
   if (std::any_of(region.begin(), region.end(),
                   [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv2d", "aten::conv3d", "aten::linear"}); }))
     return true;
-  std::unordered_set<const torch::jit::Value*> after_convolution;  // made by a 1-d convolution or from one's result
+  // Tensors made by a 1-d convolution or computed from one's result (not its sizes: numbers).
+  std::unordered_set<const torch::jit::Value*> after_convolution;
   for (const torch::jit::Node* node : region) {  // in graph order
     const bool reads = std::any_of(node->inputs().begin(), node->inputs().end(),
                                    [&](const torch::jit::Value* v) { return after_convolution.count(v) > 0; });
     if (reads && tk::is(node, "aten::conv1d")) return true;
     if (reads || tk::is(node, "aten::conv1d"))
-      for (const torch::jit::Value* output : node->outputs()) after_convolution.insert(output);
+      for (const torch::jit::Value* output : node->outputs())
+        if (tk::is_tensor(output)) after_convolution.insert(output);
   }
   return false;
 }

@@ -440,11 +440,12 @@ class Ops(unittest.TestCase):
             self.assertNotIn(kind, kept(low))
 
     def test_1d_convolutions_that_follow_one_another(self):
-        # An audio model's [N, C, L]: strided, dilated and grouped Conv1d with BatchNorm1d folded
-        # and ReLUs, one after another: one region.
+        # An audio model's [N, C, L]: strided, dilated, grouped and depthwise Conv1d with
+        # BatchNorm1d folded and on its own, and ReLUs, one after another: one region.
         torch.manual_seed(5)
         model = randomized(nn.Sequential(nn.Conv1d(1, 32, 11, 2, 5, bias=False), nn.BatchNorm1d(32), nn.ReLU(),
-                                         nn.Conv1d(32, 32, 3, padding=2, dilation=2, groups=4), nn.ReLU(),
+                                         nn.Conv1d(32, 32, 3, padding=2, dilation=2, groups=4), nn.ReLU(), nn.BatchNorm1d(32),
+                                         nn.Conv1d(32, 32, 3, padding=4, dilation=4, groups=32),
                                          nn.Conv1d(32, 48, 5, 1, 2), nn.BatchNorm1d(48), nn.ReLU(), nn.Conv1d(48, 16, 1)))
         self.check(model, torch.rand(1, 1, 400))
         # Frozen, BatchNorm1d's input check (`dim() != 2 and dim() != 3`) is gone and the whole model
@@ -456,18 +457,25 @@ class Ops(unittest.TestCase):
 
     def test_a_batch_norm_after_a_convolution_left_in_torchscript_without_example_inputs(self):
         # padding='same' keeps the convolution in TorchScript; its BatchNorm is then a step of its
-        # own, whose input's rank nothing gives without example inputs (an image's is assumed).
+        # own, whose input's rank is not known without example inputs: after a Conv2d an image's
+        # is assumed; after a Conv1d it stays in TorchScript.
         torch.manual_seed(7)
-        model = randomized(nn.Sequential(nn.Conv2d(3, 8, 3, padding="same"), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3)))
-        x = torch.rand(1, 3, 12, 12)
-        # Frozen without the numerics passes (which would fold the batch norm into the convolution):
-        # BatchNorm2d's input check is gone, and the convolution's result is read by the batch norm
-        # alone, which a region takes.
-        frozen = torch.jit.freeze(torch.jit.script(model.eval()), optimize_numerics=False)
-        low = torch_delegate.lower(frozen, "onednn", partial=True)
-        with torch.no_grad():
-            self.assertLess(relative_error(low(x), model(x)), 1e-4)
-        self.assertIn("aten::batch_norm", {kind for region in regions(low) for kind in region.kinds})
+        image = nn.Sequential(nn.Conv2d(3, 8, 3, padding="same"), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3))
+        sound = nn.Sequential(nn.Conv1d(3, 8, 3, padding="same"), nn.BatchNorm1d(8), nn.ReLU(), nn.Conv1d(8, 8, 3), nn.ReLU(),
+                              nn.Conv1d(8, 8, 1))  # two 1-d convolutions chained: a region
+        for model, x in ((image, torch.rand(1, 3, 12, 12)), (sound, torch.rand(1, 3, 40))):
+            with self.subTest(input=list(x.shape)):
+                model = randomized(model)
+                # Frozen without the numerics passes (which would fold the batch norm into the
+                # convolution): the BatchNorm's input check is gone, and the convolution's result
+                # is read by the batch norm alone, which a region takes.
+                frozen = torch.jit.freeze(torch.jit.script(model.eval()), optimize_numerics=False)
+                low = torch_delegate.lower(frozen, "onednn", partial=True)
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(x), model(x)), 1e-4)
+                in_regions = {kind for region in regions(low) for kind in region.kinds}
+                self.assertEqual("aten::batch_norm" in in_regions, x.dim() == 4)
+                self.assertIn("aten::conv1d" if x.dim() == 3 else "aten::conv2d", in_regions)
 
     def test_a_lone_1d_convolution_is_refused_with_its_reason(self):
         # Between steps that stay in TorchScript (ConvTasNet's PReLUs), a 1-d convolution alone

@@ -131,13 +131,16 @@ class Winograd(unittest.TestCase):
                 self.assertFalse(any(k in ("binary", "eltwise") for _, k, _ in kinds), kinds)
                 # One product per convolution and temporal tap that meets a frame.
                 self.assertEqual([k for _, k, _ in kinds].count("matmul"), 2 + 1 + (2 * clips if frames > 1 else 0), kinds)
-        # Five taps (padded by 2) over three frames: the outermost reach one frame each.
+        # Five taps (padded by 2) over three frames: the outermost reach one frame each; two clips:
+        # the middle tap once, the other four per clip.
         wide = randomized(nn.Sequential(nn.Conv3d(64, 64, (5, 3, 3), padding=(2, 1, 1)), nn.ReLU()))
-        x = torch.rand(1, 64, 3, 12, 12)
-        low = lowered(wide, x)
-        with torch.no_grad():
-            self.assertLess(relative_error(low(x), wide(x)), 1e-4)
-        self.assertEqual([k for _, k, _ in plan(low)].count("matmul"), 5, plan(low))
+        for clips in (1, 2):
+            with self.subTest(taps=5, clips=clips):
+                x = torch.rand(clips, 64, 3, 12, 12)
+                low = lowered(wide, x)
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(x), wide(x)), 1e-4)
+                self.assertEqual([k for _, k, _ in plan(low)].count("matmul"), 1 + 4 * clips, plan(low))
 
     @unittest.skipUnless(AVX2, "Winograd runs on AVX2 with FMA")
     def test_td_onednn_winograd_0_turns_it_off(self):

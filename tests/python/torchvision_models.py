@@ -29,7 +29,7 @@ def randomized(model):
     the defaults some models' outputs do not depend on their input, and an equal output would
     prove nothing)."""
     for module in model.modules():
-        if isinstance(module, (nn.BatchNorm2d, nn.BatchNorm3d)):
+        if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
             module.running_mean.uniform_(-0.5, 0.5)
             module.running_var.uniform_(0.5, 2.0)
             module.weight.data.uniform_(0.5, 1.5)
