@@ -28,11 +28,12 @@ dims grouped_weight_dims(const std::vector<std::int64_t>& weight, std::int64_t g
   }
   return made;
 }
-/// A weight's plain layout: oihw, goihw when grouped; their 3-d forms for a 3-d convolution's.
-tag plain_weight_layout(const dims& grouped, std::int64_t groups) {
-  return of_rank(groups > 1 ? tag::goihw : tag::oihw, grouped.size());
-}
 }  // namespace
+
+md plain_weights(const std::vector<std::int64_t>& weight, std::int64_t groups) {
+  const dims grouped = grouped_weight_dims(weight, groups);
+  return md(grouped, f32, of_rank(groups > 1 ? tag::goihw : tag::oihw, grouped.size()));
+}
 
 bool channels_last_region(const region_steps& region) {
   static const bool allowed = onednn_runs_avx512() && !switched_off("TD_ONEDNN_NHWC");
@@ -353,8 +354,7 @@ void planner::conv_in_aten(std::size_t index) {
   const std::vector<std::int64_t> weight = conv.weight_sizes;
   const std::int64_t groups = c.groups, out_channels = weight[0];
   const std::size_t src = as(value(conv.record.inputs[0]), dense(d));
-  const dims grouped = grouped_weight_dims(weight, groups);
-  const std::size_t weights = constant(store_.weights[index], md(grouped, f32, plain_weight_layout(grouped, groups)));
+  const std::size_t weights = constant(store_.weights[index], plain_weights(weight, groups));
   const std::size_t bias = constant(store_.biases[index], md({out_channels}, f32, tag::x));
   own_weights_.emplace_back(index, weights, bias);
   const dims out = conv_output(index);

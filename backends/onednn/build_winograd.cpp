@@ -198,8 +198,7 @@ bool planner::winograd_convolution(std::size_t index) {
   const std::int64_t taps = choice->taps, middle = taps / 2, frame_rows = tiles / g.n, clips = g.n / g.frames;
   struct tap_product {
     std::int64_t tap;
-    md src, dst;
-    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul::primitive_desc pd;  // its source and destination: the rows of the frames it reads and adds to
   };
   std::vector<tap_product> tap_products;
   for (std::int64_t k = 0; k < taps; ++k) {
@@ -210,18 +209,17 @@ bool planner::winograd_convolution(std::size_t index) {
       const std::int64_t first = clip * g.frames * frame_rows;
       const std::int64_t from = first + std::max<std::int64_t>(0, offset) * frame_rows;
       const std::int64_t to = first + std::max<std::int64_t>(0, -offset) * frame_rows;
-      tap_product made{tap, offset == 0 ? transformed_input : transformed_input.submemory_desc({positions, rows, g.c}, {0, from, 0}),
-                       offset == 0 ? products : products.submemory_desc({positions, rows, g.k}, {0, to, 0}), {}};
+      const md src = offset == 0 ? transformed_input : transformed_input.submemory_desc({positions, rows, g.c}, {0, from, 0});
+      const md dst = offset == 0 ? products : products.submemory_desc({positions, rows, g.k}, {0, to, 0});
       dnnl::post_ops sum;
       if (offset != 0) sum.append_sum(1.f);
       try {
-        made.pd =
-            dnnl::matmul::primitive_desc({made.src, md({positions, g.c, g.k}, f32, tag::any), made.dst}, attributes(sum), cpu_engine());
+        tap_products.push_back(
+            {tap, dnnl::matmul::primitive_desc({src, md({positions, g.c, g.k}, f32, tag::any), dst}, attributes(sum), cpu_engine())});
       } catch (const dnnl::error&) {
         return false;
       }
-      if (is_reference(made.pd.impl_info_str())) return false;
-      tap_products.push_back(std::move(made));
+      if (is_reference(tap_products.back().pd.impl_info_str())) return false;
     }
   }
 
@@ -275,8 +273,8 @@ bool planner::winograd_convolution(std::size_t index) {
        "convolution", kernel_name(g, false));
   for (std::size_t k = 0; k < tap_products.size(); ++k) {
     const tap_product& product = tap_products[k];
-    const std::size_t src_slot = product.tap == middle ? input_slot : view(product.src, input_slot);
-    const std::size_t dst_slot = product.tap == middle ? product_slot : view(product.dst, product_slot);
+    const std::size_t src_slot = product.tap == middle ? input_slot : view(product.pd.src_desc(), input_slot);
+    const std::size_t dst_slot = product.tap == middle ? product_slot : view(product.pd.dst_desc(), product_slot);
     call(dnnl::matmul(product.pd), {{DNNL_ARG_SRC, src_slot}, {DNNL_ARG_WEIGHTS, weight_slots[k]}, {DNNL_ARG_DST, dst_slot}},
          product.pd.scratchpad_desc());
   }

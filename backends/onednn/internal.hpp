@@ -9,6 +9,7 @@
 #include "toolkit/op_table.hpp"
 #include "toolkit/plan_cache.hpp"
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,6 +41,9 @@ bool broadcasts_to(const std::vector<std::int64_t>& from, const std::vector<std:
 /// ending in the div `node`: eps when it is (x a float tensor of known sizes, each of norm,
 /// clamp_min and expand_as read by the next alone), else nothing.
 std::optional<double> normalize_eps(const torch::jit::Node* node);
+/// The four nodes of the F.normalize pattern (normalize_eps) that `node` is one of: div,
+/// expand_as, clamp_min, norm; nothing when it is in none.
+std::optional<std::array<const torch::jit::Node*, 4>> normalize_nodes(const torch::jit::Node* node);
 
 // preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
 void emit_convolution(step_builder& builder, const torch::jit::Node* node);

@@ -45,6 +45,9 @@ md dense(const dims& sizes);
 tag of_rank(tag image, std::size_t rank);
 /// md(sizes, f32, of_rank(image, sizes.size())).
 md in_layout(const dims& sizes, tag image);
+/// A convolution's dense weights [O, I / groups, (kt,) kh, kw] as oneDNN reads them: oihw (oidhw,
+/// oiw), or goihw (goidhw, goiw) over [groups, O / groups, ...] when grouped.
+md plain_weights(const std::vector<std::int64_t>& weight, std::int64_t groups);
 /// A primitive's attributes: a user scratchpad (in the call's buffer) and `post_ops`.
 dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops = {});
 /// oneDNN's eltwise operations for a relu or an activation step, in order (hardsigmoid is two).

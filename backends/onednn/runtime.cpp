@@ -95,13 +95,7 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
                   " and ", groups, " groups (expected a float weight of ", record.convolution->stride.size() + 2,
                   " dimensions for its ", record.convolution->stride.size(), " strides, output channels a multiple of the groups, one bias per output channel)");
       step.weight_sizes = weight.sizes().vec();
-      dims weight_dims(weight.sizes().begin(), weight.sizes().end());  // [groups, O / groups, ...] when grouped
-      if (groups > 1) {
-        weight_dims[0] /= groups;
-        weight_dims.insert(weight_dims.begin(), groups);
-      }
-      weight_memory = dnnl::memory(md(weight_dims, f32, of_rank(groups > 1 ? tag::goihw : tag::oihw, weight_dims.size())), cpu_engine(),
-                                   weight.data_ptr());
+      weight_memory = dnnl::memory(plain_weights(step.weight_sizes, groups), cpu_engine(), weight.data_ptr());
       bias_memory = dnnl::memory(md({bias.size(0)}, f32, tag::x), cpu_engine(), bias.data_ptr());
       store->dense.push_back(weight);
       store->dense.push_back(bias);
