@@ -14,15 +14,16 @@ OpenBLAS when installed):
   the median of 2 unmeasured once made RegNet-Y's 0.24 s against 0.19 a miss, where medians of
   3 give 1.05x);
 - loaded: the recipe measured, cache off, with another process busy beside it (one core spinning:
-  as on a shared machine or CI runner), --runs times (10 by default; 3 with --quick): the
-  longest and the median of them, and how many gave the most common partition (the stability
-  count);
+  as on a shared machine or CI runner; --busy N: N of them), --runs times (10 by default; 3 with
+  --quick): the longest and the median of them, how many gave the most common partition (the
+  stability count), and in how many measure_time_limit_s was spent (its default, 20 s; --limit S
+  passes another, 0: none) and what was not measured by then went by the list's order;
 - right answer: the recipe's result (the idle, cold-cache lowering's) timed interleaved against each
   backend alone (lowered without measuring) and torch.jit.optimize_for_inference: its ratio to
   the fastest single backend (>= 1 is faster) and to optimize_for_inference.
 
 Usage: PYTHONPATH=<build>/python bench/measured_lowering.py [<doc.md>] [--quick] [--models a,b] [--runs N]
-       [--json out.json]
+       [--busy N] [--limit S] [--json out.json]
        PYTHONPATH=<build>/python bench/measured_lowering.py [<doc.md>] --report run.json [run.json ...]
            (the table of saved runs, nothing measured; --report last)
 (the table goes between the doc's `<!-- measured table -->` and `<!-- end measured table -->` lines)
@@ -49,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 
 options = sys.argv[1:]
-VALUED = ("--models", "--runs", "--json")
+VALUED = ("--models", "--runs", "--json", "--busy", "--limit")
 reporting = options[options.index("--report") + 1:] if "--report" in options else []
 args = [a for i, a in enumerate(options)
         if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED) and a not in reporting]
@@ -74,6 +75,8 @@ quick = "--quick" in options
 runs = int(option("--runs", 3 if quick else 10))
 names = option("--models", ",".join(["resnet18", "mobilenet_v2", "shufflenet_v2_x1_0"] if quick else models.CNNS)).split(",")
 threads = int(os.environ.get("TD_BENCH_THREADS", "2"))
+busy = int(option("--busy", 1))
+limit = option("--limit")  # measure_time_limit_s for every measured lowering; None: the library's default
 torch.set_num_threads(threads)
 import torch_delegate  # noqa: E402
 
@@ -111,16 +114,33 @@ def describe(signature):
 
 
 class Busy:
-    """Another process keeping one core busy (a spinning Python loop) while it lives."""
+    """`count` other processes, each keeping one core busy (a spinning Python loop), while it lives."""
+
+    def __init__(self, count=1):
+        self.count = count
 
     def __enter__(self):
-        self.process = models.busy_process()
+        self.processes = [models.busy_process() for _ in range(self.count)]
         time.sleep(0.5)
         return self
 
     def __exit__(self, *exc):
-        self.process.kill()
-        self.process.wait()
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
+class LastUpdate:
+    """A progress callable that keeps the lowering's last update: whether the time limit was spent."""
+
+    def __init__(self):
+        self.detail = ""
+
+    def __call__(self, update):
+        self.detail = update.detail
+
+    def cut(self):
+        return "measure_time_limit_s cut the measuring short" in self.detail
 
 
 def interleaved(variants, x, rounds=15):
@@ -152,6 +172,8 @@ def measure_model(name):
         cache = tempfile.mkdtemp(prefix="td_bench_cache_")
         try:
             recipe = dict(partial=True, example_inputs=(x,), measure=True, choose_order=True, progress=False)
+            if limit is not None:
+                recipe["measure_time_limit_s"] = float(limit)
             row["cold_s"], cold = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=cache, **recipe))
             # Unmeasured and warm lowerings alternate, 3 of each: a process's lowerings drift
             # (GoogLeNet's went 0.25 s, then 0.18 a few lowerings later), and the ratio is what counts.
@@ -165,17 +187,20 @@ def measure_model(name):
             row["cold_partition"] = describe(partition(cold)) + " (" + partition(cold)[0] + ")"
         finally:
             shutil.rmtree(cache, ignore_errors=True)
-        loaded_times, signatures = [], []
-        with Busy():
+        loaded_times, signatures, cut = [], [], 0
+        with Busy(busy):
             for _ in range(runs):
-                spent, lowered = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=False, **recipe))
+                last = LastUpdate()
+                spent, lowered = seconds(lambda: torch_delegate.lower(scripted, RECIPE, timing_cache=False,
+                                                                      **dict(recipe, progress=last)))
                 loaded_times.append(spent)
                 signatures.append(partition(lowered))
+                cut += last.cut()
         # The same partition: the same regions on the same backends (the order it was found by aside).
         common_regions, count = collections.Counter(s[1] for s in signatures).most_common(1)[0]
         common = next(s for s in signatures if s[1] == common_regions)
         row.update(loaded_max_s=max(loaded_times), loaded_median_s=statistics.median(loaded_times), loaded_s=loaded_times, stable=count,
-                   runs=runs, partition=describe(common), order=common[0],
+                   runs=runs, busy=busy, limit_spent=cut, partition=describe(common), order=common[0],
                    partitions=[describe(s) + " (" + s[0] + ")" for s in signatures])
         variants = {"recipe": cold,  # lowered on the idle machine
                     "oif": torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))}
@@ -193,15 +218,15 @@ def measure_model(name):
 
 def table(rows):
     lines = ["| model | unmeasured lowering | 200 calls | budget (3x + 200 calls) | measured, cold cache | warm cache "
-             "| warm / unmeasured | loaded (another process busy): longest of runs | loaded median | same partition "
-             "| partition | recipe vs best single backend | recipe vs optimize_for_inference |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| warm / unmeasured | loaded (other processes busy): longest of runs | loaded median | same partition "
+             "| time limit spent | partition | recipe vs best single backend | recipe vs optimize_for_inference |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['unmeasured_s']:.2f} s | {r['calls200_s']:.1f} s | {r['budget_s']:.1f} s "
             f"| {r['cold_s']:.1f} s{'' if r['cold_s'] <= r['budget_s'] else ' (over)'} | {r['warm_s']:.2f} s "
             f"| {r['warm_s'] / r['unmeasured_s']:.2f}x | {r['loaded_max_s']:.1f} s{'' if r['loaded_max_s'] <= 30 else ' (over 30 s)'} "
-            f"| {median_cell(r)} | {r['stable']} of {r['runs']} | {r['partition']} ({r['order']}) "
+            f"| {median_cell(r)} | {r['stable']} of {r['runs']} | {limit_cell(r)} | {r['partition']} ({r['order']}) "
             f"| {r['vs_best_single']:.2f}x ({r['best_single']}: {r['ms'][r['best_single']]:.1f} ms, recipe {r['ms']['recipe']:.1f}) "
             f"| {r['vs_oif']:.2f}x |")
     return "\n".join(lines)
@@ -210,6 +235,14 @@ def table(rows):
 def median_cell(row):
     """The loaded lowerings' median (runs saved before it was a column: "?")."""
     return f"{row['loaded_median_s']:.1f} s" if "loaded_median_s" in row else "?"
+
+
+def limit_cell(row):
+    """In how many loaded lowerings measure_time_limit_s was spent, and beside how many busy
+    processes (runs saved before it was a column: "?")."""
+    if "limit_spent" not in row:
+        return "?"
+    return f"{row['limit_spent']} of {row['runs']}" + (f" ({row['busy']} busy)" if row.get("busy", 1) != 1 else "")
 
 
 def stable_count(row):
@@ -244,8 +277,9 @@ def main():
     text = table(rows)
     print(text)
     summary = (f"Measured by bench/measured_lowering.py on {isa()}, {threads} threads, torch-delegate "
-               f"{torch_delegate.__version__}; loaded: {runs} measured lowerings each, the timing cache off, one other "
-               f"process spinning on a core. Ratios >= 1: the recipe is faster.")
+               f"{torch_delegate.__version__}; loaded: {runs} measured lowerings each, the timing cache off, "
+               f"{busy} other process{'es' if busy != 1 else ''} spinning on a core each"
+               f"{f'; measure_time_limit_s={limit}' if limit is not None else ''}. Ratios >= 1: the recipe is faster.")
     if option("--json"):
         json.dump({"machine": isa(), "rows": rows}, open(option("--json"), "w"), indent=1)
     if doc_path:

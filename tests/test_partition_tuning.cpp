@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 using namespace test_helpers;
@@ -810,6 +811,137 @@ def forward(self, x, h):
     } else {
       CHECK(method.kept[0].reason == torch_delegate::kept_reason::slower_on_backend);
       CHECK(contains(method.kept[0].detail, "; faster in TorchScript: "));
+    }
+  }
+}
+
+TEST_CASE("measured partitioning: measure_time_limit_s bounds the measuring; what is not measured goes by the list's order") {
+  const at::Tensor x = torch::randn({16}), h = torch::randn({16});
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = {x, h};
+  options.measure = true;
+  options.timing_cache = false;
+  std::vector<torch_delegate::progress_update> updates;
+  options.progress = [&](const torch_delegate::progress_update& update) { updates.push_back(update); };
+
+  SUBCASE("spent before the first timing: nothing is timed; a region slower on its backend is delegated, unmeasured") {
+    const auto module = script(R"(
+def forward(self, x, h):
+    return x * h + x
+)");
+    options.measure_time_limit_s = 1e-9;
+    const auto plan = torch_delegate::delegation_plan<SlowReference>(module, options);
+    REQUIRE(plan.methods[0].regions.size() == 1);
+    const auto& region = plan.methods[0].regions[0];
+    CHECK(region.decision ==
+          "not measured: too little of measure_time_limit_s was left; delegated, as the list's order says");
+    CHECK(region.backend_ms < 0);  // no times: none were taken
+    CHECK(region.torchscript_ms < 0);
+    REQUIRE(!updates.empty());
+    CHECK(updates.back().stage == "done");
+    CHECK(updates.back().detail == "regions timed: 0; verdicts reused (alike regions, the cache): 0; measure_time_limit_s "
+                                   "cut the measuring short: what was not measured went by the list's order");
+    // The same as the rules give it (an unmeasured plan).
+    CHECK(torch_delegate::delegation_plan<SlowReference>(module).methods[0].regions.size() == 1);
+  }
+  SUBCASE("spent during the rounds: the comparison stops there, not separable, and says so") {
+    torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x, h):
+    a = td_test_partition.slow_add(x, h)
+    b = torch.relu(a)
+    return td_test_partition.slow_add(b, h)
+)");
+    // 8 ms against 8 ms: the rounds of a region (blocks of 4 calls of each) take about 64 ms; the
+    // minimum of 8 rounds half a second. The limit stops them before.
+    options.measure_time_limit_s = 0.2;
+    options.min_gain = 0;
+    auto lowered = torch_delegate::lower_partially<EqualAdds>(module, options);
+    const auto report = *torch_delegate::delegation_report_data_of(lowered);
+    REQUIRE(report.methods[0].regions.size() == 2);
+    for (const auto& region : report.methods[0].regions) {
+      INFO(region.decision);
+      const std::string cut = "not separable when measure_time_limit_s was spent: of ";
+      if (region.decision.rfind(cut, 0) == 0) {
+        const std::size_t rounds = std::stoul(region.decision.substr(cut.size()));
+        CHECK(rounds >= 2);
+        CHECK(rounds < 8);  // the rule's minimum, which it would otherwise take
+      } else {
+        CHECK(region.decision ==
+              "not measured: too little of measure_time_limit_s was left; delegated, as the list's order says");
+      }
+      CHECK(contains(region.decision, "; delegated, as the list's order says"));
+    }
+    // Two regions, but the method's check is not made once the limit is spent.
+    CHECK(std::any_of(updates.begin(), updates.end(), [](const auto& u) {
+      return u.stage == "checking" && u.detail == "forward whole: not checked, measure_time_limit_s was spent";
+    }));
+    CHECK(lowered.forward({x, h}).toTensor().allclose(torch::relu(x + h) + h));
+    // choose_order tries no other order once it is spent.
+    updates.clear();
+    options.choose_order = true;
+    torch_delegate::lower_partially<EqualAdds, FasterAdds>(module, options);
+    CHECK(std::any_of(updates.begin(), updates.end(), [](const auto& u) {
+      return u.stage == "choosing" && contains(u.detail, "not tried: measure_time_limit_s was spent");
+    }));
+  }
+  SUBCASE("the lowering a limit cut short is not cached; its verdicts are, and the next lowering goes on from them") {
+    torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x, h):
+    return td_test_partition.slow_add(x, h)
+)");
+    const std::string directory = temp_path("timing_cache_limit");
+    std::filesystem::remove_all(directory);
+    options.timing_cache = true;
+    options.timing_cache_dir = directory;
+    options.measure_time_limit_s = 1e-9;
+    torch_delegate::lower_partially<SlowerAdds>(module, options);
+    updates.clear();
+    options.measure_time_limit_s = 0;  // no limit: measured now (nothing was kept)
+    torch_delegate::lower_partially<SlowerAdds>(module, options);
+    CHECK(std::any_of(updates.begin(), updates.end(), [](const auto& u) { return u.stage == "timing"; }));
+    CHECK(std::none_of(updates.begin(), updates.end(), [](const auto& u) { return u.stage == "cached"; }));
+    updates.clear();
+    options.measure_time_limit_s = 1e-9;  // and then replayed, whatever the limit
+    torch_delegate::lower_partially<SlowerAdds>(module, options);
+    CHECK(updates.front().stage == "cached");
+    std::filesystem::remove_all(directory);
+  }
+  SUBCASE("the deadline: a comparison is begun only where its 2 first rounds fit in the time left") {
+    torch_delegate::detail::time_limit unlimited, limited, spent, far;
+    CHECK(unlimited.fits_two_rounds(1e12));
+    CHECK(!unlimited.spent());
+    CHECK(unlimited.within(torch_delegate::detail::method_rule).hard_budget_s == 36.0);
+    limited.start(60.0);
+    CHECK(!limited.spent());
+    CHECK(limited.fits_two_rounds(1000.0));    // 2 s of 60
+    CHECK(!limited.fits_two_rounds(40000.0));  // 80 s
+    CHECK(limited.within(torch_delegate::detail::method_rule).hard_budget_s == 36.0);
+    CHECK(limited.within(torch_delegate::detail::region_rule).hard_budget_s == 9.0);
+    CHECK(limited.within(torch_delegate::detail::sampling_rule{0.03, 0.01, 8, 40, 3.0, 4, 4.0, 100.0}).hard_budget_s <= 60.0);
+    spent.start(1e-9);
+    CHECK(spent.spent());
+    CHECK(!spent.fits_two_rounds(0.001));
+    CHECK(spent.within(torch_delegate::detail::region_rule).hard_budget_s <= 0);
+    far.start(1e300);  // no overflow: 1e9 s
+    CHECK(!far.spent());
+    CHECK(far.seconds_left() > 0.99e9);
+  }
+  SUBCASE("a limit of 1e300 s is no limit (the deadline is not overflowed)") {
+    options.measure_time_limit_s = 1e300;
+    const auto plan = torch_delegate::delegation_plan<SlowReference>(script(R"(
+def forward(self, x, h):
+    return x * h + x
+)"), options);
+    for (const auto& region : plan.methods[0].regions) CHECK(!contains(region.decision, "measure_time_limit_s"));
+    for (const auto& node : plan.methods[0].kept) CHECK(!contains(node.detail, "measure_time_limit_s"));
+    CHECK(!contains(updates.back().detail, "measure_time_limit_s"));
+  }
+  SUBCASE("a limit below 0, not a number or infinite is an error") {
+    for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+      options.measure_time_limit_s = bad;
+      CHECK_THROWS_WITH(torch_delegate::delegation_plan<SlowReference>(script(forward_source), options),
+                        doctest::Contains("measure_time_limit_s is the seconds a measured lowering may spend measuring, finite "
+                                          "and at least 0 (0: no limit); got "));
     }
   }
 }

@@ -329,6 +329,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("measure", &partition_options::measure)
       .def_readwrite("min_gain", &partition_options::min_gain)
       .def_readwrite("choose_order", &partition_options::choose_order)
+      .def_readwrite("measure_time_limit_s", &partition_options::measure_time_limit_s)
       .def_readwrite("fold_shapes", &partition_options::fold_shapes)
       // A torch_delegate.Report (or None) in; its data (as report() gives) out.
       .def_property(

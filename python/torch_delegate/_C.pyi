@@ -39,6 +39,7 @@ class PartitionOptions:  # torch_delegate::partition_options, field for field; C
     measure: bool
     min_gain: float
     choose_order: bool
+    measure_time_limit_s: float
     replay: Optional[ReportData]  # set from a torch_delegate.Report (or None); read back as its data
     fallback_when_unavailable: bool
     timing_cache: bool

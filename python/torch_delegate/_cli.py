@@ -127,7 +127,7 @@ def _command_plan(arguments) -> int:
     inputs = _example_inputs(arguments.example_input)
     # One LowerOptions for the plan and for the lowering the picture is drawn from.
     options = torch_delegate.LowerOptions(partial=True, example_inputs=inputs, measure=arguments.measure,
-                                          min_gain=arguments.min_gain)
+                                          min_gain=arguments.min_gain, measure_time_limit_s=arguments.measure_time_limit)
     report = torch_delegate.plan(module, names, options=options)
     if arguments.svg:
         # The picture of the plan is the method as lowering would leave it: lowered here, in memory,
@@ -192,6 +192,9 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--min-gain", type=_share, default=0.01, metavar="SHARE",
                       help="with --measure: the faster regions that save least stay in TorchScript while together they "
                            "save less than this share of the method's time (default 0.01)")
+    plan.add_argument("--measure-time-limit", type=_seconds, default=None, metavar="SECONDS",
+                      help="with --measure: the seconds measuring may take; what is not measured by then goes by the "
+                           "list's order (default 20; 0: no limit)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--svg", metavar="OUT.svg", help="draw the partition (Graphviz)")
     _verify_flag(plan)
@@ -214,6 +217,17 @@ def parser() -> argparse.ArgumentParser:
 def _verify_flag(command: argparse.ArgumentParser) -> None:
     command.add_argument("--no-verify", dest="verify", action="store_false",
                          help="do not check the file's records against their CRC32 first (exit code 6 when one differs)")
+
+
+def _seconds(text: str) -> float:
+    """--measure-time-limit's value: seconds, finite and >= 0 (argparse: exit code 2 otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds, a finite number >= 0 (0: no limit), got {text!r}")
+    return value
 
 
 def _share(text: str) -> float:

@@ -59,6 +59,9 @@ class LowerOptions:
     #: lower only, with measure and several backends: also lower with each other backend first
     #: (and, where a lowering mixes backends, its first alone) and keep the fastest (False)
     choose_order: Optional[bool] = None
+    #: with measure: the seconds a lowering may spend measuring, from its start (0: no limit); once
+    #: spent, what is not measured yet goes by the list's order, as an unmeasured lowering (20.0)
+    measure_time_limit_s: Optional[float] = None
     #: with example_inputs: compute once, at lowering, what each method computes only from the sizes
     #: the example's arguments give (padding amounts, Swin's attention mask), behind one check of
     #: the arguments; a call with other shapes runs the method as it was (True)
@@ -93,8 +96,8 @@ class LowerOptions:
 _KNOBS = tuple(field.name for field in dataclasses.fields(LowerOptions))
 #: The knobs of partial lowering: lower(...) without partial=True refuses them.
 _PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
-                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "fold_shapes", "timing_cache",
-                  "progress", "replay")
+                  "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "measure_time_limit_s", "fold_shapes",
+                  "timing_cache", "progress", "replay")
 _FLAGS = ("partial", "require_full", "fallback", "measure", "choose_order", "fold_shapes", "load_backends")
 _NAME_LISTS = ("methods", "keep_kinds", "keep_submodules", "lower_submodules")
 #: The knobs that take one of a few strings: the allowed values are the C++ enum's.
@@ -124,6 +127,11 @@ def _knob(knob: str, value: Any, who: str) -> Any:
     elif knob == "min_gain":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{who}: min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got {value!r}")
+        return float(value)
+    elif knob == "measure_time_limit_s":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise ValueError(f"{who}: measure_time_limit_s must be the seconds a measured lowering may spend measuring, "
+                             f"a finite number >= 0 (0: no limit), got {value!r}")
         return float(value)
     elif knob == "timing_cache":
         if not isinstance(value, (bool, str)) or value == "":

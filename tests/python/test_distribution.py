@@ -237,6 +237,15 @@ class CommandLine(unittest.TestCase):
             self.assertTrue(region["decision"].startswith("not separable: of "), region["decision"])
         kept = {kept["reason_token"] for kept in data["methods"][0]["kept"]}
         self.assertTrue({"gain_below_minimum", "slower_on_backend"} & kept or data["methods"][0]["regions"])
+        # A time limit spent at once: nothing measured, every region by the list's order.
+        code, out, err = cli("plan", self.scripted_file, "xnnpack", "pointwise_fusion", "--example-input", "1x3x16x16",
+                             "--measure", "--measure-time-limit", "1e-9", "--json")
+        self.assertEqual(code, 0, err)
+        regions = json.loads(out)["methods"][0]["regions"]
+        self.assertTrue(regions)
+        for region in regions:
+            self.assertEqual(region["decision"], "not measured: too little of measure_time_limit_s was left; delegated, "
+                                                 "as the list's order says")
 
     def test_errors(self):
         missing = path("nothing_here.pt")
@@ -258,6 +267,9 @@ class CommandLine(unittest.TestCase):
         code, _, err = cli("plan", self.scripted_file, "xnnpack", "--measure", "--min-gain", "5")
         self.assertEqual(code, 2)
         self.assertIn("argument --min-gain: a share of the method's time in [0, 1) (0.01: 1 %), got '5'", err)
+        code, _, err = cli("plan", self.scripted_file, "xnnpack", "--measure", "--measure-time-limit", "-1")
+        self.assertEqual(code, 2)
+        self.assertIn("argument --measure-time-limit: seconds, a finite number >= 0 (0: no limit), got '-1'", err)
         code, _, err = cli("plan", self.scripted_file, "xnnpack", "--measure")
         self.assertEqual(code, 2)
         self.assertIn("error: plan --measure times each candidate region on example inputs: give --example-input SIZES "

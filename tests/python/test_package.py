@@ -404,8 +404,8 @@ class BadInput(unittest.TestCase):
                              f"torch_delegate.{call.__name__}: unknown keyword arguments 'min_nodes', 'max_nodes'; the "
                              "knobs (torch_delegate.LowerOptions) are methods, partial, min_region_size, keep_kinds, "
                              "keep_submodules, lower_submodules, require_full, fallback, example_inputs, on_other_shapes, "
-                             "max_replans, measure, min_gain, choose_order, fold_shapes, timing_cache, progress, replay, input_specs, "
-                             "load_backends")
+                             "max_replans, measure, min_gain, choose_order, measure_time_limit_s, fold_shapes, timing_cache, "
+                             "progress, replay, input_specs, load_backends")
         with self.assertRaises(ValueError) as raised:
             td.lower(self.scripted, "pointwise_fusion", min_region_size=3, fallback=True)
         self.assertEqual(str(raised.exception),
@@ -500,6 +500,10 @@ class Options(unittest.TestCase):
             ({"min_region_size": -1}, ValueError, "min_region_size must be an int >= 0, got -1"),
             ({"max_replans": 0}, ValueError, "max_replans must be an int >= 1, got 0"),
             ({"min_gain": 1.5}, ValueError, "min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got 1.5"),
+            ({"measure_time_limit_s": -1}, ValueError, "measure_time_limit_s must be the seconds a measured lowering may "
+             "spend measuring, a finite number >= 0 (0: no limit), got -1"),
+            ({"measure_time_limit_s": float("inf")}, ValueError, "measure_time_limit_s must be the seconds a measured "
+             "lowering may spend measuring, a finite number >= 0 (0: no limit), got inf"),
             ({"keep_kinds": [1]}, TypeError, "keep_kinds must be a name (str) or names, got [1]"),
             ({"methods": []}, ValueError, "methods must name at least one method, got []"),
             ({"replay": "a plan"}, TypeError,
@@ -526,20 +530,22 @@ class Options(unittest.TestCase):
         self.assertEqual((defaults.methods, defaults.min_region_size, defaults.keep_kinds, defaults.require_full,
                           defaults.on_other_shapes, defaults.max_replans, defaults.measure, defaults.min_gain,
                           defaults.choose_order, defaults.replay, defaults.fallback_when_unavailable, defaults.example_inputs,
-                          defaults.fold_shapes),
-                         (["forward"], 0, set(), False, td._C.OtherShapes.error, 4, False, 0.01, False, None, False, {}, True))
+                          defaults.fold_shapes, defaults.measure_time_limit_s),
+                         (["forward"], 0, set(), False, td._C.OtherShapes.error, 4, False, 0.01, False, None, False, {}, True,
+                          20.0))
         x = torch.randn(2, 16)
         planned = td.plan(self.scripted, "pointwise_fusion")
         converted = td._partition_options(td.LowerOptions(
             partial=True, min_region_size=2, keep_kinds="aten::mul", keep_submodules=["up"], lower_submodules=["down"],
             require_full=True, fallback=True, example_inputs=(x,), on_other_shapes="torchscript", max_replans=2,
-            measure=True, min_gain=0.5, choose_order=True, fold_shapes=False, replay=planned), ["forward"], "test")
+            measure=True, min_gain=0.5, choose_order=True, measure_time_limit_s=5, fold_shapes=False, replay=planned),
+            ["forward"], "test")
         self.assertEqual((converted.methods, converted.min_region_size, converted.keep_kinds, converted.keep_submodules,
                           converted.lower_submodules, converted.require_full, converted.fallback_when_unavailable,
                           converted.on_other_shapes, converted.max_replans, converted.measure, converted.min_gain,
-                          converted.choose_order, converted.fold_shapes),
+                          converted.choose_order, converted.measure_time_limit_s, converted.fold_shapes),
                          (["forward"], 2, {"aten::mul"}, {"up"}, {"down"}, True, True, td._C.OtherShapes.torchscript, 2,
-                          True, 0.5, True, False))
+                          True, 0.5, True, 5.0, False))
         self.assertTrue(torch.equal(converted.example_inputs["forward"][0], x))
         self.assertEqual(td._report_of(converted.replay), planned)  # the report crosses whole, kept nodes too
 
@@ -705,6 +711,29 @@ class MeasuredLowering(unittest.TestCase):
         self.lower(timing_cache=False, progress=updates.append)
         self.assertNotIn("cached", [update.stage for update in updates])
         self.assertEqual(os.path.getsize(path), size)
+
+    def test_a_spent_time_limit_leaves_the_rest_to_the_list_and_keeps_no_lowering(self):
+        # A limit spent before the first timing: nothing is measured; each region goes by the
+        # list's order, as unmeasured; the lowering's decisions are not cached, so the next
+        # lowering measures, and the one after it replays.
+        updates = []
+        cut = self.lower(timing_cache=self.directory, progress=updates.append, measure_time_limit_s=1e-9)
+        regions = td.report(cut).methods[0].regions
+        self.assertTrue(regions)
+        for region in regions:
+            self.assertEqual(region.decision, "not measured: too little of measure_time_limit_s was left; delegated, as "
+                                              "the list's order says")
+        self.assertEqual([(region.backend, region.kinds) for region in regions],
+                         [(region.backend, region.kinds) for region in td.plan(self.scripted, "pointwise_fusion").methods[0].regions])
+        self.assertTrue(updates[-1].detail.endswith("; measure_time_limit_s cut the measuring short: what was not "
+                                                    "measured went by the list's order"), updates[-1].detail)
+        torch.testing.assert_close(cut(self.x), self.scripted(self.x), rtol=1e-5, atol=1e-6)
+        updates.clear()
+        self.lower(timing_cache=self.directory, progress=updates.append, measure_time_limit_s=0)  # 0: no limit
+        self.assertIn("timing", [update.stage for update in updates])
+        updates.clear()
+        self.lower(timing_cache=self.directory, progress=updates.append)
+        self.assertEqual([update.stage for update in updates], ["cached", "done"])
 
     def test_progress_false_is_silent_and_the_default_printer_writes_a_plain_line(self):
         printed = io.StringIO()

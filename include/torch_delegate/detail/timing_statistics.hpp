@@ -16,9 +16,12 @@
 
 #include <torch_delegate/detail/config.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,6 +51,37 @@ struct sampling_rule {
                                  // calls of 2 s and more, 8 rounds 24 to 29 s)
 };
 
+/// partition_options::measure_time_limit_s: a deadline for a lowering's measuring.
+class time_limit {
+ public:
+  /// The deadline: `seconds` from now (0 or less: none; more than 1e9, 31 years, counts as 1e9:
+  /// the clock's ticks would overflow).
+  void start(double seconds) {
+    if (seconds > 0)
+      deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(std::min(seconds, 1e9)));
+  }
+  bool spent() const { return deadline_ && std::chrono::steady_clock::now() >= *deadline_; }
+  /// The seconds left (infinity without a deadline; 0 or less once it has passed).
+  double seconds_left() const {
+    return deadline_ ? std::chrono::duration<double>(*deadline_ - std::chrono::steady_clock::now()).count()
+                     : std::numeric_limits<double>::infinity();
+  }
+  /// `rule` with its hard budget cut to the seconds left.
+  sampling_rule within(sampling_rule rule) const {
+    rule.hard_budget_s = std::min(rule.hard_budget_s, seconds_left());
+    return rule;
+  }
+  /// Whether the 2 rounds every comparison takes, of `round_ms` each, fit in the seconds left: a
+  /// comparison that does not fit is not begun. (Its paths' warm-up calls, which say how long a
+  /// round takes, come before: with what it costs to compile its paths, that is what a lowering
+  /// can overrun the limit by.)
+  bool fits_two_rounds(double round_ms) const { return 2 * round_ms <= 1e3 * seconds_left(); }
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+};
+
 /// What the rounds of two paths say.
 struct paired_comparison {
   separation verdict = separation::not_separable;
@@ -58,6 +92,8 @@ struct paired_comparison {
                                 // verdict in fewer than min_rounds rounds, the t test's p (early)
   double first_ms = 0.0;        // medians of each path's rounds
   double second_ms = 0.0;
+  bool out_of_time = false;     // not separable because the lowering's measure_time_limit_s was
+                                // spent (before the first round, or during the rounds)
 
   bool operator==(const paired_comparison&) const = default;
 };

@@ -277,6 +277,9 @@ struct timing_source {
   /// `method` of two modules timed side by side in rounds until they separate (method_rule).
   virtual paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
                                             const std::string& method, const std::vector<c10::IValue>& inputs) = 0;
+  /// Whether the lowering's measure_time_limit_s is spent: then nothing more is timed (each
+  /// comparison returns at once, not separable and out_of_time).
+  virtual bool out_of_time() const { return false; }
   /// How far the lowering is (partition_options::progress): `stage` and what is being done.
   virtual void progress(std::string_view, const std::string&) {}
   /// The lowering `step` of `steps` (choose_order's) starts: `what` prefixes the updates.
@@ -290,8 +293,13 @@ struct timing_source {
 /// calls_per_block, after one dropped where drops_first_call). Each round times both
 /// paths, the order alternating. A method: one warm-up call, then the fastest of up to 5 (fewer
 /// once they have taken 2 s, at least 2); methods side by side: per round a block of each, as a
-/// region's.
+/// region's. With a time limit (`limit` started), a comparison is begun only where its first 2
+/// rounds fit before the deadline, its rounds stop there, and one asked for after it times nothing:
+/// not separable, out_of_time.
 struct clock_timing final : timing_source {
+  /// The lowering's measure_time_limit_s (none unless started).
+  time_limit limit;
+  bool out_of_time() const override { return limit.spent(); }
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_against(const region_to_time& what, const backend_lowering& other,
                                                                       const c10::impl::GenericDict& other_spec) override;
@@ -300,6 +308,13 @@ struct clock_timing final : timing_source {
   TORCH_DELEGATE_INTERNAL paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
                                                             const std::string& method,
                                                             const std::vector<c10::IValue>& inputs) override;
+
+ private:
+  // `compared`, marked out_of_time when it did not separate and the deadline has passed.
+  paired_comparison marked(paired_comparison compared) const {
+    compared.out_of_time = compared.verdict == separation::not_separable && out_of_time();
+    return compared;
+  }
 };
 
 /// An IValue in a key: scalars and strings by value, containers element by element, tensors by
@@ -332,6 +347,7 @@ class cached_timing final : public timing_source {
   TORCH_DELEGATE_INTERNAL paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
                                                             const std::string& method,
                                                             const std::vector<c10::IValue>& inputs) override;
+  bool out_of_time() const override { return clock_.out_of_time(); }
   TORCH_DELEGATE_INTERNAL void progress(std::string_view stage, const std::string& detail) override;
   TORCH_DELEGATE_INTERNAL void lowering_step(std::size_t step, std::size_t steps, const std::string& what) override;
   /// The last update of a measured plan or lowering: "done", with the counts of timed() and reused().
@@ -340,6 +356,9 @@ class cached_timing final : public timing_source {
   /// Regions timed, and regions whose verdict was reused (the cache, or an alike region).
   std::size_t timed() const { return timed_; }
   std::size_t reused() const { return reused_; }
+  /// Whether a comparison was cut short or skipped by the time limit (out_of_time): then the
+  /// lowering's decisions are not kept in the cache (its verdicts are).
+  bool cut_short() const { return cut_short_; }
 
  private:
   // The timing of `digest` (a region's key): known in this lowering, in the file, or time()'s.
@@ -350,6 +369,7 @@ class cached_timing final : public timing_source {
   std::function<void(const progress_update&)> callback_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::size_t step_ = 0, steps_ = 1, timed_ = 0, reused_ = 0;
+  bool cut_short_ = false;
   std::string what_;
   std::string fingerprint_;  // machine_fingerprint, once per lowering
   std::unordered_map<std::string, region_timing> known_;  // region_key digest -> timing

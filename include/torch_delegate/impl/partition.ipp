@@ -50,6 +50,7 @@ TORCH_DELEGATE_DECL delegation_report partition_report_all(const backend_list& b
   check_partition_request(backends, module, options, nullptr);
   const assigned_attributes_kept kept(module, options);
   clock_timing clock;  // a measured plan's times, the timing cache in front of them
+  clock.limit.start(options.measure_time_limit_s);
   const std::string directory = options.measure && !options.replay ? timing_cache_directory(options) : std::string();
   std::optional<timing_cache_file> file;
   if (!directory.empty()) file.emplace(directory);

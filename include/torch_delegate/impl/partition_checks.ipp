@@ -7,6 +7,7 @@
 #include <torch_delegate/partition.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <string>
@@ -93,6 +94,12 @@ inline void check_option_values(const backend_list& backends, const partition_op
     std::ostringstream given;
     given << options.min_gain;
     fail({first.name(), {}}, "min_gain is a share of the method's time, in [0, 1) (0.01: 1 %); got " + given.str());
+  }
+  if (!(options.measure_time_limit_s >= 0.0) || options.measure_time_limit_s == std::numeric_limits<double>::infinity()) {
+    std::ostringstream given;
+    given << options.measure_time_limit_s;
+    fail({first.name(), {}}, "measure_time_limit_s is the seconds a measured lowering may spend measuring, finite and at least 0 "
+                             "(0: no limit); got " + given.str());
   }
   if (options.on_other_shapes == other_shapes::replan && options.max_replans == 0)
     fail({first.name(), {}}, "on_other_shapes = replan with max_replans = 0: no shape could be kept; give at least 1");

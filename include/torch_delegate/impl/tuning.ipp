@@ -32,6 +32,12 @@ inline std::string verdict_text(const paired_comparison& compared, const samplin
   std::ostringstream text;
   text.precision(2);
   const double margin = 100 * rule.margin;
+  if (compared.out_of_time && compared.rounds == 0) return "not measured: too little of measure_time_limit_s was left";
+  if (compared.out_of_time) {
+    text << "not separable when measure_time_limit_s was spent: of " << compared.rounds << " rounds, " << compared.first_wins
+         << " faster " << first << " and " << compared.second_wins << " faster " << second << " by more than " << margin << " %";
+    return text.str();
+  }
   if (compared.verdict == separation::not_separable) {
     text << "not separable: of " << compared.rounds << " rounds, " << compared.first_wins << " faster " << first << " and "
          << compared.second_wins << " faster " << second << " by more than " << margin << " %, sign test p = " << compared.p_value;
@@ -168,6 +174,15 @@ class measured_decider final : public region_decider {
       }
       const std::optional<region_timing> timing = timing_.region_ms(what);
       if (!timing) continue;
+      if (timing->compared.out_of_time && timing->compared.rounds == 0) {
+        // Nothing timed (the time limit was spent before it): the rules decide, no times reported.
+        const std::string evidence = verdict_text(timing->compared, region_rule, "on " + backend_name, "in TorchScript");
+        if (const std::optional<std::string> why = not_by_the_list(backend_name, candidates.regions[i]))
+          decisions[i] = {false, kept_reason::not_separable, evidence + "; " + *why};
+        else
+          candidate.decision = evidence + "; delegated, as the list's order says";
+        continue;
+      }
       candidate.backend_ms = timing->backend_ms;
       candidate.torchscript_ms = timing->torchscript_ms;
       const std::string evidence =
@@ -217,6 +232,12 @@ class measured_decider final : public region_decider {
       const std::string mine = "on " + promoted_->backend, theirs = "on " + std::string(before->name());
       std::ostringstream text;
       text.precision(3);
+      if (against->compared.out_of_time && against->compared.rounds == 0) {
+        text << "not taken: " << promoted_->backend << ", put first by choose_order, takes only regions measured faster than on "
+             << before->name() << ", which the list's order offers it to first; "
+             << verdict_text(against->compared, region_rule, mine, theirs);
+        return text.str();
+      }
       text << "not taken: " << promoted_->backend << ", put first by choose_order, is not faster on it beyond the spread than "
            << before->name() << ", which the list's order offers it to first (" << against->backend_ms << " ms against "
            << against->torchscript_ms << "; " << verdict_text(against->compared, region_rule, mine, theirs)
@@ -246,6 +267,7 @@ class measured_decider final : public region_decider {
   void keep_least_gains(const candidate_regions& candidates, std::vector<std::size_t>& winners,
                         std::vector<region_decision>& decisions) {
     const std::string& method = candidates.method;
+    if (whole_ms_ < 0 && timing_.out_of_time()) return;  // the method not timed: the winners go to their backend
     if (whole_ms_ < 0) whole_ms_ = timing_.method_ms(*module_, method, *inputs_);
     auto saved = [&](std::size_t i) { return candidates.reports[i].torchscript_ms - candidates.reports[i].backend_ms; };
     std::stable_sort(winners.begin(), winners.end(), [&](std::size_t a, std::size_t b) { return saved(a) < saved(b); });
@@ -312,6 +334,10 @@ inline torch::jit::Module checked_whole(const backend_list& backends, const torc
       // again would only draw the same comparison's noise once more (on a loaded machine, 8 to
       // 16 rounds of the whole model).
       if (entry->regions.size() == 1 && entry->regions[0].backend_ms >= 0 && entry->regions[0].torchscript_ms >= 0) break;
+      if (timing.out_of_time()) {
+        timing.progress("checking", method + " whole: not checked, measure_time_limit_s was spent");
+        break;
+      }
       timing.progress("checking", method + " whole, lowered (" + std::to_string(entry->regions.size()) +
                                       " regions) against the original");
       const paired_comparison compared = timing.compare_methods(module, lowered, method, arguments);

@@ -214,6 +214,10 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
     const std::string text = order_text(order);
     timing.lowering_step(step, steps, "lowering " + std::to_string(step + 1) + " of " + std::to_string(steps) + " (" + text + ")");
     ++step;
+    if (timing.out_of_time()) {
+      timing.progress("choosing", "not tried: measure_time_limit_s was spent");
+      return;
+    }
     if (promoted && screened_out(order, order_specs, text, *promoted)) return;
     partitioned_module planned =
         partition_module(order, module, candidate_options, *decider_for(candidate_options, &order_specs, timing, promoted));
@@ -399,6 +403,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& ba
                                                           const partition_options& options,
                                                           const std::vector<c10::impl::GenericDict>& specs) {
   clock_timing clock;
+  clock.limit.start(options.measure_time_limit_s);
   const std::string directory = timing_cache_directory(options);
   std::optional<timing_cache_file> file;
   if (!directory.empty()) file.emplace(directory);
@@ -440,7 +445,9 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& ba
                          "lowering 1 of " + std::to_string(backends.size()) + " (" + order_text(backends) + ")");
   torch::jit::Module lowered = lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
   lowered = tune_lowered(backends, module, options, specs, timing, std::move(lowered));
-  if (file)
+  // A lowering the time limit cut short is not kept: the next one reuses its verdicts and
+  // measures what it did not.
+  if (file && !timing.cut_short())
     if (const std::optional<delegation_report> report = delegation_report_data_of(lowered))
       file->store("lowering", digest, report_payload(*report));
   timing.done();

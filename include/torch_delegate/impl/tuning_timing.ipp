@@ -78,17 +78,26 @@ inline std::optional<region_alone> lower_alone(const backend_lowering& backend, 
   return made;
 }
 
+// What a comparison asked for after the time limit gives: nothing timed, not separable.
+inline region_timing not_timed() {
+  region_timing timing{-1, -1, {}};
+  timing.compared.out_of_time = true;
+  return timing;
+}
+
 /// Two paths, each warmed up with one call, timed in rounds of a block of each (which one first
 /// alternating) until they separate under `rule`: a block makes one call it drops where calls are
 /// short (it pays for what the other left behind), then the fastest of calls_per_block (a call
-/// delayed by another process is never faster).
+/// delayed by another process is never faster). Not begun (out_of_time) where two rounds do not
+/// fit in `clock`'s time limit.
 template <class F, class G>
-paired_comparison blocks_until_separated(F&& first, G&& second, const sampling_rule& rule) {
+paired_comparison blocks_until_separated(F&& first, G&& second, const sampling_rule& rule, const clock_timing& clock) {
   first();  // warm-up: first calls allocate, set up, optimise (the profiling executor)
   second();
   const double longest = std::max(elapsed_ms(first), elapsed_ms(second));
   const bool drop_first = drops_first_call(longest);
   const std::size_t per_block = calls_per_block(longest);
+  if (!clock.limit.fits_two_rounds(2.0 * double(per_block + drop_first) * longest)) return not_timed().compared;
   std::size_t round = 0;
   return sample_until_separated(
       [&]() -> std::pair<double, double> {
@@ -99,10 +108,11 @@ paired_comparison blocks_until_separated(F&& first, G&& second, const sampling_r
         const double a = fastest_in_block(first, drop_first, per_block);
         return {a, fastest_in_block(second, drop_first, per_block)};
       },
-      rule);
+      clock.limit.within(rule));
 }
 
 TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(const region_to_time& what) {
+  if (out_of_time()) return not_timed();
   const torch::jit::Module& module = what.module;
   const region& formed = what.formed;
   const std::string& name = what.name;
@@ -142,6 +152,8 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   // both paths (which one first alternates); rounds go on until they separate (region_rule).
   std::vector<double> after_kept;
   const bool between_compute = timed_between_neighbours(formed, longest);
+  // A round: a block of each path, or between neighbours' stand-ins 2 calls of each and one more.
+  if (!limit.fits_two_rounds((between_compute ? 5.0 : 2.0 * double(calls + drop_first)) * longest)) return not_timed();
   std::size_t round = 0;
   const paired_comparison compared = sample_until_separated(
       [&]() -> std::pair<double, double> {
@@ -183,15 +195,16 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
         after_kept.push_back(0.0);
         return {backend_ms, script_ms};
       },
-      region_rule);
+      limit.within(region_rule));
   const double usual_following = median(after_kept);
   return region_timing{std::max(0.0, compared.first_ms - usual_following), std::max(0.0, compared.second_ms - usual_following),
-                       compared};
+                       marked(compared)};
 }
 
 TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_against(const region_to_time& what,
                                                                                   const backend_lowering& other,
                                                                                   const c10::impl::GenericDict& other_spec) {
+  if (out_of_time()) return not_timed();
   std::optional<region_alone> first = lower_alone(what.backend, what, what.spec_by_method), second;
   if (!first) return std::nullopt;
   try {
@@ -203,8 +216,8 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_agains
   c10::NoGradGuard no_grad;
   torch::jit::Method calls[2] = {first->lowered.get_method(what.name), second->lowered.get_method(what.name)};
   // The two backends' regions alone, in blocks, as a region against TorchScript in blocks (region_ms).
-  const paired_comparison compared = blocks_until_separated([&] { calls[0](first->inputs); }, [&] { calls[1](second->inputs); },
-                                                            region_rule);
+  const paired_comparison compared =
+      marked(blocks_until_separated([&] { calls[0](first->inputs); }, [&] { calls[1](second->inputs); }, region_rule, *this));
   return region_timing{compared.first_ms, compared.second_ms, compared};
 }
 
@@ -231,9 +244,10 @@ TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const to
                                                                        const torch::jit::Module& second,
                                                                        const std::string& method,
                                                                        const std::vector<c10::IValue>& inputs) {
+  if (out_of_time()) return not_timed().compared;
   c10::NoGradGuard no_grad;
   torch::jit::Method calls[2] = {first.get_method(method), second.get_method(method)};
-  return blocks_until_separated([&] { calls[0](inputs); }, [&] { calls[1](inputs); }, method_rule);
+  return marked(blocks_until_separated([&] { calls[0](inputs); }, [&] { calls[1](inputs); }, method_rule, *this));
 }
 
 TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IValue& value) {
@@ -376,6 +390,10 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> cached_timing::known_or_tim
       }
   std::optional<region_timing> timing = time();
   if (!timing) return timing;
+  if (timing->compared.out_of_time) {
+    cut_short_ = true;  // not a verdict: neither kept nor reused
+    return timing;
+  }
   ++timed_;
   known_.emplace(digest, *timing);
   if (file_) file_->store("region", digest, region_payload(*timing));
@@ -410,7 +428,9 @@ TORCH_DELEGATE_INTERNAL paired_comparison cached_timing::compare_methods(const t
                                                                         const torch::jit::Module& second,
                                                                         const std::string& method,
                                                                         const std::vector<c10::IValue>& inputs) {
-  return clock_.compare_methods(first, second, method, inputs);
+  const paired_comparison compared = clock_.compare_methods(first, second, method, inputs);
+  cut_short_ |= compared.out_of_time;
+  return compared;
 }
 
 TORCH_DELEGATE_INTERNAL void cached_timing::progress(std::string_view stage, const std::string& detail) {
@@ -425,8 +445,10 @@ TORCH_DELEGATE_INTERNAL void cached_timing::progress(std::string_view stage, con
 }
 
 TORCH_DELEGATE_INTERNAL void cached_timing::done() {
-  progress("done", "regions timed: " + std::to_string(timed_) +
-                       "; verdicts reused (alike regions, the cache): " + std::to_string(reused_));
+  progress("done",
+           "regions timed: " + std::to_string(timed_) + "; verdicts reused (alike regions, the cache): " + std::to_string(reused_) +
+               (cut_short_ ? "; measure_time_limit_s cut the measuring short: what was not measured went by the list's order"
+                           : ""));
 }
 
 TORCH_DELEGATE_INTERNAL void cached_timing::lowering_step(std::size_t step, std::size_t steps, const std::string& what) {
