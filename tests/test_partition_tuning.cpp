@@ -884,6 +884,25 @@ def forward(self, x, h):
       return u.stage == "choosing" && contains(u.detail, "not tried: measure_time_limit_s was spent");
     }));
   }
+  SUBCASE("choose_order begins an order only where what is left is at least what an order took") {
+    torch::jit::Module module = script_with_custom_ops(R"(
+def forward(self, x, h):
+    return td_test_partition.slow_add(x, h)
+)");
+    // 8 against 8 ms: the list's order takes its 8 rounds at least, 0.5 s; of a 1 s limit less is
+    // left than that (or, on a slow machine, the limit stopped its rounds).
+    options.measure_time_limit_s = 1.0;
+    options.choose_order = true;
+    torch_delegate::lower_partially<EqualAdds, FasterAdds>(module, options);
+    const auto skipped = std::find_if(updates.begin(), updates.end(), [](const auto& u) {
+      return u.stage == "choosing" && contains(u.detail, "not tried: ");
+    });
+    REQUIRE(skipped != updates.end());
+    INFO(skipped->detail);
+    CHECK((contains(skipped->detail, "not tried: less of measure_time_limit_s is left (") ||
+           contains(skipped->detail, "not tried: measure_time_limit_s was spent")));
+    CHECK(contains(updates.back().detail, "; measure_time_limit_s cut the measuring short"));
+  }
   SUBCASE("the lowering a limit cut short is not cached; its verdicts are, and the next lowering goes on from them") {
     torch::jit::Module module = script_with_custom_ops(R"(
 def forward(self, x, h):
@@ -893,16 +912,39 @@ def forward(self, x, h):
     std::filesystem::remove_all(directory);
     options.timing_cache = true;
     options.timing_cache_dir = directory;
+    auto stage_seen = [&](std::string_view stage) {
+      return std::any_of(updates.begin(), updates.end(), [&](const auto& u) { return u.stage == stage; });
+    };
+    // A limit spent at once, nothing in the cache: nothing timed, nothing kept.
     options.measure_time_limit_s = 1e-9;
     torch_delegate::lower_partially<SlowerAdds>(module, options);
     updates.clear();
     options.measure_time_limit_s = 0;  // no limit: measured now (nothing was kept)
     torch_delegate::lower_partially<SlowerAdds>(module, options);
-    CHECK(std::any_of(updates.begin(), updates.end(), [](const auto& u) { return u.stage == "timing"; }));
-    CHECK(std::none_of(updates.begin(), updates.end(), [](const auto& u) { return u.stage == "cached"; }));
+    CHECK(stage_seen("timing"));
+    CHECK(!stage_seen("cached"));
+    CHECK(!contains(updates.back().detail, "measure_time_limit_s"));
+    // Its region's verdict is in the cache now. A lowering with choose_order (another key) and a
+    // limit spent at once gets that verdict, but tries no other order: cut short, not kept.
     updates.clear();
-    options.measure_time_limit_s = 1e-9;  // and then replayed, whatever the limit
-    torch_delegate::lower_partially<SlowerAdds>(module, options);
+    options.choose_order = true;
+    options.measure_time_limit_s = 1e-9;
+    auto cut = torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    const auto cut_report = *torch_delegate::delegation_report_data_of(cut);
+    REQUIRE(cut_report.methods[0].regions.size() == 1);
+    CHECK(contains(cut_report.methods[0].regions[0].decision, " (cached)"));  // the verdict measured before
+    CHECK(std::any_of(updates.begin(), updates.end(), [](const auto& u) {
+      return u.stage == "choosing" && contains(u.detail, "not tried: measure_time_limit_s was spent");
+    }));
+    CHECK(contains(updates.back().detail, "; measure_time_limit_s cut the measuring short"));
+    // So the same lowering without the limit measures (its other order), and the next replays it.
+    updates.clear();
+    options.measure_time_limit_s = 0;
+    torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
+    CHECK(!stage_seen("cached"));
+    updates.clear();
+    options.measure_time_limit_s = 1e-9;  // replayed, whatever the limit
+    torch_delegate::lower_partially<SlowerAdds, FasterAdds>(module, options);
     CHECK(updates.front().stage == "cached");
     std::filesystem::remove_all(directory);
   }

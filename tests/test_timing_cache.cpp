@@ -238,6 +238,7 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
     CHECK(cut.rounds >= 2);
     CHECK(cut.rounds <= 6);
     CHECK(rounds == cut.rounds);
+    CHECK(cut.hard_stop);  // what a time limit that cut the budget is told by
     // A gross gap still separates in 2 rounds within it.
     rounds = 0;
     auto gross = torch_delegate::detail::sample_until_separated(
@@ -248,6 +249,7 @@ TEST_CASE("timing statistics: the sign test and when two paths separate") {
         capped);
     CHECK(gross.verdict == separation::first_faster);
     CHECK(gross.rounds == 2);
+    CHECK(!gross.hard_stop);
   }
 }
 

@@ -114,13 +114,15 @@ struct partition_options {
   /// Its report names the backends it was lowered with, in order.
   bool choose_order = false;
   /// With measure: the seconds a lowering (or a measured plan) may spend measuring, counted from
-  /// its start; 0: no limit. A comparison is begun only where its first 2 rounds fit in the time
-  /// left, and rounds under way stop at the limit (not separable). What is not measured goes by
-  /// the list's order, as an unmeasured lowering gives it (its report says "not measured: too
-  /// little of measure_time_limit_s was left"); once the limit is spent choose_order tries no
-  /// further order and the method's check is not made. What was measured is kept in the timing
-  /// cache, but not the lowering's decisions: the next lowering of the model reuses the verdicts
-  /// and goes on from there (docs/partial-lowering.md, "The time limit").
+  /// its start; 0: no limit. A comparison is begun only where its first 2 rounds fit in what is
+  /// left, and choose_order begins an order only where what is left is at least what an order
+  /// took (either refusal ends the measuring); rounds under way stop at the limit (not
+  /// separable). What is not measured goes by the list's order, as an unmeasured lowering gives
+  /// it (its report says "not measured: too little of measure_time_limit_s was left"); once the
+  /// measuring has ended, choose_order tries no further order and the method's check is not
+  /// made. What was measured is kept in the timing cache, but not the lowering's decisions: the
+  /// next lowering of the model reuses the verdicts and goes on from there
+  /// (docs/partial-lowering.md, "The time limit").
   double measure_time_limit_s = 20.0;
   /// With measure: keep what was measured in the timing cache and reuse it (docs/partial-lowering.md,
   /// "The timing cache"): each region's verdict, keyed by its canonical graph, input shapes and

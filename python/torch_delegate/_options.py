@@ -129,10 +129,14 @@ def _knob(knob: str, value: Any, who: str) -> Any:
             raise ValueError(f"{who}: min_gain must be a share of the method's time in [0, 1) (0.01: 1 %), got {value!r}")
         return float(value)
     elif knob == "measure_time_limit_s":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        try:
+            seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        except OverflowError:  # an int beyond a float's range
+            seconds = float("inf")
+        if seconds is None or not 0 <= seconds < float("inf"):
             raise ValueError(f"{who}: measure_time_limit_s must be the seconds a measured lowering may spend measuring, "
                              f"a finite number >= 0 (0: no limit), got {value!r}")
-        return float(value)
+        return seconds
     elif knob == "timing_cache":
         if not isinstance(value, (bool, str)) or value == "":
             raise TypeError(f"{who}: timing_cache must be True, False or a directory (a non-empty str), got {value!r}")

@@ -504,6 +504,8 @@ class Options(unittest.TestCase):
              "spend measuring, a finite number >= 0 (0: no limit), got -1"),
             ({"measure_time_limit_s": float("inf")}, ValueError, "measure_time_limit_s must be the seconds a measured "
              "lowering may spend measuring, a finite number >= 0 (0: no limit), got inf"),
+            ({"measure_time_limit_s": 10 ** 400}, ValueError, "measure_time_limit_s must be the seconds a measured "
+             f"lowering may spend measuring, a finite number >= 0 (0: no limit), got {10 ** 400!r}"),
             ({"keep_kinds": [1]}, TypeError, "keep_kinds must be a name (str) or names, got [1]"),
             ({"methods": []}, ValueError, "methods must name at least one method, got []"),
             ({"replay": "a plan"}, TypeError,

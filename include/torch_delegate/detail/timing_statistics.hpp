@@ -61,9 +61,13 @@ class time_limit {
       deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                           std::chrono::duration<double>(std::min(seconds, 1e9)));
   }
-  bool spent() const { return deadline_ && std::chrono::steady_clock::now() >= *deadline_; }
-  /// The seconds left (infinity without a deadline; 0 or less once it has passed).
+  bool spent() const { return given_up_ || (deadline_ && std::chrono::steady_clock::now() >= *deadline_); }
+  /// From now on spent(): what is left is not measured (a comparison whose 2 first rounds did
+  /// not fit: smaller ones might, but a lowering that stopped measuring stops for good).
+  void give_up() { given_up_ = true; }
+  /// The seconds left (infinity without a deadline; 0 or less once it has passed or is given up).
   double seconds_left() const {
+    if (given_up_) return 0;
     return deadline_ ? std::chrono::duration<double>(*deadline_ - std::chrono::steady_clock::now()).count()
                      : std::numeric_limits<double>::infinity();
   }
@@ -80,6 +84,7 @@ class time_limit {
 
  private:
   std::optional<std::chrono::steady_clock::time_point> deadline_;
+  bool given_up_ = false;
 };
 
 /// What the rounds of two paths say.
@@ -92,6 +97,7 @@ struct paired_comparison {
                                 // verdict in fewer than min_rounds rounds, the t test's p (early)
   double first_ms = 0.0;        // medians of each path's rounds
   double second_ms = 0.0;
+  bool hard_stop = false;       // the rounds stopped because rule.hard_budget_s was spent
   bool out_of_time = false;     // not separable because the lowering's measure_time_limit_s was
                                 // spent (before the first round, or during the rounds)
 

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <functional>
 #include <iosfwd>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -263,7 +264,7 @@ struct timing_source {
   /// region in an if or loop body).
   virtual std::optional<region_timing> region_ms(const region_to_time& what) = 0;
   /// One call of the original `method` of `module` on its example `inputs` (the fastest of a few):
-  /// what min_gain is a share of.
+  /// what min_gain is a share of; below 0 where the time limit leaves no room for it.
   virtual double method_ms(const torch::jit::Module& module, const std::string& method,
                            const std::vector<c10::IValue>& inputs) = 0;
   /// The region of `what` on its backend (first: backend_ms) and on `other`, compiled with
@@ -280,6 +281,10 @@ struct timing_source {
   /// Whether the lowering's measure_time_limit_s is spent: then nothing more is timed (each
   /// comparison returns at once, not separable and out_of_time).
   virtual bool out_of_time() const { return false; }
+  /// The seconds left of measure_time_limit_s (infinity without a limit).
+  virtual double seconds_left() const { return std::numeric_limits<double>::infinity(); }
+  /// Ends the measuring, as the limit does (something would not fit in what is left of it).
+  virtual void give_up() {}
   /// How far the lowering is (partition_options::progress): `stage` and what is being done.
   virtual void progress(std::string_view, const std::string&) {}
   /// The lowering `step` of `steps` (choose_order's) starts: `what` prefixes the updates.
@@ -300,6 +305,8 @@ struct clock_timing final : timing_source {
   /// The lowering's measure_time_limit_s (none unless started).
   time_limit limit;
   bool out_of_time() const override { return limit.spent(); }
+  double seconds_left() const override { return limit.seconds_left(); }
+  void give_up() override { limit.give_up(); }
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_ms(const region_to_time& what) override;
   TORCH_DELEGATE_INTERNAL std::optional<region_timing> region_against(const region_to_time& what, const backend_lowering& other,
                                                                       const c10::impl::GenericDict& other_spec) override;
@@ -309,10 +316,11 @@ struct clock_timing final : timing_source {
                                                             const std::string& method,
                                                             const std::vector<c10::IValue>& inputs) override;
 
- private:
-  // `compared`, marked out_of_time when it did not separate and the deadline has passed.
-  paired_comparison marked(paired_comparison compared) const {
-    compared.out_of_time = compared.verdict == separation::not_separable && out_of_time();
+  /// `compared`, run under limit.within(`rule`), marked out_of_time where the limit stopped its
+  /// rounds: not separable, stopped by a hard budget the deadline had cut below the rule's own.
+  paired_comparison marked(paired_comparison compared, const sampling_rule& rule, const sampling_rule& cut) const {
+    compared.out_of_time |= compared.verdict == separation::not_separable && compared.hard_stop &&
+                            cut.hard_budget_s < rule.hard_budget_s;
     return compared;
   }
 };
@@ -347,7 +355,17 @@ class cached_timing final : public timing_source {
   TORCH_DELEGATE_INTERNAL paired_comparison compare_methods(const torch::jit::Module& first, const torch::jit::Module& second,
                                                             const std::string& method,
                                                             const std::vector<c10::IValue>& inputs) override;
-  bool out_of_time() const override { return clock_.out_of_time(); }
+  /// The clock's; a true answer counts as cutting the lowering short (its caller skips something).
+  bool out_of_time() const override {
+    const bool spent = clock_.out_of_time();
+    cut_short_ |= spent;
+    return spent;
+  }
+  double seconds_left() const override { return clock_.seconds_left(); }
+  void give_up() override {
+    clock_.give_up();
+    cut_short_ = true;
+  }
   TORCH_DELEGATE_INTERNAL void progress(std::string_view stage, const std::string& detail) override;
   TORCH_DELEGATE_INTERNAL void lowering_step(std::size_t step, std::size_t steps, const std::string& what) override;
   /// The last update of a measured plan or lowering: "done", with the counts of timed() and reused().
@@ -356,8 +374,8 @@ class cached_timing final : public timing_source {
   /// Regions timed, and regions whose verdict was reused (the cache, or an alike region).
   std::size_t timed() const { return timed_; }
   std::size_t reused() const { return reused_; }
-  /// Whether a comparison was cut short or skipped by the time limit (out_of_time): then the
-  /// lowering's decisions are not kept in the cache (its verdicts are).
+  /// Whether the time limit cut a comparison short or made the lowering skip one (out_of_time):
+  /// then the lowering's decisions are not kept in the cache (its verdicts are).
   bool cut_short() const { return cut_short_; }
 
  private:
@@ -369,7 +387,7 @@ class cached_timing final : public timing_source {
   std::function<void(const progress_update&)> callback_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::size_t step_ = 0, steps_ = 1, timed_ = 0, reused_ = 0;
-  bool cut_short_ = false;
+  mutable bool cut_short_ = false;  // set by out_of_time() too
   std::string what_;
   std::string fingerprint_;  // machine_fingerprint, once per lowering
   std::unordered_map<std::string, region_timing> known_;  // region_key digest -> timing
@@ -417,11 +435,14 @@ TORCH_DELEGATE_INTERNAL std::unique_ptr<region_decider> decider_for(const partit
 /// only when its partition is new and saves enough, and compared with the best so far, which it
 /// replaces only when faster beyond the spread (so the list's order stays where they do not
 /// separate); then only the fastest is checked as above. `lowered` as it is when nothing was
-/// measured (no measure, a replay, no example inputs).
+/// measured (no measure, a replay, no example inputs). With a time limit, an order is begun only
+/// where the time left is at least the longest an order took so far (`first_order_s`: the list's
+/// order, `lowered`'s lowering).
 TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& backends, const torch::jit::Module& module,
                                                         const partition_options& options,
                                                         const std::vector<c10::impl::GenericDict>& specs,
-                                                        timing_source& timing, torch::jit::Module lowered);
+                                                        timing_source& timing, torch::jit::Module lowered,
+                                                        double first_order_s = 0);
 
 /// What a whole measured lowering depends on, as text for key_digest: the backends (names,
 /// payload versions, specs), the options that change decisions, each method's code (its graph and,

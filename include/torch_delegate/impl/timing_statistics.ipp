@@ -125,7 +125,10 @@ TORCH_DELEGATE_DECL paired_comparison sample_until_separated(const std::function
     const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // Calls so long that even the minimum of rounds would take minutes (a whole model in
     // TorchScript on a loaded machine): what the rounds so far did not separate, the rules decide.
-    if (spent >= rule.hard_budget_s) return so_far;
+    if (spent >= rule.hard_budget_s) {
+      so_far.hard_stop = true;
+      return so_far;
+    }
     if (first.size() < rule.min_rounds) continue;  // early, only a wide gap stops the rounds
     if (!can_still_separate(so_far, rule)) return so_far;
     const bool leaning = 4 * std::max(so_far.first_wins, so_far.second_wins) >= 3 * first.size();

@@ -269,6 +269,7 @@ class measured_decider final : public region_decider {
     const std::string& method = candidates.method;
     if (whole_ms_ < 0 && timing_.out_of_time()) return;  // the method not timed: the winners go to their backend
     if (whole_ms_ < 0) whole_ms_ = timing_.method_ms(*module_, method, *inputs_);
+    if (whole_ms_ < 0) return;  // no room for it in the time limit: the same
     auto saved = [&](std::size_t i) { return candidates.reports[i].torchscript_ms - candidates.reports[i].backend_ms; };
     std::stable_sort(winners.begin(), winners.end(), [&](std::size_t a, std::size_t b) { return saved(a) < saved(b); });
     std::vector<region_times> times;

@@ -16,6 +16,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <set>
@@ -92,7 +93,8 @@ inline bool mixes_backends(const std::vector<method_delegation>& methods) {
 TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& backends, const torch::jit::Module& module,
                                                         const partition_options& options,
                                                         const std::vector<c10::impl::GenericDict>& specs,
-                                                        timing_source& timing, torch::jit::Module lowered) {
+                                                        timing_source& timing, torch::jit::Module lowered,
+                                                        double first_order_s) {
   if (!options.measure || options.replay || options.example_inputs.empty()) return lowered;
   if (!options.choose_order || backends.size() < 2) return checked_whole(backends, module, options, specs, timing, std::move(lowered));
   // The list's order (`lowered`), then each other backend first (the rest in the list's order),
@@ -209,6 +211,7 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
                                     ") beyond the spread; its regions are not timed");
     return true;
   };
+  double longest_order_s = first_order_s;  // the longest an order took, for the time limit
   // `promoted`: the backend the order puts ahead of its place in the list (nullptr for one alone).
   auto try_order = [&](backend_list order, std::vector<c10::impl::GenericDict> order_specs, const promotion* promoted) {
     const std::string text = order_text(order);
@@ -218,6 +221,23 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
       timing.progress("choosing", "not tried: measure_time_limit_s was spent");
       return;
     }
+    // An order costs about what one before it did: one begun with less left overruns the limit.
+    if (const double left = timing.seconds_left(); left < longest_order_s) {
+      std::ostringstream why;
+      why.precision(3);
+      why << "not tried: less of measure_time_limit_s is left (" << left << " s) than an order took (" << longest_order_s << " s)";
+      timing.progress("choosing", why.str());
+      timing.give_up();
+      return;
+    }
+    const auto order_began = std::chrono::steady_clock::now();
+    struct took_at_least {
+      double& longest;
+      std::chrono::steady_clock::time_point began;
+      ~took_at_least() {
+        longest = std::max(longest, std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      }
+    } count_it{longest_order_s, order_began};
     if (promoted && screened_out(order, order_specs, text, *promoted)) return;
     partitioned_module planned =
         partition_module(order, module, candidate_options, *decider_for(candidate_options, &order_specs, timing, promoted));
@@ -231,6 +251,10 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module tune_lowered(const backend_list& back
           return;
         }
     if (!worth_building(methods, text)) return;
+    if (timing.out_of_time()) {  // it could not be compared with the best
+      timing.progress("choosing", "not built: measure_time_limit_s was spent");
+      return;
+    }
     torch::jit::Module built = build_partitioned(order, std::move(planned), options, order_specs);
     candidates.push_back({std::move(order), std::move(order_specs), text, std::move(built), std::move(methods)});
     compare_with_best(candidates.size() - 1);
@@ -443,8 +467,10 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module lower_measured(const backend_list& ba
   if (options.choose_order && backends.size() > 1)
     timing.lowering_step(0, backends.size(),
                          "lowering 1 of " + std::to_string(backends.size()) + " (" + order_text(backends) + ")");
+  const auto began = std::chrono::steady_clock::now();
   torch::jit::Module lowered = lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
-  lowered = tune_lowered(backends, module, options, specs, timing, std::move(lowered));
+  const double first_order_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  lowered = tune_lowered(backends, module, options, specs, timing, std::move(lowered), first_order_s);
   // A lowering the time limit cut short is not kept: the next one reuses its verdicts and
   // measures what it did not.
   if (file && !timing.cut_short())

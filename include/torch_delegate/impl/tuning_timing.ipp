@@ -91,15 +91,19 @@ inline region_timing not_timed() {
 /// delayed by another process is never faster). Not begun (out_of_time) where two rounds do not
 /// fit in `clock`'s time limit.
 template <class F, class G>
-paired_comparison blocks_until_separated(F&& first, G&& second, const sampling_rule& rule, const clock_timing& clock) {
+paired_comparison blocks_until_separated(F&& first, G&& second, const sampling_rule& rule, clock_timing& clock) {
   first();  // warm-up: first calls allocate, set up, optimise (the profiling executor)
   second();
   const double longest = std::max(elapsed_ms(first), elapsed_ms(second));
   const bool drop_first = drops_first_call(longest);
   const std::size_t per_block = calls_per_block(longest);
-  if (!clock.limit.fits_two_rounds(2.0 * double(per_block + drop_first) * longest)) return not_timed().compared;
+  if (!clock.limit.fits_two_rounds(2.0 * double(per_block + drop_first) * longest)) {
+    clock.limit.give_up();
+    return not_timed().compared;
+  }
+  const sampling_rule cut = clock.limit.within(rule);
   std::size_t round = 0;
-  return sample_until_separated(
+  const paired_comparison compared = sample_until_separated(
       [&]() -> std::pair<double, double> {
         if (round++ % 2 == 1) {
           const double b = fastest_in_block(second, drop_first, per_block);
@@ -108,7 +112,8 @@ paired_comparison blocks_until_separated(F&& first, G&& second, const sampling_r
         const double a = fastest_in_block(first, drop_first, per_block);
         return {a, fastest_in_block(second, drop_first, per_block)};
       },
-      clock.limit.within(rule));
+      cut);
+  return clock.marked(compared, rule, cut);
 }
 
 TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(const region_to_time& what) {
@@ -153,7 +158,11 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
   std::vector<double> after_kept;
   const bool between_compute = timed_between_neighbours(formed, longest);
   // A round: a block of each path, or between neighbours' stand-ins 2 calls of each and one more.
-  if (!limit.fits_two_rounds((between_compute ? 5.0 : 2.0 * double(calls + drop_first)) * longest)) return not_timed();
+  if (!limit.fits_two_rounds((between_compute ? 5.0 : 2.0 * double(calls + drop_first)) * longest)) {
+    limit.give_up();
+    return not_timed();
+  }
+  const sampling_rule cut = limit.within(region_rule);
   std::size_t round = 0;
   const paired_comparison compared = sample_until_separated(
       [&]() -> std::pair<double, double> {
@@ -195,10 +204,10 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_ms(con
         after_kept.push_back(0.0);
         return {backend_ms, script_ms};
       },
-      limit.within(region_rule));
+      cut);
   const double usual_following = median(after_kept);
   return region_timing{std::max(0.0, compared.first_ms - usual_following), std::max(0.0, compared.second_ms - usual_following),
-                       marked(compared)};
+                       marked(compared, region_rule, cut)};
 }
 
 TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_against(const region_to_time& what,
@@ -217,15 +226,20 @@ TORCH_DELEGATE_INTERNAL std::optional<region_timing> clock_timing::region_agains
   torch::jit::Method calls[2] = {first->lowered.get_method(what.name), second->lowered.get_method(what.name)};
   // The two backends' regions alone, in blocks, as a region against TorchScript in blocks (region_ms).
   const paired_comparison compared =
-      marked(blocks_until_separated([&] { calls[0](first->inputs); }, [&] { calls[1](second->inputs); }, region_rule, *this));
+      blocks_until_separated([&] { calls[0](first->inputs); }, [&] { calls[1](second->inputs); }, region_rule, *this);
   return region_timing{compared.first_ms, compared.second_ms, compared};
 }
 
 TORCH_DELEGATE_INTERNAL double clock_timing::method_ms(const torch::jit::Module& module, const std::string& method,
                                                       const std::vector<c10::IValue>& inputs) {
+  if (out_of_time()) return -1;
   c10::NoGradGuard no_grad;
   torch::jit::Method call = module.get_method(method);
-  call(inputs);  // the profiling executor profiles its first call
+  const double first_ms = elapsed_ms([&] { call(inputs); });  // the profiling executor profiles its first call
+  if (!limit.fits_two_rounds(first_ms)) {  // the 2 calls it takes at least
+    limit.give_up();
+    return -1;
+  }
   // The fastest of up to 5, as a region's blocks take the fastest of theirs: min_gain compares this
   // with regions' times, which a loaded moment must not inflate on one side only. Calls stop
   // once they have taken 2 blocks' budget, after at least 2 (the first of them optimises):
@@ -247,7 +261,7 @@ TORCH_DELEGATE_INTERNAL paired_comparison clock_timing::compare_methods(const to
   if (out_of_time()) return not_timed().compared;
   c10::NoGradGuard no_grad;
   torch::jit::Method calls[2] = {first.get_method(method), second.get_method(method)};
-  return marked(blocks_until_separated([&] { calls[0](inputs); }, [&] { calls[1](inputs); }, method_rule, *this));
+  return blocks_until_separated([&] { calls[0](inputs); }, [&] { calls[1](inputs); }, method_rule, *this);
 }
 
 TORCH_DELEGATE_INTERNAL void describe_for_key(std::ostream& out, const c10::IValue& value) {
@@ -420,6 +434,10 @@ TORCH_DELEGATE_INTERNAL double cached_timing::method_ms(const torch::jit::Module
   const auto known = method_times_.find(method);
   if (known != method_times_.end()) return known->second;
   const double ms = clock_.method_ms(original_ ? *original_ : module, method, inputs);
+  if (ms < 0) {
+    cut_short_ = true;  // not timed: the time limit
+    return ms;
+  }
   method_times_.emplace(method, ms);
   return ms;
 }
