@@ -38,7 +38,9 @@
 #include <torch_delegate/impl/signature.ipp>
 #include <torch_delegate/impl/tuning.ipp>
 #include <torch_delegate/impl/tuning_lowering.ipp>
+#include <torch_delegate/impl/measured_lowering.ipp>
 #include <torch_delegate/impl/tuning_timing.ipp>
+#include <torch_delegate/impl/cached_timing.ipp>
 #include <torch_delegate/impl/timing_cache.ipp>
 #include <torch_delegate/impl/timing_statistics.ipp>
 #include <torch_delegate/impl/version.ipp>

@@ -50,6 +50,16 @@ torch::jit::Module script_with_custom_ops(const std::string& source) {
   module.define(source, std::make_shared<CustomOpsResolver>());
   return module;
 }
+/// Measured partitioning on `inputs` (forward's), the timing cache off, each progress update kept in `updates`.
+torch_delegate::partition_options measured_options(std::vector<c10::IValue> inputs,
+                                                   std::vector<torch_delegate::progress_update>& updates) {
+  torch_delegate::partition_options options;
+  options.example_inputs["forward"] = std::move(inputs);
+  options.measure = true;
+  options.timing_cache = false;
+  options.progress = [&updates](const torch_delegate::progress_update& update) { updates.push_back(update); };
+  return options;
+}
 }  // namespace
 
 TEST_CASE("measured partitioning: a region slower on its backend stays in TorchScript; a plan replays decisions") {
@@ -716,12 +726,8 @@ def forward(self, x, h):
     return td_test_partition.slow_add(b, h)
 )");
   const at::Tensor x = torch::randn({16}), h = torch::randn({16});
-  torch_delegate::partition_options options;
-  options.example_inputs["forward"] = {x, h};
-  options.measure = true;
-  options.timing_cache = false;
   std::vector<torch_delegate::progress_update> updates;
-  options.progress = [&](const torch_delegate::progress_update& update) { updates.push_back(update); };
+  torch_delegate::partition_options options = measured_options({x, h}, updates);
 
   SUBCASE("equal times (8 against 8 ms), min_gain 0: not separable, delegated by the list's order, and the report says so") {
     options.min_gain = 0;
@@ -817,12 +823,8 @@ def forward(self, x, h):
 
 TEST_CASE("measured partitioning: measure_time_limit_s bounds the measuring; what is not measured goes by the list's order") {
   const at::Tensor x = torch::randn({16}), h = torch::randn({16});
-  torch_delegate::partition_options options;
-  options.example_inputs["forward"] = {x, h};
-  options.measure = true;
-  options.timing_cache = false;
   std::vector<torch_delegate::progress_update> updates;
-  options.progress = [&](const torch_delegate::progress_update& update) { updates.push_back(update); };
+  torch_delegate::partition_options options = measured_options({x, h}, updates);
 
   SUBCASE("spent before the first timing: nothing is timed; a region slower on its backend is delegated, unmeasured") {
     const auto module = script(R"(
@@ -964,6 +966,11 @@ def forward(self, x, h):
     CHECK(spent.spent());
     CHECK(!spent.fits_two_rounds(0.001));
     CHECK(spent.within(torch_delegate::detail::region_rule).hard_budget_s <= 0);
+    CHECK(limited.room_for_two_rounds(1000.0));
+    CHECK(!limited.spent());
+    CHECK(!limited.room_for_two_rounds(40000.0));  // does not fit: the measuring ends there
+    CHECK(limited.spent());
+    CHECK(limited.seconds_left() <= 0);
     far.start(1e300);  // no overflow: 1e9 s
     CHECK(!far.spent());
     CHECK(far.seconds_left() > 0.99e9);

@@ -81,6 +81,12 @@ class time_limit {
   /// round takes, come before: with what it costs to compile its paths, that is what a lowering
   /// can overrun the limit by.)
   bool fits_two_rounds(double round_ms) const { return 2 * round_ms <= 1e3 * seconds_left(); }
+  /// fits_two_rounds, and where they do not, give_up().
+  bool room_for_two_rounds(double round_ms) {
+    if (fits_two_rounds(round_ms)) return true;
+    give_up();
+    return false;
+  }
 
  private:
   std::optional<std::chrono::steady_clock::time_point> deadline_;
@@ -103,6 +109,9 @@ struct paired_comparison {
 
   bool operator==(const paired_comparison&) const = default;
 };
+
+/// Whether the time limit left no room for a comparison: nothing was timed.
+inline bool not_timed_at_all(const paired_comparison& compared) { return compared.out_of_time && compared.rounds == 0; }
 
 /// The two-sided sign test: the chance that one of two paths wins at least `wins` of `rounds`
 /// rounds when each round is a fair coin between them (rounds neither won count as lost).

@@ -32,7 +32,7 @@ inline std::string verdict_text(const paired_comparison& compared, const samplin
   std::ostringstream text;
   text.precision(2);
   const double margin = 100 * rule.margin;
-  if (compared.out_of_time && compared.rounds == 0) return "not measured: too little of measure_time_limit_s was left";
+  if (not_timed_at_all(compared)) return "not measured: too little of measure_time_limit_s was left";
   if (compared.out_of_time) {
     text << "not separable when measure_time_limit_s was spent: of " << compared.rounds << " rounds, " << compared.first_wins
          << " faster " << first << " and " << compared.second_wins << " faster " << second << " by more than " << margin << " %";
@@ -174,7 +174,7 @@ class measured_decider final : public region_decider {
       }
       const std::optional<region_timing> timing = timing_.region_ms(what);
       if (!timing) continue;
-      if (timing->compared.out_of_time && timing->compared.rounds == 0) {
+      if (not_timed_at_all(timing->compared)) {
         // Nothing timed (the time limit was spent before it): the rules decide, no times reported.
         const std::string evidence = verdict_text(timing->compared, region_rule, "on " + backend_name, "in TorchScript");
         if (const std::optional<std::string> why = not_by_the_list(backend_name, candidates.regions[i]))
@@ -232,7 +232,7 @@ class measured_decider final : public region_decider {
       const std::string mine = "on " + promoted_->backend, theirs = "on " + std::string(before->name());
       std::ostringstream text;
       text.precision(3);
-      if (against->compared.out_of_time && against->compared.rounds == 0) {
+      if (not_timed_at_all(against->compared)) {
         text << "not taken: " << promoted_->backend << ", put first by choose_order, takes only regions measured faster than on "
              << before->name() << ", which the list's order offers it to first; "
              << verdict_text(against->compared, region_rule, mine, theirs);
@@ -267,9 +267,8 @@ class measured_decider final : public region_decider {
   void keep_least_gains(const candidate_regions& candidates, std::vector<std::size_t>& winners,
                         std::vector<region_decision>& decisions) {
     const std::string& method = candidates.method;
-    if (whole_ms_ < 0 && timing_.out_of_time()) return;  // the method not timed: the winners go to their backend
     if (whole_ms_ < 0) whole_ms_ = timing_.method_ms(*module_, method, *inputs_);
-    if (whole_ms_ < 0) return;  // no room for it in the time limit: the same
+    if (whole_ms_ < 0) return;  // no room for it in the time limit: the winners go to their backend
     auto saved = [&](std::size_t i) { return candidates.reports[i].torchscript_ms - candidates.reports[i].backend_ms; };
     std::stable_sort(winners.begin(), winners.end(), [&](std::size_t a, std::size_t b) { return saved(a) < saved(b); });
     std::vector<region_times> times;
