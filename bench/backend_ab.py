@@ -58,7 +58,9 @@ print(json.dumps({"ms": statistics.median(times)}))
 def isa():
     with open("/proc/cpuinfo") as info:
         flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
-    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE4.1 or older"
+    cpu = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE4.1 or older"
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return cpu + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
 
 
 def measure(build, args, name, settings=()):

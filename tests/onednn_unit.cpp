@@ -1,12 +1,13 @@
 // Unit tests of the onednn backend's decisions, through its internal header: which steps fuse
 // (fusion.cpp), where a plan's values live in a call's buffer (placement.cpp, planner.cpp), the
 // bound of the plan-per-shape cache (backends/toolkit/plan_cache.hpp), version 1 payloads read as
-// version 2, and the kernels of ours (Winograd's transforms, SiLU, the channel shuffle) against
+// version 2, and the kernels of ours (Winograd's transforms, SiLU, the channel shuffle, the GEMM) against
 // references. Each fails
 // when a decision changes.
 #include "helpers.hpp"
 
 #include <onednn/channel_affine.hpp>
+#include <onednn/gemm.hpp>
 #include <onednn/internal.hpp>
 #include <onednn/shuffle.hpp>
 #include <onednn/silu.hpp>
@@ -800,6 +801,113 @@ TEST_CASE("residual adds as sum post-ops written over the residual, only where n
   for (int block = 0; block < 2; ++block) want = at::relu(convolve(at::relu(convolve(want))) + want);
   want = convolve(at::relu(convolve(want))) + want + want;
   CHECK(y.allclose(want, 1e-5, 1e-5));
+}
+
+TEST_CASE("gemm kernel: bias + in x weights^T as a product in double, every row count and last panel, only its rows and panels written") {
+  if (!winograd::cpu_supported()) return;  // AVX2's; plans do not use it elsewhere
+  for (const std::int64_t features : {0, 1, 3, 17, 64})
+    for (const std::int64_t outputs : {1, 15, 16, 17, 40})
+      for (const std::int64_t rows : {1, 5, 6, 7, 13}) {
+        CAPTURE(features);
+        CAPTURE(outputs);
+        CAPTURE(rows);
+        std::vector<float> in(static_cast<std::size_t>(rows * features)), weights(static_cast<std::size_t>(outputs * features)),
+            bias(static_cast<std::size_t>(outputs));
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::sin(0.37f * static_cast<float>(i) + 0.1f);
+        for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = std::cos(0.71f * static_cast<float>(i));
+        for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.25f * static_cast<float>(i) - 1.f;
+        std::vector<float> packed(static_cast<std::size_t>(gemm::panels(outputs) * features * gemm::panel_width), 42.f);
+        gemm::pack_weights(weights.data(), outputs, features, packed.data());
+        const auto want = [&](std::int64_t r, std::int64_t o) {
+          double sum = bias[o];
+          for (std::int64_t k = 0; k < features; ++k) sum += static_cast<double>(in[r * features + k]) * weights[o * features + k];
+          return sum;
+        };
+        // All of it in one call, then rows [1, rows - 1) of the last panel alone: nothing else written.
+        std::vector<float> out(static_cast<std::size_t>(rows * outputs) + 1, 42.f);
+        gemm::multiply(in.data(), features, packed.data(), bias.data(), out.data(), outputs, 0, rows, 0, gemm::panels(outputs));
+        double worst = 0;
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t o = 0; o < outputs; ++o) worst = std::max(worst, std::fabs(out[r * outputs + o] - want(r, o)));
+        CHECK(worst <= 1e-5 * (1 + features));
+        CHECK(out.back() == 42.f);
+        std::fill(out.begin(), out.end(), 42.f);
+        const std::int64_t last = gemm::panels(outputs) - 1;
+        gemm::multiply(in.data(), features, packed.data(), bias.data(), out.data(), outputs, 1, rows - 1, last, last + 1);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t o = 0; o < outputs; ++o) {
+            const bool written = r >= 1 && r < rows - 1 && o >= last * gemm::panel_width;
+            if (written)
+              CHECK(std::fabs(out[r * outputs + o] - want(r, o)) <= 1e-5 * (1 + features));
+            else
+              CHECK(out[r * outputs + o] == 42.f);
+          }
+      }
+}
+
+TEST_CASE("gemm kernel: its ReLU and erf GELU as the results are written, against double") {
+  if (!winograd::cpu_supported()) return;
+  const std::int64_t features = 1, outputs = 16, rows = 6;
+  std::vector<float> in(rows), weights(outputs, 1.f), bias(outputs), packed(outputs);
+  gemm::pack_weights(weights.data(), outputs, features, packed.data());
+  double worst_gelu = 0;
+  for (int start = 0; start < 2000; start += rows * outputs) {  // x = in[r] + bias[o] from -10 to 10
+    for (std::int64_t r = 0; r < rows; ++r) in[r] = -10.f + 0.01f * static_cast<float>(start + r * outputs);
+    for (std::int64_t o = 0; o < outputs; ++o) bias[o] = 0.01f * static_cast<float>(o);
+    std::vector<float> relu(rows * outputs), gelu(rows * outputs);
+    gemm::multiply(in.data(), features, packed.data(), bias.data(), relu.data(), outputs, 0, rows, 0, 1, gemm::activation::relu);
+    gemm::multiply(in.data(), features, packed.data(), bias.data(), gelu.data(), outputs, 0, rows, 0, 1, gemm::activation::gelu_erf);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t o = 0; o < outputs; ++o) {
+        const double x = static_cast<double>(in[r] + bias[o]);
+        CHECK(relu[r * outputs + o] == static_cast<float>(std::max(x, 0.0)));
+        worst_gelu = std::max(worst_gelu, std::fabs(gelu[r * outputs + o] - 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)))) / (1 + std::fabs(x)));
+      }
+  }
+  INFO("worst GELU error / (1 + |x|): " << worst_gelu);
+  CHECK(worst_gelu < 3e-7);
+}
+
+TEST_CASE("gemm in a plan: a linear and its ReLU or GELU on our GEMM where own_gemm_enabled(), 1 and 2 threads, the result ATen's") {
+  // linear 37 -> 21 (0 -> 1) over [3, 7, 37] or [2000, 37], then relu or gelu (-> 2): 21 outputs,
+  // a last panel of 5; the activation applied as the GEMM writes, no step of its own.
+  torch::manual_seed(13);
+  std::map<std::string, at::Tensor> weights{{"w", torch::randn({21, 37})}, {"b", torch::randn({21})}};
+  for (const bool gelu : {false, true}) {
+    CAPTURE(gelu);
+    region_payload payload{1, 3, {}, {2}};
+    step_record fc = record("linear", {0}, 1);
+    fc.weight = "w", fc.bias = "b";
+    step_record after = record(gelu ? "activation" : "relu", {1}, 2);
+    if (gelu) after.activation = activation_parameters{"gelu_erf"};
+    payload.steps = {fc, after};
+    // Plans of one region in turn: ours packs the weights the store held, a later one reuses them,
+    // oneDNN's unpacks them; then the other way round (ours from oneDNN's layout).
+    compiled_region region = compile_region(payload, weights);
+    compiled_region other = compile_region(payload, weights);
+    using sizes_of = std::vector<std::int64_t>;
+    for (const auto& [sizes, compiled] : {std::pair{sizes_of{3, 7, 37}, &region}, std::pair{sizes_of{2000, 37}, &region},
+                                          std::pair{sizes_of{5, 37}, &region}, std::pair{sizes_of{5, 37}, &other},
+                                          std::pair{sizes_of{3, 7, 37}, &other}}) {
+      CAPTURE(sizes);
+      const bool on_ours = own_gemm_enabled() && sizes[0] != 5;  // 5 rows: oneDNN's (below one block of 6)
+      const auto plan = planner(*compiled->region, compiled->plans->weights, {sizes}).build();
+      std::size_t ours = 0;
+      for (const plan_implementation& each : plan->implementations) ours += each.implementation == "gemm:avx2";
+      CHECK(ours == (on_ours ? 1 : 0));
+      if (on_ours) CHECK(plan->calls.size() == 1);
+      const int threads_before = at::get_num_threads();
+      for (const int threads : {1, 2}) {  // [2000, 37] x 21: above one_thread_work, split between threads at 2
+        at::set_num_threads(threads);
+        const at::Tensor x = torch::randn(sizes);
+        const std::vector<c10::IValue> inputs{x};
+        const at::Tensor y = OnednnBackend().execute(*compiled, torch_delegate::inputs(inputs))[0].toTensor();
+        const at::Tensor made = at::linear(x, weights["w"], weights["b"]);
+        CHECK(y.allclose(gelu ? at::gelu(made) : at::relu(made), 1e-5, 1e-5));
+      }
+      at::set_num_threads(threads_before);
+    }
+  }
 }
 
 TEST_CASE("silu kernel: x / (1 + exp(-x)) within 3e-7, every tail length, in place, the limits") {

@@ -93,6 +93,15 @@ bool cat_chain_enabled();
 /// Whether a region's dense results are written by their primitives straight into the tensors the
 /// call returns (no copy at the end). TD_ONEDNN_DIRECT_OUTPUTS=0 turns it off.
 bool direct_outputs_enabled();
+/// Whether plans run linears of 6 rows and more on our GEMM (gemm.hpp, build_linear.cpp) rather
+/// than oneDNN's inner product: on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its
+/// brgemm matmul is faster), and TD_ONEDNN_GEMM not 0.
+bool own_gemm_enabled();
+/// Below this many multiply-adds (or values read), a convolution, pooling, elementwise step or
+/// linear on our GEMM runs on the calling thread: a squeeze-excitation's one-pixel convolutions
+/// took 6-8 us on 2 threads and 2-4 us on one on an AVX-512 EPYC (oneDNN's OpenMP fork and join),
+/// and its pooling and multiply likewise (docs/onednn.md).
+inline constexpr std::int64_t one_thread_work = 256 * 1024;
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
 /// on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its swish post-op
 /// is faster: EfficientNet-B0 6.2-6.4 ms against 6.6-6.7), and TD_ONEDNN_SILU not 0.
@@ -237,6 +246,9 @@ class planner {
   bool winograd_convolution(std::size_t index);
   // build_linear.cpp
   void linear(std::size_t index);
+  /// Linear `index` on our GEMM (own_gemm_enabled()): its input `flat` ([rows, I], dense), its
+  /// result dense with sizes `shaped`, the bias the store's or, where not no_slot, `given_bias`.
+  void linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64_t rows, const dims& shaped, std::size_t given_bias);
   // build_eltwise.cpp: activations, add, mul, scale
   void eltwise(std::size_t index);
   void own_silu(std::size_t index, std::size_t in, bool in_place);

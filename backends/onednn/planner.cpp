@@ -118,12 +118,6 @@ std::shared_ptr<const execution_plan> planner::build() {
   return made_;
 }
 
-/// Below this many multiply-adds (or values read), a convolution, pooling or elementwise step runs on
-/// the calling thread: a squeeze-excitation's one-pixel convolutions took 6-8 us on 2 threads and
-/// 2-4 us on one on an AVX-512 EPYC (oneDNN's OpenMP fork and join), and its pooling and multiply
-/// likewise (docs/onednn.md).
-constexpr std::int64_t one_thread_work = 256 * 1024;
-
 bool planner::small_step(std::size_t index) const {
   static const bool enabled = !switched_off("TD_ONEDNN_ONE_THREAD");
   const compiled_step& s = step(index);

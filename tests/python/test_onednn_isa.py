@@ -209,11 +209,41 @@ x = torch.rand(2, 49, 32)
         # Swin V2's qkv bias (test_onednn.py has the matmul oneDNN runs on AVX-512): at AVX2 an
         # inner product, and where every kernel is "reference" ATen's linear, each reading the
         # bias the call gives it (plan_of checks the result against eager's).
+        # At AVX2 our GEMM first (98 rows), its ReLU applied as it writes.
         plan = self.plan_of(self.COMPUTED_BIAS)
+        self.assertIn(("0 linear", "inner_product", "gemm:avx2"), [(e[2], e[3], e[4]) for e in plan])
+        self.assertEqual([e for e in plan if e[4].startswith("aten::") or "relu" in e[2]], [])
+        plan = self.plan_of(self.COMPUTED_BIAS, extra_env={"TD_ONEDNN_GEMM": "0"})
         self.assertIn(("0 linear", "inner_product"), [(e[2], e[3]) for e in plan])
-        self.assertEqual([e for e in plan if e[4].startswith("aten::")], [])
-        plan = self.plan_of(self.COMPUTED_BIAS, extra_env={"TD_ONEDNN_TREAT_AS_REFERENCE": "jit,gemm"})
+        self.assertEqual([e for e in plan if e[4].startswith("aten::") or e[4] == "gemm:avx2"], [])
+        plan = self.plan_of(self.COMPUTED_BIAS, extra_env={"TD_ONEDNN_GEMM": "0", "TD_ONEDNN_TREAT_AS_REFERENCE": "jit,gemm"})
         self.assertIn(("0 linear", "inner_product", "aten::linear"), [(e[2], e[3], e[4]) for e in plan])
+
+    MLP = """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down, self.head = nn.Linear(40, 72), nn.Linear(72, 40), nn.Linear(40, 10)
+    def forward(self, x):
+        y = self.down(torch.nn.functional.gelu(self.up(x))) + x
+        return self.head(y.mean(1))
+torch.manual_seed(0)
+model = Model()
+x = torch.rand(2, 50, 40)
+"""
+
+    def test_linears_on_our_gemm_at_avx2_from_6_rows(self):
+        # A transformer's MLP: its two linears over 100 rows on our GEMM, the GELU applied as the
+        # first writes; the head over 2 rows on oneDNN's inner product. TD_ONEDNN_GEMM=0: all three
+        # oneDNN's, the GELU a post-op. plan_of checks each result against eager's.
+        rows = lambda plan: [(e[2], e[4]) for e in plan if e[3] == "inner_product"]  # noqa: E731
+        plan = self.plan_of(self.MLP)
+        self.assertEqual([name for name, kernel in rows(plan) if kernel == "gemm:avx2"], ["0 linear", "2 linear"])
+        self.assertEqual(len(rows(plan)), 3)
+        self.assertEqual([e for e in plan if "activation" in e[2]], [])
+        plan = self.plan_of(self.MLP, extra_env={"TD_ONEDNN_GEMM": "0"})
+        self.assertEqual([kernel for _, kernel in rows(plan) if kernel == "gemm:avx2"], [])
+        self.assertEqual(len(rows(plan)), 3)
 
 
 class Query(unittest.TestCase):

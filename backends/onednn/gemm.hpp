@@ -1,0 +1,41 @@
+// A linear's matrix product as a kernel of ours, for machines where oneDNN runs AVX2, not
+// AVX-512: there oneDNN 2.6's inner product is its AVX2 sgemm, which packs the weights again in
+// every call (docs/performance.md "Linears on a GEMM of ours"). The weights are packed once, when
+// the plan is built, in panels of 16 outputs ([panels, features, 16], zero past the last output),
+// and each call multiplies rows of the input by whole panels: 6 rows x 16 outputs a step, in 12
+// AVX2 registers, the bias as the starting value. AVX2 and FMA, compiled for them whatever the
+// build's flags: a plan uses it only where own_gemm_enabled() (plan.hpp). No LibTorch here:
+// tests/onednn_unit.cpp compares it with a product in double.
+#pragma once
+
+#include <cstdint>
+
+namespace onednn_delegate::gemm {
+
+/// The outputs of one panel.
+constexpr std::int64_t panel_width = 16;
+
+/// How many panels `outputs` outputs take.
+constexpr std::int64_t panels(std::int64_t outputs) { return (outputs + panel_width - 1) / panel_width; }
+
+/// Packs `weights` ([outputs, features], row-major: a linear's) into `packed`, which holds
+/// panels(outputs) * features * 16 floats: packed[(p * features + k) * 16 + j] is
+/// weights[p * 16 + j][k], 0 where p * 16 + j >= outputs.
+void pack_weights(const float* weights, std::int64_t outputs, std::int64_t features, float* packed);
+
+/// The inverse of pack_weights: `weights` ([outputs, features]) from `packed`.
+void unpack_weights(const float* packed, std::int64_t outputs, std::int64_t features, float* weights);
+
+/// An activation applied to each result as it is written (a linear's fused one).
+enum class activation { none, relu, gelu_erf };
+
+/// out[r][o] = f(bias[o] + sum over k of in[r][k] * weights[o][k]), f the activation `then`, for
+/// the rows [first_row, last_row) and the outputs of panels [first_panel, last_panel). `in` is
+/// [rows, features] and `out` [rows, outputs], row-major; `packed` as pack_weights made it;
+/// `bias` [outputs]. Calls on disjoint rows or panels may run at the same time. GELU's erf is
+/// Abramowitz and Stegun's 7.1.26 (absolute error below 1e-7 |x| in the result: avx2_math.hpp).
+void multiply(const float* in, std::int64_t features, const float* packed, const float* bias, float* out, std::int64_t outputs,
+              std::int64_t first_row, std::int64_t last_row, std::int64_t first_panel, std::int64_t last_panel,
+              activation then = activation::none);
+
+}  // namespace onednn_delegate::gemm
