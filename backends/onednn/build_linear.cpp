@@ -113,8 +113,8 @@ void planner::linear(std::size_t index) {
     if (b != dims{outputs}) refuse("a linear of " + std::to_string(outputs) + " outputs given a bias of sizes " + c10::str(c10::IntArrayRef(b)));
     given_bias = as(value(fc.record.inputs[1]), dense(b));
   }
-  // Our GEMM from one block of 6 rows up; below, oneDNN's product of a vector (a CNN's classifier:
-  // 512 -> 1000 at batch 1 took 19 us on it, 22 on ours, under the AVX2 cap).
+  // Our GEMM from one block of 6 rows up; below, oneDNN's product of a vector (a CNN's classifier
+  // at batch 1: 512 -> 1000 took 19 us on it, 22 on ours, at the AVX2 cap; no gain there).
   if (own_gemm_enabled() && rows >= 6) return linear_on_own_gemm(index, flat, rows, shaped, given_bias);
   if (store_.weights[index].get_desc() == packed_weights_desc(outputs, features)) {  // an earlier plan's, for our GEMM
     dnnl::memory plain(md({outputs, features}, f32, tag::ab), cpu_engine());
