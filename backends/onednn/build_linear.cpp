@@ -23,7 +23,19 @@ bool own_gemm_enabled() {
   return enabled;
 }
 
-void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64_t rows, const dims& shaped, std::size_t given_bias) {
+std::optional<gemm::activation> planner::own_gemm_activation(std::size_t index) const {
+  const std::vector<std::size_t>& post_ops = step(index).fusion.post_ops;
+  if (post_ops.empty()) return gemm::activation::none;
+  if (post_ops.size() > 1) return std::nullopt;
+  const compiled_step& after = step(post_ops[0]);
+  if (after.kind == step_kind::relu) return gemm::activation::relu;
+  if (after.kind == step_kind::activation && after.record.activation && after.record.activation->kind == "gelu_erf")
+    return gemm::activation::gelu_erf;
+  return std::nullopt;
+}
+
+void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64_t rows, const dims& shaped, std::size_t given_bias,
+                                 gemm::activation then) {
   const compiled_step& fc = step(index);
   const std::int64_t outputs = fc.weight_sizes[0], features = fc.weight_sizes[1];
   const std::int64_t panels = gemm::panels(outputs);
@@ -50,20 +62,13 @@ void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64
   }
   const std::size_t bias = given_bias != no_slot ? given_bias : constant(store_.biases[index], md({outputs}, f32, tag::a));
   own_weights_.emplace_back(index, weights, given_bias != no_slot ? no_slot : bias);
-  // A lone ReLU or erf GELU after it (fusion.cpp's post-ops) is applied as each result is written;
-  // other activations run after it, as steps of their own.
-  gemm::activation then = gemm::activation::none;
-  if (fc.fusion.post_ops.size() == 1) {
-    const compiled_step& after = step(fc.fusion.post_ops[0]);
-    if (after.kind == step_kind::relu) then = gemm::activation::relu;
-    if (after.kind == step_kind::activation && after.record.activation && after.record.activation->kind == "gelu_erf")
-      then = gemm::activation::gelu_erf;
-  }
+  // A lone ReLU or erf GELU after it (fusion.cpp's post-ops) is applied as each result is written.
   const std::int64_t made = then == gemm::activation::none ? fc.record.output : finished(fc.fusion.post_ops[0]);
   define(made, dense(shaped));
   // The work in units of one panel and a block of rows: whole panels where there are at least 4
   // a thread (each panel then meets every row while it is in cache), else blocks of rows too.
-  const bool one_thread = rows * features * outputs <= one_thread_work;
+  static const bool small_on_one_thread = !switched_off("TD_ONEDNN_ONE_THREAD");
+  const bool one_thread = small_on_one_thread && rows * features * outputs <= one_thread_work;
   auto multiply = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
     const auto* in = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
     const auto* packed = static_cast<const float*>(arguments.at(DNNL_ARG_WEIGHTS).get_data_handle());
@@ -71,8 +76,9 @@ void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64
     auto* out = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
     if (rows == 0 || panels == 0) return;
     const std::int64_t threads = one_thread ? 1 : at::get_num_threads();
-    const std::int64_t blocks = std::clamp<std::int64_t>((4 * threads + panels - 1) / panels, 1, (rows + 5) / 6);
-    const std::int64_t block_rows = ((rows + blocks - 1) / blocks + 5) / 6 * 6;
+    const std::int64_t wanted = std::clamp<std::int64_t>((4 * threads + panels - 1) / panels, 1, (rows + 5) / 6);
+    const std::int64_t block_rows = ((rows + wanted - 1) / wanted + 5) / 6 * 6;  // whole blocks of 6 rows
+    const std::int64_t blocks = (rows + block_rows - 1) / block_rows;  // none of them empty
     const auto units = [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t unit = first; unit < last; ++unit) {
         const std::int64_t panel = unit / blocks, row = unit % blocks * block_rows;
@@ -86,8 +92,6 @@ void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64
   };
   call(dnnl::primitive(), {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}}, md(),
        multiply, "inner_product", "gemm:avx2");
-  if (then == gemm::activation::none)
-    for (std::size_t next : fc.fusion.post_ops) run(next);
 }
 
 /// A linear over the last dimension: oneDNN's inner product (or matmul) on [rows, I] (the leading
@@ -113,9 +117,12 @@ void planner::linear(std::size_t index) {
     if (b != dims{outputs}) refuse("a linear of " + std::to_string(outputs) + " outputs given a bias of sizes " + c10::str(c10::IntArrayRef(b)));
     given_bias = as(value(fc.record.inputs[1]), dense(b));
   }
-  // Our GEMM from one block of 6 rows up; below, oneDNN's product of a vector (a CNN's classifier
-  // at batch 1: 512 -> 1000 took 19 us on it, 22 on ours, at the AVX2 cap; no gain there).
-  if (own_gemm_enabled() && rows >= 6) return linear_on_own_gemm(index, flat, rows, shaped, given_bias);
+  // Our GEMM from one block of 6 rows up, where it applies the post-ops itself (none, or a lone
+  // ReLU or erf GELU): else oneDNN's, with them fused (a GELU as a step of its own cost Swin-T more
+  // than our GEMM gained). Below 6 rows, oneDNN's product of a vector (a CNN's classifier at batch
+  // 1: 512 -> 1000 took 19 us on it, 22 on ours, at the AVX2 cap; no gain there).
+  if (own_gemm_enabled() && rows >= 6 && own_gemm_activation(index))
+    return linear_on_own_gemm(index, flat, rows, shaped, given_bias, *own_gemm_activation(index));
   if (store_.weights[index].get_desc() == packed_weights_desc(outputs, features)) {  // an earlier plan's, for our GEMM
     dnnl::memory plain(md({outputs, features}, f32, tag::ab), cpu_engine());
     gemm::unpack_weights(static_cast<const float*>(store_.weights[index].get_data_handle()), outputs, features,

@@ -4,6 +4,7 @@
 // Internal (not installed).
 #pragma once
 
+#include "gemm.hpp"
 #include "plan_implementation.hpp"
 #include "shuffle.hpp"
 #include "steps.hpp"
@@ -93,8 +94,8 @@ bool cat_chain_enabled();
 /// Whether a region's dense results are written by their primitives straight into the tensors the
 /// call returns (no copy at the end). TD_ONEDNN_DIRECT_OUTPUTS=0 turns it off.
 bool direct_outputs_enabled();
-/// Whether plans run linears of 6 rows and more on our GEMM (gemm.hpp, build_linear.cpp) rather
-/// than oneDNN's inner product: on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its
+/// Whether plans run linears of 6 rows and more, with no post-op or a lone ReLU or erf GELU, on
+/// our GEMM (gemm.hpp, build_linear.cpp) rather than oneDNN's inner product: on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its
 /// brgemm matmul is faster), and TD_ONEDNN_GEMM not 0.
 bool own_gemm_enabled();
 /// Below this many multiply-adds (or values read), a convolution, pooling, elementwise step or
@@ -246,9 +247,14 @@ class planner {
   bool winograd_convolution(std::size_t index);
   // build_linear.cpp
   void linear(std::size_t index);
+  /// The activation our GEMM applies for linear `index`'s post-ops: none, a lone ReLU or erf GELU;
+  /// nullopt for any other (oneDNN's inner product runs the linear, its post-ops fused).
+  std::optional<gemm::activation> own_gemm_activation(std::size_t index) const;
   /// Linear `index` on our GEMM (own_gemm_enabled()): its input `flat` ([rows, I], dense), its
-  /// result dense with sizes `shaped`, the bias the store's or, where not no_slot, `given_bias`.
-  void linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64_t rows, const dims& shaped, std::size_t given_bias);
+  /// result dense with sizes `shaped`, the bias the store's or, where not no_slot, `given_bias`,
+  /// `then` applied as it writes (the post-op's value is the result).
+  void linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64_t rows, const dims& shaped, std::size_t given_bias,
+                          gemm::activation then);
   // build_eltwise.cpp: activations, add, mul, scale
   void eltwise(std::size_t index);
   void own_silu(std::size_t index, std::size_t in, bool in_place);

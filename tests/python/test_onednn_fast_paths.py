@@ -938,7 +938,7 @@ class DirectOutputs(unittest.TestCase):
         self.assertEqual(len(regions(low)), 1)
         with torch.no_grad():
             first = low(x)
-            # Planned at the first call: its linears (as matmuls, or inner products on AVX2), no copies.
+            # Planned at the first call: its linears (as matmuls, or on our GEMM or inner products on AVX2), no copies.
             self.assertEqual(self.output_steps(low), [], plan(low))
             self.assertEqual(sum(step.endswith(" linear") for step, _, _ in plan(low)), 2, plan(low))
             kept_first = [t.clone() for t in first]
