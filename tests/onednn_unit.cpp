@@ -831,6 +831,17 @@ TEST_CASE("gemm kernel: bias + in x weights^T as a product in double, every row 
           for (std::int64_t o = 0; o < outputs; ++o) worst = std::max(worst, std::fabs(out[r * outputs + o] - want(r, o)));
         CHECK(worst <= 1e-5 * (1 + features));
         CHECK(out.back() == 42.f);
+        for (const std::int64_t slice : {3, 8}) {  // the features a slice at a time: the same result
+          CAPTURE(slice);
+          std::vector<float> sliced(out.size(), 42.f);
+          gemm::multiply(in.data(), features, packed.data(), bias.data(), sliced.data(), outputs, 0, rows, 0, gemm::panels(outputs),
+                         gemm::activation::none, slice);
+          double worst_sliced = 0;
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t o = 0; o < outputs; ++o) worst_sliced = std::max(worst_sliced, std::fabs(sliced[r * outputs + o] - want(r, o)));
+          CHECK(worst_sliced <= 1e-5 * (1 + features));
+          CHECK(sliced.back() == 42.f);
+        }
         std::fill(out.begin(), out.end(), 42.f);
         const std::int64_t last = gemm::panels(outputs) - 1;
         gemm::multiply(in.data(), features, packed.data(), bias.data(), out.data(), outputs, 1, rows - 1, last, last + 1);
@@ -843,6 +854,31 @@ TEST_CASE("gemm kernel: bias + in x weights^T as a product in double, every row 
               CHECK(out[r * outputs + o] == 42.f);
           }
       }
+}
+
+TEST_CASE("gemm kernel: the features a slice at a time where a panel and its rows would not fit the L2 cache") {
+  CHECK(gemm::features_per_slice(3072, 1 << 20) == 3072);     // 264 KB: whole in 1 MB
+  CHECK(gemm::features_per_slice(3072, 512 << 10) == 3072);   // and in 512 KB
+  CHECK(gemm::features_per_slice(3072, 256 << 10) == 1536);   // 2 slices in 256 KB
+  CHECK(gemm::features_per_slice(768, 256 << 10) == 768);
+  CHECK(gemm::features_per_slice(10000, 256 << 10) == 1672);  // 6 slices, rounded up to 8
+  CHECK(gemm::features_per_slice(4, 1) == 4);
+  CHECK(gemm::features_per_slice(0, 1 << 20) == 1);
+  CHECK(gemm::l2_cache_bytes() > 0);
+  if (!winograd::cpu_supported()) return;
+  // An activation after the last slice only: ReLU and GELU of 17 features in slices of 4.
+  const std::int64_t features = 17, outputs = 20, rows = 7;
+  std::vector<float> in(rows * features), weights(outputs * features), bias(outputs, -0.5f);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::sin(0.3f * static_cast<float>(i));
+  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = std::cos(0.7f * static_cast<float>(i));
+  std::vector<float> packed(static_cast<std::size_t>(gemm::panels(outputs) * features * gemm::panel_width));
+  gemm::pack_weights(weights.data(), outputs, features, packed.data());
+  for (const gemm::activation then : {gemm::activation::relu, gemm::activation::gelu_erf}) {
+    std::vector<float> whole(rows * outputs), sliced(rows * outputs);
+    gemm::multiply(in.data(), features, packed.data(), bias.data(), whole.data(), outputs, 0, rows, 0, 2, then);
+    gemm::multiply(in.data(), features, packed.data(), bias.data(), sliced.data(), outputs, 0, rows, 0, 2, then, 4);
+    for (std::size_t i = 0; i < whole.size(); ++i) CHECK(sliced[i] == doctest::Approx(whole[i]).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("gemm kernel: its ReLU and erf GELU as the results are written, against double") {

@@ -69,6 +69,7 @@ void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64
   // a thread (each panel then meets every row while it is in cache), else blocks of rows too.
   static const bool small_on_one_thread = !switched_off("TD_ONEDNN_ONE_THREAD");
   const bool one_thread = small_on_one_thread && rows * features * outputs <= one_thread_work;
+  const std::int64_t slice = gemm::features_per_slice(features, gemm::l2_cache_bytes());
   auto multiply = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
     const auto* in = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
     const auto* packed = static_cast<const float*>(arguments.at(DNNL_ARG_WEIGHTS).get_data_handle());
@@ -82,7 +83,7 @@ void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64
     const auto units = [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t unit = first; unit < last; ++unit) {
         const std::int64_t panel = unit / blocks, row = unit % blocks * block_rows;
-        gemm::multiply(in, features, packed, b, out, outputs, row, std::min(rows, row + block_rows), panel, panel + 1, then);
+        gemm::multiply(in, features, packed, b, out, outputs, row, std::min(rows, row + block_rows), panel, panel + 1, then, slice);
       }
     };
     if (threads == 1)

@@ -34,8 +34,19 @@ enum class activation { none, relu, gelu_erf };
 /// [rows, features] and `out` [rows, outputs], row-major; `packed` as pack_weights made it;
 /// `bias` [outputs]. Calls on disjoint rows or panels may run at the same time. GELU's erf is
 /// Abramowitz and Stegun's 7.1.26 (avx2_math.hpp; the tests allow 3e-7 (1 + |x|)).
+/// `slice` (0: all) is how many features each panel meets its rows with at a time, the results
+/// of the features before read back from `out` (features_per_slice gives it).
 void multiply(const float* in, std::int64_t features, const float* packed, const float* bias, float* out, std::int64_t outputs,
               std::int64_t first_row, std::int64_t last_row, std::int64_t first_panel, std::int64_t last_panel,
-              activation then = activation::none);
+              activation then = activation::none, std::int64_t slice = 0);
+
+/// The features a panel meets its rows with at a time, for an L2 cache of `l2_bytes`: all of them
+/// where the panel's share (64 bytes a feature) and 6 rows of input (24 bytes a feature) fit in
+/// 3/5 of it, else the fewest equal slices that do, in multiples of 8 (a 3072-feature panel and
+/// its rows take 264 KB: whole in a 1 MB or 512 KB L2, in 2 slices of 1536 in a 256 KB one).
+std::int64_t features_per_slice(std::int64_t features, std::int64_t l2_bytes);
+/// This CPU's L2 cache (a core's; sysconf), 256 KB where it does not say; TD_ONEDNN_GEMM_L2_BYTES
+/// overrides it (the tests and bench/linear_ab.py: a small cache's slices on any machine).
+std::int64_t l2_cache_bytes();
 
 }  // namespace onednn_delegate::gemm
