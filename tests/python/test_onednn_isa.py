@@ -241,6 +241,10 @@ x = torch.rand(2, 50, 40)
         self.assertEqual([name for name, kernel in rows(plan) if kernel == "gemm:avx2"], ["0 linear", "2 linear"])
         self.assertEqual(len(rows(plan)), 3)
         self.assertEqual([e for e in plan if "activation" in e[2]], [])
+        # As in a 4 KB L2: the 72 features of the second linear in slices of 24, the first's GELU
+        # after its last slice (plan_of checks the result).
+        plan = self.plan_of(self.MLP, extra_env={"TD_ONEDNN_GEMM_L2_BYTES": "4096"})
+        self.assertEqual([name for name, kernel in rows(plan) if kernel == "gemm:avx2"], ["0 linear", "2 linear"])
         plan = self.plan_of(self.MLP, extra_env={"TD_ONEDNN_GEMM": "0"})
         self.assertEqual([kernel for _, kernel in rows(plan) if kernel == "gemm:avx2"], [])
         self.assertEqual(len(rows(plan)), 3)
