@@ -842,17 +842,20 @@ TEST_CASE("gemm kernel: bias + in x weights^T as a product in double, every row 
           CHECK(worst_sliced <= 1e-5 * (1 + features));
           CHECK(sliced.back() == 42.f);
         }
-        std::fill(out.begin(), out.end(), 42.f);
         const std::int64_t last = gemm::panels(outputs) - 1;
-        gemm::multiply(in.data(), features, packed.data(), bias.data(), out.data(), outputs, 1, rows - 1, last, last + 1);
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t o = 0; o < outputs; ++o) {
-            const bool written = r >= 1 && r < rows - 1 && o >= last * gemm::panel_width;
-            if (written)
-              CHECK(std::fabs(out[r * outputs + o] - want(r, o)) <= 1e-5 * (1 + features));
-            else
-              CHECK(out[r * outputs + o] == 42.f);
-          }
+        for (const std::int64_t slice : {0, 3}) {  // whole, and in slices (each reads back only its own outputs)
+          std::fill(out.begin(), out.end(), 42.f);
+          gemm::multiply(in.data(), features, packed.data(), bias.data(), out.data(), outputs, 1, rows - 1, last, last + 1,
+                         gemm::activation::none, slice);
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t o = 0; o < outputs; ++o) {
+              const bool written = r >= 1 && r < rows - 1 && o >= last * gemm::panel_width;
+              if (written)
+                CHECK(std::fabs(out[r * outputs + o] - want(r, o)) <= 1e-5 * (1 + features));
+              else
+                CHECK(out[r * outputs + o] == 42.f);
+            }
+        }
       }
 }
 

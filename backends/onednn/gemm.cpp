@@ -145,7 +145,7 @@ const rows_kernel* kernels_for(activation then, bool accumulate) {
 
 std::int64_t features_per_slice(std::int64_t features, std::int64_t l2_bytes) {
   // A feature takes 64 bytes of the panel and 24 of the 6 rows of input; 3/5 of the cache for them.
-  const std::int64_t per_feature = panel_width * 4 + 6 * 4, budget = std::max<std::int64_t>(l2_bytes * 3 / 5, 1);
+  const std::int64_t per_feature = panel_width * 4 + 6 * 4, budget = std::max<std::int64_t>(l2_bytes / 5 * 3, 1);
   if (features * per_feature <= budget || features <= 8) return std::max<std::int64_t>(features, 1);
   const std::int64_t slices = (features * per_feature + budget - 1) / budget;
   return ((features + slices - 1) / slices + 7) / 8 * 8;
@@ -153,9 +153,16 @@ std::int64_t features_per_slice(std::int64_t features, std::int64_t l2_bytes) {
 
 std::int64_t l2_cache_bytes() {
   static const std::int64_t bytes = [] {
-    if (const char* given = std::getenv("TD_ONEDNN_GEMM_L2_BYTES"); given && std::atoll(given) > 0) return std::int64_t{std::atoll(given)};
+    if (const char* given = std::getenv("TD_ONEDNN_GEMM_L2_BYTES"); given && *given) {  // whole digits, 1 to 2^40
+      char* end = nullptr;
+      const long long value = std::strtoll(given, &end, 10);
+      if (*end == '\0' && value > 0) return std::min<std::int64_t>(value, std::int64_t{1} << 40);
+    }
+#ifdef _SC_LEVEL2_CACHE_SIZE
     const long reported = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return reported > 0 ? static_cast<std::int64_t>(reported) : std::int64_t{256} * 1024;
+    if (reported > 0) return static_cast<std::int64_t>(reported);
+#endif
+    return std::int64_t{256} * 1024;
   }();
   return bytes;
 }

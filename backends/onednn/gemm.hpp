@@ -46,7 +46,8 @@ void multiply(const float* in, std::int64_t features, const float* packed, const
 /// its rows take 264 KB: whole in a 1 MB or 512 KB L2, in 2 slices of 1536 in a 256 KB one).
 std::int64_t features_per_slice(std::int64_t features, std::int64_t l2_bytes);
 /// This CPU's L2 cache (a core's; sysconf), 256 KB where it does not say; TD_ONEDNN_GEMM_L2_BYTES
-/// overrides it (the tests and bench/linear_ab.py: a small cache's slices on any machine).
+/// (whole bytes, at most 2^40; anything else is ignored) overrides it (the tests and
+/// bench/linear_ab.py: a small cache's slices on any machine).
 std::int64_t l2_cache_bytes();
 
 }  // namespace onednn_delegate::gemm
