@@ -557,6 +557,34 @@ TEST_CASE("a wide direct convolution of an nChw16c region runs on brgconv in nhw
   CHECK(y.allclose(at::relu(at::conv2d(second, weights["w3"], weights["b3"], 1, 1)), 1e-4, 1e-4));
 }
 
+TEST_CASE("a wide convolution with a residual add runs on brgconv in nhwc over a copy of the residual (AVX-512); the residual stays as it is") {
+  // conv 3x3 3 -> 128 (0 -> 1), relu (-> 2), conv 3x3 128 -> 128 at 7x7 (-> 3; no Winograd: too
+  // small a map on AVX-512), add of 3 and 2 (-> 4), relu (-> 5); results 5 and 2 (the residual,
+  // which the sum must not write over).
+  torch::manual_seed(12);
+  std::map<std::string, at::Tensor> weights{{"w1", torch::randn({128, 3, 3, 3}) * 0.3}, {"b1", torch::randn({128}) * 0.1},
+                                            {"w2", torch::randn({128, 128, 3, 3}) * 0.03}, {"b2", torch::randn({128}) * 0.1}};
+  region_payload payload{1, 6, {}, {5, 2}};
+  step_record conv1 = record("convolution", {0}, 1), conv2 = record("convolution", {2}, 3);
+  conv1.convolution = conv2.convolution = convolution_parameters{{1, 1}, {1, 1}, {1, 1}, 1};
+  conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2";
+  payload.steps = {conv1, record("relu", {1}, 2), conv2, record("add", {3, 2}, 4), record("relu", {4}, 5)};
+  compiled_region region = compile_region(payload, weights);
+  const auto plan = planner(*region.region, region.plans->weights, {{1, 3, 7, 7}}).build();
+  const std::vector<std::string> kernels = kernels_of(*plan);
+  CAPTURE(kernels);
+  const auto named = [&](std::string_view part) { return count_named(kernels, part); };
+  const bool brgconv = onednn_runs_avx512() && brgconv_between_reorders_enabled() && sum_post_op_enabled() && brgconv_with_residual_enabled();
+  CHECK(named("2 convolution: convolution brgconv:") == (brgconv ? 1 : 0));
+  CHECK(named("2 convolution: reorder") == (brgconv ? 3 : 0));  // its input and the residual into nhwc, its result back
+  const at::Tensor x = torch::rand({1, 3, 7, 7});
+  const std::vector<c10::IValue> inputs{x};
+  const std::vector<c10::IValue> out = OnednnBackend().execute(region, torch_delegate::inputs(inputs));
+  const at::Tensor first = at::relu(at::conv2d(x, weights["w1"], weights["b1"], 1, 1));
+  CHECK(out[0].toTensor().allclose(at::relu(at::conv2d(first, weights["w2"], weights["b2"], 1, 1) + first), 1e-4, 1e-4));
+  CHECK(out[1].toTensor().allclose(first, 1e-5, 1e-5));
+}
+
 TEST_CASE("channel_affine kernels: a scale and shift per channel of strided nhwc pixels, every tail, with and without relu") {
   MESSAGE("kernel: ", std::string(channel_affine::kernel_name()));
   for (const std::int64_t channels : {1, 5, 8, 16, 37, 64})

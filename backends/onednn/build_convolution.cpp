@@ -72,7 +72,7 @@ dims planner::conv_output(std::size_t index) const {
 /// `layout`, or when none is given in oneDNN's choice (with a residual: the residual's own layout);
 /// nullopt when oneDNN refuses it.
 std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, const std::vector<std::size_t>& with, const md& src,
-                                                          std::optional<tag> layout) const {
+                                                          std::optional<tag> layout, bool sum_into_copy) const {
   const compiled_step& conv = step(index);
   const convolution_parameters& c = *conv.record.convolution;
   const std::int64_t out_channels = conv.weight_sizes[0];
@@ -96,7 +96,12 @@ std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, con
       const md addend = layout ? md(plan_.slots[other].dims(), f32, *layout) : plan_.slots[other];
       out = addend;  // the sum is made in the residual's layout
       const bool one_add = std::count_if(with.begin(), with.end(), [&](std::size_t k) { return step(k).kind == step_kind::add; }) == 1;
-      if (sum_post_op_enabled() && one_add && addend == plan_.slots[other] && overwritable(residual, next, index)) {
+      if (sum_into_copy && layout && one_add) {  // written over a copy of the residual in `layout` (emit_conv makes it)
+        post_ops.append_sum(1.f);
+        made.sum_into = other;
+        made.sum_into_copy = true;
+        ++post_op_count;
+      } else if (sum_post_op_enabled() && one_add && addend == plan_.slots[other] && overwritable(residual, next, index)) {
         // Written over the residual, which no step reads after it (the one add of the post-ops, so
         // that no binary one reads those bytes): a sum post-op, which oneDNN 2.6
         // runs on its brgconv kernels, where a binary add takes the older jit_1x1 ones in nhwc
@@ -139,10 +144,9 @@ std::optional<planner::conv_candidate> planner::conv_desc(std::size_t index, con
 /// run, caches flushed between calls: ResNet-50's 512 -> 512 at 7x7 888 -> 722 us, at 14x14
 /// stride 2 1037 -> 731; GoogLeNet's 160 -> 320 at 7x7 198 -> 139), far more than the two reorders
 /// cost; below that (SqueezeNet's 16 -> 64 at 54x54: 4 %) the reorders ate the gain (SqueezeNet
-/// 1.10x its time with every 3x3 convolution so). Not with a residual add fused (its addend is in
-/// nChw16c). TD_ONEDNN_BRGCONV=0 turns it off.
-bool planner::brgconv_between_reorders(std::size_t index, const conv_candidate& picked) const {
-  if (!brgconv_between_reorders_enabled()) return false;
+/// 1.10x its time with every 3x3 convolution so). With a residual add fused: brgconv_with_residual.
+/// TD_ONEDNN_BRGCONV=0 turns it off.
+bool planner::wide_in_blocks(std::size_t index) const {
   const compiled_step& conv = step(index);
   const convolution_parameters& c = *conv.record.convolution;
   const md& given = plan_.slots[value(conv.record.inputs[0])];
@@ -151,8 +155,30 @@ bool planner::brgconv_between_reorders(std::size_t index, const conv_candidate& 
   const std::int64_t channels = d[1];
   const bool wide = c.groups == 1 && (conv.weight_sizes[2] > 1 || conv.weight_sizes[3] > 1) &&
                     (channels >= 96 || (channels >= 64 && (c.stride[0] > 1 || c.stride[1] > 1)));
-  return wide && given == md(d, f32, tag::nChw16c) && picked.pd.src_desc() == md(d, f32, tag::nhwc) &&
-         std::string_view(picked.pd.impl_info_str()).starts_with("brgconv:") && picked.sum_into == no_slot && picked.addends.empty();
+  return wide && given == md(d, f32, tag::nChw16c);
+}
+
+bool planner::brgconv_between_reorders(std::size_t index, const conv_candidate& picked) const {
+  if (!brgconv_between_reorders_enabled() || !wide_in_blocks(index)) return false;
+  const dims d = plan_.slots[value(step(index).record.inputs[0])].dims();
+  return picked.pd.src_desc() == md(d, f32, tag::nhwc) && std::string_view(picked.pd.impl_info_str()).starts_with("brgconv:") &&
+         picked.sum_into == no_slot && picked.addends.empty();
+}
+
+/// oneDNN 2.6 gives a wide convolution with a residual add in nChw16c its older direct kernel
+/// (jit:avx512_core), in nhwc with a binary add post-op too; with a sum post-op in nhwc, brgconv:
+/// 18-23 % faster at 512 -> 512 on 7x7 (0.511 -> 0.420 ms and 0.495 -> 0.383, a one-off oneDNN
+/// program, caches flushed between calls, AVX-512 EPYC, 2 threads), where a reorder of the
+/// 100 KB residual takes 4 us. So the residual is copied into nhwc and the sum written over the
+/// copy (the residual itself is left as it is), between the input's reorder and the result's.
+/// TD_ONEDNN_BRGCONV_RESIDUAL=0 (or TD_ONEDNN_BRGCONV=0, TD_ONEDNN_SUM=0) turns it off.
+std::optional<planner::conv_candidate> planner::brgconv_with_residual(std::size_t index, const std::vector<std::size_t>& with) const {
+  if (!brgconv_with_residual_enabled() || !brgconv_between_reorders_enabled() || !sum_post_op_enabled() || !wide_in_blocks(index)) return std::nullopt;
+  if (std::count_if(with.begin(), with.end(), [&](std::size_t k) { return step(k).kind == step_kind::add; }) != 1) return std::nullopt;
+  const dims d = plan_.slots[value(step(index).record.inputs[0])].dims();
+  std::optional<conv_candidate> made = conv_desc(index, with, md(d, f32, tag::nhwc), tag::nhwc, true);
+  if (!made || !made->sum_into_copy || !std::string_view(made->pd.impl_info_str()).starts_with("brgconv:")) return std::nullopt;
+  return made;
 }
 
 /// A convolution, never on a reference kernel (is_reference). First Winograd, where it applies
@@ -218,6 +244,13 @@ void planner::convolution(std::size_t index) {
       const bool narrower = own && fast(chosen) && isa_rank(own->pd.impl_info_str()) < isa_rank(chosen->pd.impl_info_str());
       between_reorders = chosen && with == &with_onednn && !silu_after && brgconv_between_reorders(index, *chosen);
       if (fast(own) && !(gemm(own) && fast(chosen) && !gemm(chosen)) && !narrower && !between_reorders) chosen = std::move(own);
+    }
+    if (!in_nhwc && !between_reorders && with == &with_onednn && !silu_after && fast(chosen) &&
+        !std::string_view(chosen->pd.impl_info_str()).starts_with("brgconv:")) {
+      if (std::optional<conv_candidate> copied = brgconv_with_residual(index, *with)) {
+        chosen = std::move(copied);
+        between_reorders = true;
+      }
     }
     if (fast(chosen)) {
       emit_conv(index, *chosen, *with);
@@ -332,9 +365,14 @@ void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const s
     own_weights_.emplace_back(index, weights, bias);
   }
   const std::int64_t made = with.empty() ? finished(index) : finished(with.back());
-  if (chosen.sum_into != no_slot)
+  if (chosen.sum_into != no_slot && chosen.sum_into_copy) {  // over a copy of the residual, in the destination's layout
+    const std::size_t copy = add_slot(pd.dst_desc());
+    call(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[chosen.sum_into], cpu_engine(), pd.dst_desc())),
+         {{DNNL_ARG_FROM, chosen.sum_into}, {DNNL_ARG_TO, copy}}, md());
+    slot_of_.at(static_cast<std::size_t>(made)) = copy;
+  } else if (chosen.sum_into != no_slot) {
     slot_of_.at(static_cast<std::size_t>(made)) = view(pd.dst_desc(), chosen.sum_into);  // over the residual's bytes
-  else
+  } else
     define(made, pd.dst_desc());
   std::vector<std::pair<int, std::size_t>> arguments{
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}};

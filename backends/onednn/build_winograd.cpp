@@ -53,6 +53,11 @@ bool brgconv_between_reorders_enabled() {
   return enabled;
 }
 
+bool brgconv_with_residual_enabled() {
+  static const bool enabled = !switched_off("TD_ONEDNN_BRGCONV_RESIDUAL");
+  return enabled;
+}
+
 bool cat_chain_enabled() {
   static const bool enabled = !switched_off("TD_ONEDNN_CAT_CHAIN");
   return enabled;

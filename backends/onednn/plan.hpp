@@ -89,6 +89,9 @@ bool sum_post_op_enabled();
 /// nhwc, between a reorder in and one back to nChw16c (planner::brgconv_between_reorders), rather
 /// than on the older direct kernel in nChw16c: unless TD_ONEDNN_BRGCONV is 0.
 bool brgconv_between_reorders_enabled();
+/// Whether a wide convolution with a residual add may run on brgconv in nhwc over a copy of the
+/// residual (planner::brgconv_with_residual): unless TD_ONEDNN_BRGCONV_RESIDUAL is 0.
+bool brgconv_with_residual_enabled();
 /// Whether growing cats become views of one buffer (planner::cat_chain; TD_ONEDNN_CAT_CHAIN=0: oneDNN's concats).
 bool cat_chain_enabled();
 /// Whether a region's dense results are written by their primitives straight into the tensors the
@@ -230,10 +233,11 @@ class planner {
     dnnl::convolution_forward::primitive_desc pd;
     std::vector<std::tuple<int, std::size_t, md>> addends;  // (post-op index, slot, the layout it is read in)
     std::size_t sum_into = no_slot;  // a residual added as a sum post-op: the result is written over it
+    bool sum_into_copy = false;      // ... over a copy of it in the destination's layout (brgconv_with_residual)
   };
   dims conv_output(std::size_t index) const;
   std::optional<conv_candidate> conv_desc(std::size_t index, const std::vector<std::size_t>& with, const md& src,
-                                          std::optional<tag> layout) const;
+                                          std::optional<tag> layout, bool sum_into_copy = false) const;
   void convolution(std::size_t index);
   void emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with);
   void conv_in_aten(std::size_t index);
@@ -242,6 +246,13 @@ class planner {
   /// after `adder` or returned shares, and not the convolution's own input's.
   bool overwritable(std::int64_t id, std::size_t adder, std::size_t conv) const;
   bool brgconv_between_reorders(std::size_t index, const conv_candidate& picked) const;
+  /// Whether convolution `index` is wide enough for brgconv between reorders (a kernel wider than
+  /// 1x1, no groups, 96 input channels or more, 64 at a stride above 1) and its input in nChw16c.
+  bool wide_in_blocks(std::size_t index) const;
+  /// A wide convolution (wide_in_blocks) whose post-ops hold one residual add: on brgconv in nhwc,
+  /// its residual copied into nhwc and the sum written over the copy; nullopt where oneDNN gives
+  /// it no brgconv kernel.
+  std::optional<conv_candidate> brgconv_with_residual(std::size_t index, const std::vector<std::size_t>& with) const;
   bool channel_affine_convolution(std::size_t index);
   // build_winograd.cpp
   bool winograd_convolution(std::size_t index);
