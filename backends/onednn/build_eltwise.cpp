@@ -46,7 +46,7 @@ void planner::eltwise(std::size_t index) {
   std::size_t in = value(act.record.inputs[0]);
   // A view that starts inside its value's bytes (a slice): a dense copy first. An eltwise's result
   // takes its input's memory descriptor, offset included, and would be written past its own
-  // bytes (tests/onednn_unit.cpp, "silu in a plan after a slice").
+  // bytes (tests/onednn_plans.cpp, "silu in a plan after a slice").
   if (plan_.slots[in].data.offset0 != 0) in = as(in, dense(plan_.slots[in].dims()));
   if (runs_own_silu(act)) return own_silu(index, in, false);
   const auto chain = eltwise_chain(act);

@@ -4,7 +4,7 @@
 // of a buffer its block's cats share (build_layout.cpp, cat_chain), which oneDNN 2.6's JIT kernels
 // do not read (a strided source: its reference kernel). An AVX-512 variant, compiled
 // for it whatever the build's flags (plans make such views only in channels-last regions, which
-// are AVX-512's), and a plain loop elsewhere. No LibTorch here: tests/onednn_unit.cpp compares
+// are AVX-512's), and a plain loop elsewhere. No LibTorch here: tests/onednn_kernels.cpp compares
 // both with a loop in double.
 #pragma once
 

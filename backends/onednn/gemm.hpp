@@ -5,7 +5,7 @@
 // and each call multiplies rows of the input by whole panels: 6 rows x 16 outputs a step, in 12
 // AVX2 registers, the bias as the starting value. AVX2 and FMA, compiled for them whatever the
 // build's flags: a plan uses it only where own_gemm_enabled() (plan.hpp). No LibTorch here:
-// tests/onednn_unit.cpp compares it with a product in double.
+// tests/onednn_kernels.cpp compares it with a product in double.
 #pragma once
 
 #include <cstdint>

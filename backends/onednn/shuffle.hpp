@@ -5,7 +5,7 @@
 // the transposed copy) and a fifth where the next block's chunk splits 58 channels off a blocked
 // layout; this kernel writes the result, or each of its two halves as a tensor of its own, in one
 // pass, in the channel-blocked layout the convolutions around it use (build_layout.cpp).
-// No LibTorch here: tests/onednn_unit.cpp compares it with the definition.
+// No LibTorch here: tests/onednn_kernels.cpp compares it with the definition.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // million values a call). A convolution whose post-ops end in a SiLU runs without it, then this
 // kernel (build_convolution.cpp); a SiLU step of its own runs on it too (build_eltwise.cpp).
 // AVX2 and FMA, compiled for them whatever the build's flags: a plan uses it only where
-// own_silu_enabled() (plan.hpp). No LibTorch here: tests/onednn_unit.cpp compares it with
+// own_silu_enabled() (plan.hpp). No LibTorch here: tests/onednn_kernels.cpp compares it with
 // x / (1 + exp(-x)) in double.
 #pragma once
 

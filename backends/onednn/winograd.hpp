@@ -6,7 +6,7 @@
 // The transforms are Lavin and Gray's ("Fast Algorithms for Convolutional Neural Networks", 2015),
 // written out here. Activations are oneDNN's nChw8c or nChw16c (8 channels a vector, 16 on AVX-512),
 // or nhwc (a channels-last region's: DenseNet's, whose per-channel batch norms run there); no LibTorch
-// here: the unit tests (tests/onednn_unit.cpp) check these kernels against a direct convolution.
+// here: the unit tests (tests/onednn_kernels.cpp) check these kernels against a direct convolution.
 #pragma once
 
 #include <cstddef>
