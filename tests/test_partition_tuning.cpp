@@ -50,6 +50,13 @@ torch::jit::Module script_with_custom_ops(const std::string& source) {
   module.define(source, std::make_shared<CustomOpsResolver>());
   return module;
 }
+/// Two alike regions (slow_add of x and h, then of its relu and h) around a relu that stays in TorchScript.
+constexpr const char* two_alike_adds = R"(
+def forward(self, x, h):
+    a = td_test_partition.slow_add(x, h)
+    b = torch.relu(a)
+    return td_test_partition.slow_add(b, h)
+)";
 /// Measured partitioning on `inputs` (forward's), the timing cache off, each progress update kept in `updates`.
 torch_delegate::partition_options measured_options(std::vector<c10::IValue> inputs,
                                                    std::vector<torch_delegate::progress_update>& updates) {
@@ -719,12 +726,7 @@ TEST_CASE("tuning: measure without example inputs is an error, as choose_order w
 
 TEST_CASE("measured partitioning: a timing decides only beyond the spread; alike regions are timed once") {
   // Two alike regions (slow_add of two [16] tensors) around a relu that stays in TorchScript.
-  torch::jit::Module module = script_with_custom_ops(R"(
-def forward(self, x, h):
-    a = td_test_partition.slow_add(x, h)
-    b = torch.relu(a)
-    return td_test_partition.slow_add(b, h)
-)");
+  torch::jit::Module module = script_with_custom_ops(two_alike_adds);
   const at::Tensor x = torch::randn({16}), h = torch::randn({16});
   std::vector<torch_delegate::progress_update> updates;
   torch_delegate::partition_options options = measured_options({x, h}, updates);
@@ -847,12 +849,7 @@ def forward(self, x, h):
     CHECK(torch_delegate::delegation_plan<SlowReference>(module).methods[0].regions.size() == 1);
   }
   SUBCASE("spent during the rounds: the comparison stops there, not separable, and says so") {
-    torch::jit::Module module = script_with_custom_ops(R"(
-def forward(self, x, h):
-    a = td_test_partition.slow_add(x, h)
-    b = torch.relu(a)
-    return td_test_partition.slow_add(b, h)
-)");
+    torch::jit::Module module = script_with_custom_ops(two_alike_adds);
     // 8 ms against 8 ms: the rounds of a region (blocks of 4 calls of each) take about 64 ms; the
     // minimum of 8 rounds half a second. The limit stops them before.
     options.measure_time_limit_s = 0.2;

@@ -365,14 +365,11 @@ void planner::emit_conv(std::size_t index, const conv_candidate& chosen, const s
     own_weights_.emplace_back(index, weights, bias);
   }
   const std::int64_t made = with.empty() ? finished(index) : finished(with.back());
-  if (chosen.sum_into != no_slot && chosen.sum_into_copy) {  // over a copy of the residual, in the destination's layout
-    const std::size_t copy = add_slot(pd.dst_desc());
-    call(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[chosen.sum_into], cpu_engine(), pd.dst_desc())),
-         {{DNNL_ARG_FROM, chosen.sum_into}, {DNNL_ARG_TO, copy}}, md());
-    slot_of_.at(static_cast<std::size_t>(made)) = copy;
-  } else if (chosen.sum_into != no_slot) {
+  if (chosen.sum_into != no_slot && chosen.sum_into_copy)  // over a copy of the residual, in the destination's layout
+    slot_of_.at(static_cast<std::size_t>(made)) = copy_as(chosen.sum_into, pd.dst_desc());
+  else if (chosen.sum_into != no_slot)
     slot_of_.at(static_cast<std::size_t>(made)) = view(pd.dst_desc(), chosen.sum_into);  // over the residual's bytes
-  } else
+  else
     define(made, pd.dst_desc());
   std::vector<std::pair<int, std::size_t>> arguments{
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}};

@@ -48,13 +48,7 @@ void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64
   } else {
     const md plain({outputs, features}, f32, tag::ab);
     dnnl::memory given = store_.weights[index];
-    if (given.get_desc() != plain) {
-      dnnl::memory reordered(plain, cpu_engine());
-      dnnl::stream stream(cpu_engine());
-      dnnl::reorder(given, reordered).execute(stream, given, reordered);
-      stream.wait();
-      given = reordered;
-    }
+    if (given.get_desc() != plain) given = reordered_now(given, plain);
     dnnl::memory packed(packed_desc, cpu_engine());
     gemm::pack_weights(static_cast<const float*>(given.get_data_handle()), outputs, features, static_cast<float*>(packed.get_data_handle()));
     weights = add_slot(packed_desc);
@@ -75,7 +69,7 @@ void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64
     const auto* packed = static_cast<const float*>(arguments.at(DNNL_ARG_WEIGHTS).get_data_handle());
     const auto* b = static_cast<const float*>(arguments.at(DNNL_ARG_BIAS).get_data_handle());
     auto* out = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
-    if (rows == 0 || panels == 0) return;
+    if (panels == 0) return;  // a linear of 0 outputs (rows: at least 6)
     const std::int64_t threads = one_thread ? 1 : at::get_num_threads();
     const std::int64_t wanted = std::clamp<std::int64_t>((4 * threads + panels - 1) / panels, 1, (rows + 5) / 6);
     const std::int64_t block_rows = ((rows + wanted - 1) / wanted + 5) / 6 * 6;  // whole blocks of 6 rows

@@ -232,13 +232,7 @@ bool planner::winograd_convolution(std::size_t index) {
   // reordered copy, for a later shape), kept dense in the store (a direct plan for another shape
   // reorders from them); the transformed ones, a set per tap, are this plan's.
   const md dense_weights(d.size() == 5 ? dims{g.k, g.c, taps, 3, 3} : dims{g.k, g.c, 3, 3}, f32, of_rank(tag::oihw, d.size()));
-  dnnl::memory weights(dense_weights, cpu_engine());
-  {
-    dnnl::stream stream(cpu_engine());
-    dnnl::memory given = store_.weights[index];
-    dnnl::reorder(given, weights).execute(stream, given, weights);
-    stream.wait();
-  }
+  const dnnl::memory weights = reordered_now(store_.weights[index], dense_weights);
   std::vector<std::size_t> weight_slots;
   {
     const auto* all = static_cast<const float*>(weights.get_data_handle());

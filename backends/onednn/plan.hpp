@@ -59,6 +59,8 @@ std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compi
 bool is_reference(std::string_view implementation);
 /// Throws the planner's error, "onednn: region <method>: <why>" (runtime.cpp: a c10::Error).
 [[noreturn]] void fail_planning(std::string_view method, const std::string& why);
+/// `given` reordered into a new memory of layout `want`, now (at planning: weights; planner.cpp).
+dnnl::memory reordered_now(dnnl::memory given, const md& want);
 
 /// Whether the environment variable `variable` (a switch: TD_ONEDNN_WINOGRAD, TD_ONEDNN_SILU,
 /// TD_ONEDNN_SHUFFLE) is set to "0" (build_winograd.cpp).
@@ -215,6 +217,9 @@ class planner {
   std::int64_t finished(std::size_t index) const { return finished_value(region_.steps, index); }
   std::string describe(const compiled_step& step) const;
   std::size_t as(std::size_t slot, const md& want);
+  /// A new slot in layout `want`, a reorder of `slot` into it each call (as() without its cache:
+  /// for a copy the plan writes over).
+  std::size_t copy_as(std::size_t slot, const md& want);
   void call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad,
             std::function<void(const std::unordered_map<int, dnnl::memory>&)> host = {}, const char* host_kind = nullptr,
             const char* host_op = nullptr);

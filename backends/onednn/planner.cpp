@@ -230,10 +230,15 @@ std::size_t planner::as(std::size_t slot, const md& want) {
   if (plan_.slots[slot] == want) return slot;
   for (const auto& [from, to] : reordered_)
     if (from == slot && plan_.slots[to] == want) return to;
+  const std::size_t to = copy_as(slot, want);
+  reordered_.emplace_back(slot, to);
+  return to;
+}
+
+std::size_t planner::copy_as(std::size_t slot, const md& want) {
   const std::size_t to = add_slot(want);
   call(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), want)),
        {{DNNL_ARG_FROM, slot}, {DNNL_ARG_TO, to}}, md());
-  reordered_.emplace_back(slot, to);
   return to;
 }
 
@@ -264,15 +269,19 @@ void planner::record(const dnnl::primitive& primitive, std::string label) {
                                    dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(primitive.get_kind())), implementation});
 }
 
-std::size_t planner::constant(dnnl::memory given, const md& want) {
-  if (given.get_desc().dims() != want.dims())  // the same bytes seen with other dims (a scale: leading ones)
-    given = dnnl::memory(dense(want.dims()), cpu_engine(), given.get_data_handle());
+dnnl::memory reordered_now(dnnl::memory given, const md& want) {
   dnnl::memory reordered(want, cpu_engine());
   dnnl::stream stream(cpu_engine());
   dnnl::reorder(given, reordered).execute(stream, given, reordered);
   stream.wait();
+  return reordered;
+}
+
+std::size_t planner::constant(dnnl::memory given, const md& want) {
+  if (given.get_desc().dims() != want.dims())  // the same bytes seen with other dims (a scale: leading ones)
+    given = dnnl::memory(dense(want.dims()), cpu_engine(), given.get_data_handle());
   const std::size_t slot = add_slot(want);
-  plan_.constants[slot] = reordered;
+  plan_.constants[slot] = reordered_now(given, want);
   return slot;
 }
 
