@@ -19,6 +19,11 @@ LibTorch's mm on its BLAS and a Linear lowered to onednn, on a 2048^3 product (g
 
 Where node or onnxruntime-node is missing, the bench says so and times the rest.
 
+On an AVX-512 machine, `bench/as_avx2.py -- /usr/bin/python3 bench/ort_models.py ...` runs it all
+(LibTorch, oneDNN, OpenBLAS, XNNPACK and ORT's node process) on the code those engines pick for an
+AVX2 machine; the machine line says so, and the doc's table is the one between the
+`<!-- ort table avx2 -->` markers.
+
 Usage: PYTHONPATH=<build>/python bench/ort_models.py <build> [<doc.md>] [--quick] [--models a,b,...]
                                                     [--no-recipe] [--json out.json]
        PYTHONPATH=<build>/python bench/ort_models.py <build> [<doc.md>] --report run.json [run.json ...]
@@ -31,6 +36,7 @@ import json
 import math
 import os
 import statistics
+import shlex
 import subprocess
 import sys
 import time
@@ -76,6 +82,8 @@ def isa():
     name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
     level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    if os.environ.get("TD_BENCH_AS_AVX2") == "1":
+        level = f"AVX2 code on an {level} CPU (bench/as_avx2.py: CPUID without AVX-512, every engine)"
     return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
 
 
@@ -90,7 +98,9 @@ class Ort:
                           f"onnxruntime-node there, or set TD_ORT_NODE_MODULES)")
             return
         try:
-            self.process = subprocess.Popen(["node", os.path.join(os.path.dirname(__file__), "ort_runner.js")],
+            # bench/as_avx2.py: the runner is masked as this process is.
+            prefix = shlex.split(os.environ.get("TD_BENCH_CHILD_PREFIX", ""))
+            self.process = subprocess.Popen(prefix + ["node", os.path.join(os.path.dirname(__file__), "ort_runner.js")],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                             env=dict(os.environ, NODE_PATH=modules))
         except FileNotFoundError:
@@ -308,7 +318,9 @@ def commit():
 def write(text, stamp=None):
     print(text)
     if doc_path:
-        begin, end = "<!-- ort table -->\n", "<!-- end ort table -->"
+        # Under bench/as_avx2.py, the table of AVX2 code on this machine has markers of its own.
+        name = "ort table avx2" if "(bench/as_avx2.py:" in text else "ort table"
+        begin, end = f"<!-- {name} -->\n", f"<!-- end {name} -->"
         doc = open(doc_path).read()
         if begin not in doc or end not in doc:
             raise SystemExit(f"ort_models: {doc_path} has no '{begin.strip()}' ... '{end}' markers")
