@@ -8,8 +8,12 @@ prints the median block's time a call and its largest difference from eager. Sid
 B's processes alternate, `pairs` times each; the table gives each side's median over its
 processes, GFLOP/s, and B / A (< 1: B is faster), with the CPU's ISA and oneDNN's cap.
 
+With a shape side:in:out:conv it times 1x1 convolutions instead: four of them (in -> out, out -> in,
+twice), each with a ReLU, on a side x side map at batch 1 (a 1x1 convolution is a GEMM of the
+map's pixels).
+
 Usage: bench/linear_ab.py <build> [--backend onednn] [--pairs N] [--threads N]
-       [--shapes rows:in:out[:gelu],...] [--env-a KEY=VALUE ...] [--env-b KEY=VALUE ...]
+       [--shapes rows:in:out[:gelu],side:in:out:conv,...] [--env-a KEY=VALUE ...] [--env-b KEY=VALUE ...]
   e.g. ONEDNN_MAX_CPU_ISA=AVX2 /usr/bin/python3 bench/linear_ab.py build-bench --env-a TD_ONEDNN_GEMM=0
 """
 import argparse
@@ -28,9 +32,15 @@ torch_delegate.keep_freed_memory()
 backend, threads, rows, features, outputs, activation = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-layers = [torch.nn.Linear(features, outputs)] + ([torch.nn.GELU()] if activation == "gelu" else [])
+if activation == "conv":  # 1x1 convolutions in -> out -> in -> out with ReLUs on a rows x rows map
+    layers = []
+    for k in range(4):
+        layers += [torch.nn.Conv2d(features, outputs, 1) if k % 2 == 0 else torch.nn.Conv2d(outputs, features, 1), torch.nn.ReLU()]
+    x = torch.randn(1, features, rows, rows)
+else:
+    layers = [torch.nn.Linear(features, outputs)] + ([torch.nn.GELU()] if activation == "gelu" else [])
+    x = torch.randn(1, rows, features)
 model = torch.jit.script(torch.nn.Sequential(*layers).eval())
-x = torch.randn(1, rows, features)
 lowered = torch_delegate.lower(model, [backend], partial=True, example_inputs=(x,), load_backends=True)
 with torch.no_grad():
     error = (lowered(x) - model(x)).abs().max().item()
@@ -75,8 +85,8 @@ def main():
     shapes = []
     for text in args.shapes.split(","):
         parts = text.split(":")
-        if len(parts) not in (3, 4) or not all(p.isdigit() for p in parts[:3]) or (len(parts) == 4 and parts[3] != "gelu"):
-            parser.error(f"--shapes takes rows:in:out or rows:in:out:gelu, got {text!r}")
+        if len(parts) not in (3, 4) or not all(p.isdigit() for p in parts[:3]) or (len(parts) == 4 and parts[3] not in ("gelu", "conv")):
+            parser.error(f"--shapes takes rows:in:out, rows:in:out:gelu or side:in:out:conv, got {text!r}")
         shapes.append((*map(int, parts[:3]), parts[3] if len(parts) == 4 else "none"))
     for setting in args.env_a + args.env_b:
         if "=" not in setting:
@@ -91,9 +101,11 @@ def main():
                 result = measure(args, shape, settings)
                 side.append(result["ms"])
                 errors.append(result["error"])
-        flop = 2.0 * shape[0] * shape[1] * shape[2]
+        conv = shape[3] == "conv"
+        flop = 2.0 * shape[0] * shape[1] * shape[2] * (4 * shape[0] if conv else 1)
         ma, mb = statistics.median(a), statistics.median(b)
-        label = f"{shape[0]} x {shape[1]} -> {shape[2]}" + (" (GELU)" if shape[3] == "gelu" else "")
+        label = (f"1x1 conv {shape[1]} <-> {shape[2]} at {shape[0]}x{shape[0]}, 4 of them" if conv else
+                 f"{shape[0]} x {shape[1]} -> {shape[2]}" + (" (GELU)" if shape[3] == "gelu" else ""))
         print(f"| {label} | {ma:.3f} | {flop / ma / 1e6:.0f} | {mb:.3f} | {flop / mb / 1e6:.0f} | {mb / ma:.3f} | {max(errors):.1e} |", flush=True)
 
 

@@ -199,6 +199,90 @@ TEST_CASE("gemm kernel: bias + in x weights^T as a product in double, every row 
       }
 }
 
+TEST_CASE("gemm kernel in nChw8c strides (a 1x1 convolution): against double, with a residual apart or in place, a ReLU or clip, only its rows and panels written") {
+  if (!winograd::cpu_supported()) return;
+  // One image of C channels and P pixels in nChw8c: channel c of pixel p at (c / 8) * P * 8 + p * 8 + c % 8.
+  const auto at = [](std::int64_t pixels, std::int64_t p, std::int64_t c) { return (c / 8) * pixels * 8 + p * 8 + c % 8; };
+  for (const std::int64_t features : {8, 24, 40})
+    for (const std::int64_t outputs : {8, 16, 24, 40})
+      for (const std::int64_t pixels : {1, 5, 6, 7, 12, 13, 49}) {
+        CAPTURE(features);
+        CAPTURE(outputs);
+        CAPTURE(pixels);
+        std::vector<float> in(static_cast<std::size_t>(features * pixels)), weights(static_cast<std::size_t>(outputs * features)),
+            bias(static_cast<std::size_t>(outputs)), residual(static_cast<std::size_t>(outputs * pixels));
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::sin(0.37f * static_cast<float>(i) + 0.1f);
+        for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = std::cos(0.71f * static_cast<float>(i));
+        for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.25f * static_cast<float>(i) - 1.f;
+        for (std::size_t i = 0; i < residual.size(); ++i) residual[i] = std::cos(0.13f * static_cast<float>(i)) * 3.f;
+        std::vector<float> packed(static_cast<std::size_t>(gemm::panels(outputs) * features * gemm::panel_width));
+        gemm::pack_weights(weights.data(), outputs, features, packed.data());
+        // With a residual: then a ReLU; without: a clip to [-0.5, 1.5] (ReLU6's kind).
+        const auto want = [&](std::int64_t p, std::int64_t o, bool added, bool) {
+          double sum = bias[o] + (added ? residual[at(pixels, p, o)] : 0.f);
+          for (std::int64_t k = 0; k < features; ++k) sum += static_cast<double>(in[at(pixels, p, k)]) * weights[o * features + k];
+          return added ? std::max(sum, 0.0) : std::clamp(sum, -0.5, 1.5);
+        };
+        const gemm::strides image{8, pixels * 8};
+        const std::int64_t panels = gemm::panels(outputs);
+        for (const bool added : {false, true})
+          for (const bool in_place : {false, true}) {
+            if (in_place && !added) continue;
+            for (const std::int64_t slice : {0, 8}) {
+              CAPTURE(added);
+              CAPTURE(in_place);
+              CAPTURE(slice);
+              const gemm::activation then = added ? gemm::activation::relu : gemm::activation::clip;
+              // All of it, then pixels [1, P - 1) of the last panel alone over 42s: nothing else written.
+              std::vector<float> out(static_cast<std::size_t>(outputs * pixels) + 1, 42.f);
+              if (in_place) std::copy(residual.begin(), residual.end(), out.begin());
+              const float* addend = !added ? nullptr : in_place ? out.data() : residual.data();
+              gemm::multiply(in.data(), image, features, packed.data(), bias.data(), addend, out.data(), image, outputs, 0, pixels, 0,
+                             panels, then, slice, -0.5f, 1.5f);
+              double worst = 0;
+              for (std::int64_t p = 0; p < pixels; ++p)
+                for (std::int64_t o = 0; o < outputs; ++o)
+                  worst = std::max(worst, std::fabs(out[at(pixels, p, o)] - want(p, o, added, added)));
+              CHECK(worst <= 1e-5 * (1 + features));
+              CHECK(out.back() == 42.f);
+              if (in_place || pixels < 3) continue;
+              std::fill(out.begin(), out.end(), 42.f);
+              gemm::multiply(in.data(), image, features, packed.data(), bias.data(), addend, out.data(), image, outputs, 1, pixels - 1,
+                             panels - 1, panels, then, slice, -0.5f, 1.5f);
+              for (std::int64_t p = 0; p < pixels; ++p)
+                for (std::int64_t o = 0; o < outputs; ++o) {
+                  const bool written = p >= 1 && p < pixels - 1 && o >= (panels - 1) * gemm::panel_width;
+                  if (written)
+                    CHECK(std::fabs(out[at(pixels, p, o)] - want(p, o, added, added)) <= 1e-5 * (1 + features));
+                  else
+                    CHECK(out[at(pixels, p, o)] == 42.f);
+                }
+            }
+          }
+      }
+}
+
+TEST_CASE("gemm kernel: work split into whole 6-row blocks, every row in one, units the threads share evenly where a few more blocks do it") {
+  for (const std::int64_t threads : {1, 2, 3, 4})
+    for (const std::int64_t panels : {1, 2, 3, 9, 13, 64})
+      for (const std::int64_t rows : {1, 5, 6, 7, 49, 196, 197, 3136}) {
+        CAPTURE(threads);
+        CAPTURE(panels);
+        CAPTURE(rows);
+        const gemm::work_split split = gemm::split_work(rows, panels, threads);
+        CHECK(split.block_rows % 6 == 0);
+        CHECK(split.blocks >= 1);
+        CHECK((split.blocks - 1) * split.block_rows < rows);  // no empty block
+        CHECK(split.blocks * split.block_rows >= rows);       // every row in one
+        if (panels == 1 && rows >= 3136) CHECK(split.blocks >= 4 * threads);  // rows enough: 4 units a thread
+      }
+  // 13 panels of 196 rows on 2 threads: 26 units, not 13 (7 and 6 a thread).
+  CHECK(gemm::split_work(196, 13, 2).blocks * 13 % 2 == 0);
+  CHECK(gemm::split_work(196, 13, 2).blocks == 2);
+  CHECK(gemm::split_work(196, 64, 2).blocks == 1);  // 64 units already
+  CHECK(gemm::split_work(3, 5, 2).blocks == 1);     // one 6-row step: no more blocks to be had
+}
+
 TEST_CASE("gemm kernel: the features a slice at a time where a panel and its rows would not fit the L2 cache") {
   CHECK(gemm::features_per_slice(3072, 1 << 20) == 3072);     // 264 KB: whole in 1 MB
   CHECK(gemm::features_per_slice(3072, 512 << 10) == 3072);   // and in 512 KB

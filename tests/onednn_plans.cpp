@@ -381,6 +381,86 @@ TEST_CASE("gemm in a plan: a linear and its ReLU or GELU on our GEMM where own_g
   }
 }
 
+TEST_CASE("1x1 convolutions in a plan: on our GEMM in nChw8c where own_pointwise_conv_enabled() and the map is 6 to 784 pixels; the result ATen's") {
+  // x [N, 24, H, W] (0); conv0 24 -> 40 (-> 1), relu (-> 2); conv1 40 -> 40 (-> 3), clip to [0, 6] (-> 4: ReLU6);
+  // conv2 40 -> 40 (-> 5), add of 5 and 2 (-> 6), relu (-> 7): a residual the add reads last,
+  // written over; conv3 40 -> 24 (-> 8: a last panel of 8), silu (-> 9); conv4 24 -> 16 at stride
+  // 2 (-> 10): oneDNN's (a stride). conv0 to conv3 on our GEMM, their ReLUs, the residual and the
+  // SiLU (ours, in place) with them.
+  torch::manual_seed(17);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes{{40, 24}, {40, 40}, {40, 40}, {24, 40}, {16, 24}};
+  std::map<std::string, at::Tensor> weights;
+  std::vector<step_record> steps;
+  for (std::size_t k = 0; k < shapes.size(); ++k) {
+    const std::string name = std::to_string(k);
+    weights["w" + name] = torch::randn({shapes[k].first, shapes[k].second, 1, 1}) * 0.3;
+    weights["b" + name] = torch::randn({shapes[k].first}) * 0.1;
+  }
+  const auto conv = [&](std::size_t k, std::int64_t from, std::int64_t to, std::int64_t stride = 1) {
+    step_record made = record("convolution", {from}, to);
+    made.convolution = convolution_parameters{{stride, stride}, {0, 0}, {1, 1}, 1};
+    made.weight = "w" + std::to_string(k), made.bias = "b" + std::to_string(k);
+    return made;
+  };
+  step_record silu = record("activation", {8}, 9), relu6 = record("activation", {3}, 4);
+  silu.activation = activation_parameters{"silu"};
+  relu6.activation = activation_parameters{"clip"};
+  relu6.activation->low = 0, relu6.activation->high = 6;
+  region_payload payload{1, 11, {}, {10}};
+  payload.steps = {conv(0, 0, 1), record("relu", {1}, 2), conv(1, 2, 3), relu6, conv(2, 4, 5),
+                   record("add", {5, 2}, 6),  record("relu", {6}, 7), conv(3, 7, 8), silu, conv(4, 9, 10, 2)};
+  compiled_region region = compile_region(payload, weights);
+  const auto reference = [&](const at::Tensor& x) {
+    const auto c = [&](int k, const at::Tensor& v, std::int64_t stride = 1) {
+      return at::conv2d(v, weights["w" + std::to_string(k)], weights["b" + std::to_string(k)], stride);
+    };
+    const at::Tensor a = at::relu(c(0, x));
+    const at::Tensor b = at::relu(c(2, at::clamp(c(1, a), 0, 6)) + a);
+    return c(4, at::silu(c(3, b)), 2);
+  };
+  // Plans of one region in turn: ours packs the weights, oneDNN's (56 x 56: above 784 pixels)
+  // unpacks them, ours at batch 2 packs them again from oneDNN's layout, oneDNN's below 6 pixels.
+  using sizes_of = std::vector<std::int64_t>;
+  for (const sizes_of& sizes : {sizes_of{1, 24, 14, 14}, sizes_of{1, 24, 56, 56}, sizes_of{2, 24, 7, 7}, sizes_of{1, 24, 2, 2}}) {
+    CAPTURE(sizes);
+    const std::int64_t pixels = sizes[2] * sizes[3];
+    const bool on_ours = own_pointwise_conv_enabled() && pixels >= 6 && pixels <= 784;
+    const auto plan = planner(*region.region, region.plans->weights, {sizes}).build();
+    std::vector<std::size_t> ours;
+    for (std::size_t i = 0; i < plan->implementations.size(); ++i)
+      if (plan->implementations[i].implementation == "gemm_1x1:avx2") ours.push_back(i);
+    CHECK(ours.size() == (on_ours ? 4 : 0));
+    if (on_ours) {
+      // conv2's sum over the residual's bytes (value 2, read last by the add); each call's steps
+      // made with it: no relu, add or SiLU of oneDNN's but the stride-2 convolution.
+      const plan_call& residual_call = plan->calls[ours[2]];
+      std::optional<std::size_t> addend, result;
+      for (const auto& [argument, slot] : residual_call.arguments) {
+        if (argument == DNNL_ARG_SRC_1) addend = slot;
+        if (argument == DNNL_ARG_DST) result = slot;
+      }
+      REQUIRE(addend);
+      REQUIRE(result);
+      const auto root = [&](std::size_t slot) { return plan->aliases[slot] == no_slot ? slot : plan->aliases[slot]; };
+      CHECK(root(*addend) == root(*result));
+      for (const std::string& kernel : kernels_of(*plan)) {
+        CAPTURE(kernel);
+        CHECK((kernel.find("eltwise") == std::string::npos || kernel.ends_with("eltwise silu:avx2")));
+        CHECK(kernel.find("binary") == std::string::npos);
+      }
+    }
+    const int threads_before = at::get_num_threads();
+    for (const int threads : {1, 2}) {
+      at::set_num_threads(threads);
+      const at::Tensor x = torch::randn(sizes);
+      const std::vector<c10::IValue> inputs{x};
+      const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+      CHECK(y.allclose(reference(x), 1e-4, 1e-5));
+    }
+    at::set_num_threads(threads_before);
+  }
+}
+
 TEST_CASE("silu in a plan: a convolution's SiLU runs on our kernel in place; a SiLU of its own, out of place; the result ATen's") {
   // conv 1x1 16 -> 24 (0 -> 1), silu (-> 2): the SiLU ends the convolution's post-ops; add of 2 and
   // 2 (-> 3), silu (-> 4): a SiLU after an add, a step of its own.

@@ -127,7 +127,8 @@ TEST_CASE("small steps are made and run on the calling thread; large ones on all
     for (std::size_t i = 0; i < plan->calls.size(); ++i)
       if (plan->implementations[i].kind == "convolution") {
         ++convolutions;
-        CHECK(plan->calls[i].one_thread == small);
+        // A kernel of ours (the 1x1 one on our GEMM, at AVX2) splits its own work: never flagged.
+        CHECK(plan->calls[i].one_thread == (small && !plan->calls[i].host));
       }
     CHECK(convolutions == 2);
     const int threads = at::get_num_threads();

@@ -2,6 +2,7 @@
 // reference kernel (is_reference), falling back in a fixed order (docs/onednn.md "Which kernels a
 // plan runs"): fused, then alone, then in other layouts, then ATen's conv2d.
 #include "channel_affine.hpp"
+#include "gemm.hpp"
 #include "internal.hpp"
 
 #include "toolkit/support_rules.hpp"
@@ -208,6 +209,14 @@ void planner::convolution(std::size_t index) {
     refuse("a convolution's input " + describe(conv) + " is smaller than its kernel");
   if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
   if (channel_affine_convolution(index)) return;  // a per-channel scale and shift of a cat's view
+  if (pointwise_conv_on_own_gemm(index)) return;   // a 1x1 convolution on our GEMM (AVX2)
+  if (store_.weights[index].get_desc() == packed_weights_desc(conv.weight_sizes[0], conv.weight_sizes[1])) {
+    // An earlier plan's, packed for our GEMM: [O, I, 1, 1] again for oneDNN's kernels and ATen's.
+    dnnl::memory plain(plain_weights(conv.weight_sizes, 1), cpu_engine());
+    gemm::unpack_weights(static_cast<const float*>(store_.weights[index].get_data_handle()), conv.weight_sizes[0], conv.weight_sizes[1],
+                         static_cast<float*>(plain.get_data_handle()));
+    store_.weights[index] = plain;
+  }
   const auto gemm = [](const std::optional<conv_candidate>& c) {
     return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
   };

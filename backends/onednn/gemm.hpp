@@ -26,8 +26,28 @@ void pack_weights(const float* weights, std::int64_t outputs, std::int64_t featu
 /// The inverse of pack_weights: `weights` ([outputs, features]) from `packed`.
 void unpack_weights(const float* packed, std::int64_t outputs, std::int64_t features, float* weights);
 
-/// An activation applied to each result as it is written (a linear's fused one).
-enum class activation { none, relu, gelu_erf };
+/// An activation applied to each result as it is written (a linear's or a convolution's fused
+/// one): a clip between bounds the call gives (ReLU6: 0 and 6).
+enum class activation { none, relu, gelu_erf, clip };
+
+/// Where element (r, k) of a matrix is: at r * row + (k / 8) * block + k % 8 floats from its
+/// start. A row-major [rows, n] matrix is {n, 8}; one image of oneDNN's nChw8c layout, its H * W
+/// pixels the rows and its channels the columns, is {8, H * W * 8} (a 1x1 convolution's input and
+/// result).
+struct strides {
+  std::int64_t row;
+  std::int64_t block;
+};
+
+/// out[r][o] = f(bias[o] + addend[r][o] + sum over k of in[r][k] * weights[o][k]), for the rows
+/// [first_row, last_row) and the outputs of panels [first_panel, last_panel), `in`, `out` and
+/// `addend` (nullptr: none; a residual, read in out's strides, and may be `out` itself) where the
+/// strides say. In blocked strides (block != 8) `features` and `outputs` are whole blocks of 8.
+/// `low` and `high` are the bounds of activation::clip. Otherwise as the row-major multiply below.
+void multiply(const float* in, strides in_strides, std::int64_t features, const float* packed, const float* bias, const float* addend,
+              float* out, strides out_strides, std::int64_t outputs, std::int64_t first_row, std::int64_t last_row,
+              std::int64_t first_panel, std::int64_t last_panel, activation then = activation::none, std::int64_t slice = 0,
+              float low = 0.f, float high = 0.f);
 
 /// out[r][o] = f(bias[o] + sum over k of in[r][k] * weights[o][k]), f the activation `then`, for
 /// the rows [first_row, last_row) and the outputs of panels [first_panel, last_panel). `in` is
@@ -39,6 +59,17 @@ enum class activation { none, relu, gelu_erf };
 void multiply(const float* in, std::int64_t features, const float* packed, const float* bias, float* out, std::int64_t outputs,
               std::int64_t first_row, std::int64_t last_row, std::int64_t first_panel, std::int64_t last_panel,
               activation then = activation::none, std::int64_t slice = 0);
+
+/// How a product of `rows` rows and `panels` panels is cut into units of one panel and one block
+/// of rows for `threads` threads: blocks of whole 6-row steps, at least 4 units a thread where
+/// there are rows enough (each panel then meets its rows while it is in cache), and a number of
+/// units the threads share evenly where a few more blocks make it so (13 panels on 2 threads:
+/// 26 units, not 13, of which one thread would run 7).
+struct work_split {
+  std::int64_t block_rows;
+  std::int64_t blocks;
+};
+work_split split_work(std::int64_t rows, std::int64_t panels, std::int64_t threads);
 
 /// The features a panel meets its rows with at a time, for an L2 cache of `l2_bytes`: all of them
 /// where the panel's share (64 bytes a feature) and 6 rows of input (24 bytes a feature) fit in

@@ -49,6 +49,9 @@ md in_layout(const dims& sizes, tag image);
 /// A convolution's dense weights [O, I / groups, (kt,) kh, kw] as oneDNN reads them: oihw (oidhw,
 /// oiw), or goihw (goidhw, goiw) over [groups, O / groups, ...] when grouped.
 md plain_weights(const std::vector<std::int64_t>& weight, std::int64_t groups);
+/// Where our GEMM's weights are packed: [panels, I, 16] (gemm.hpp; a linear's and a 1x1
+/// convolution's, build_linear.cpp).
+md packed_weights_desc(std::int64_t outputs, std::int64_t features);
 /// A primitive's attributes: a user scratchpad (in the call's buffer) and `post_ops`.
 dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops = {});
 /// oneDNN's eltwise operations for a relu or an activation step, in order (hardsigmoid is two).
@@ -103,6 +106,10 @@ bool direct_outputs_enabled();
 /// our GEMM (gemm.hpp, build_linear.cpp) rather than oneDNN's inner product: on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its
 /// brgemm matmul is faster), and TD_ONEDNN_GEMM not 0.
 bool own_gemm_enabled();
+/// Whether plans run 1x1 convolutions (stride 1, no padding, no groups, whole blocks of 8
+/// channels) on our GEMM in nChw8c (planner::pointwise_conv_on_own_gemm) rather than oneDNN's
+/// jit_1x1 kernel: where own_gemm_enabled(), and TD_ONEDNN_GEMM_1X1 not 0.
+bool own_pointwise_conv_enabled();
 /// Below this many multiply-adds (or values read), a convolution, pooling, elementwise step or
 /// linear on our GEMM runs on the calling thread: a squeeze-excitation's one-pixel convolutions
 /// took 6-8 us on 2 threads and 2-4 us on one on an AVX-512 EPYC (oneDNN's OpenMP fork and join),
@@ -259,6 +266,11 @@ class planner {
   /// it no brgconv kernel.
   std::optional<conv_candidate> brgconv_with_residual(std::size_t index, const std::vector<std::size_t>& with) const;
   bool channel_affine_convolution(std::size_t index);
+  /// A 1x1 convolution on our GEMM (own_pointwise_conv_enabled(); build_linear.cpp): its input and
+  /// result in nChw8c, each image's pixels the GEMM's rows, its folded ReLU, or one residual add
+  /// (and the ReLU after it), or a lone ReLU applied as it writes, a SiLU of ours after it. False
+  /// (nothing planned) for any other convolution or post-ops.
+  bool pointwise_conv_on_own_gemm(std::size_t index);
   // build_winograd.cpp
   bool winograd_convolution(std::size_t index);
   // build_linear.cpp

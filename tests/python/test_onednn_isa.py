@@ -117,7 +117,8 @@ class NoReferenceKernels(unittest.TestCase):
                     # The query lists what ran: oneDNN's log of the call has the same kernels (the
                     # log also shows the weights' reorders made while planning; the steps run by
                     # ATen and our own kernels, Winograd's transforms, SiLU, the channel shuffle, a
-                    # squeeze-excitation's scaled weights and its multiply, are not oneDNN's to log).
+                    # squeeze-excitation's scaled weights and its multiply, the GEMM's linears and
+                    # 1x1 convolutions, are not oneDNN's to log).
                     ran = {(kind, impl) for kind, impl in log if kind != "reorder"}
                     # A convolution run as ATen's conv3d or conv1d (no JIT kernel but a GEMM-based
                     # one: a 3-d one below AVX2) calls oneDNN's GEMM-based kernel itself, which logs it.
@@ -125,13 +126,16 @@ class NoReferenceKernels(unittest.TestCase):
                         ran = {(kind, impl) for kind, impl in ran if not (kind == "convolution" and "gemm" in impl)}
                     listed = {(kind, impl) for _, _, _, kind, impl in plan
                               if kind != "reorder" and not impl.startswith(("aten::", "winograd_", "silu:", "shuffle:", "scale_weights:",
-                                                                            "channel_scale:", "channel_affine:", "gemm:avx2"))}
+                                                                            "channel_scale:", "channel_affine:", "gemm:avx2",
+                                                                            "gemm_1x1:avx2"))}
                     self.assertEqual(ran, listed)
                     self.assertTrue(all(method and shapes.startswith("[1, ") and step for method, shapes, step, _, _ in plan))
                     if cap == "AVX2" and name == "shufflenet_v2_x1_0":
                         # Its regions' plain 58-channel inputs: the own layout would take GEMM (2x
                         # slower) where oneDNN's pick has direct JIT kernels (docs/onednn.md).
-                        self.assertEqual([step for _, _, step, kind, impl in plan if kind == "convolution" and "gemm" in impl], [])
+                        # (gemm_1x1:avx2 is the GEMM of ours, on 1x1 convolutions in whole channel blocks.)
+                        self.assertEqual([step for _, _, step, kind, impl in plan
+                                          if kind == "convolution" and "gemm" in impl and impl != "gemm_1x1:avx2"], [])
 
 
 class FallbackOrder(unittest.TestCase):
