@@ -116,6 +116,19 @@ TEST_CASE("fusion as planned: the residual block runs as two convolutions, nothi
   CHECK(y.allclose(residual_reference(x, weights), 1e-4, 1e-5));
 }
 
+TEST_CASE("1x1 convolutions on our GEMM: where it was faster than oneDNN's AVX2 kernel") {
+  CHECK(gemm_1x1_pays(49, 160, 960));     // 7 x 7, 96 channels or more
+  CHECK(gemm_1x1_pays(64, 96, 96));
+  CHECK(!gemm_1x1_pays(49, 88, 960));     // fewer than 96 in
+  CHECK(!gemm_1x1_pays(49, 960, 88));     // or out
+  CHECK(gemm_1x1_pays(196, 256, 1024));   // 14 x 14, 256 or more
+  CHECK(gemm_1x1_pays(196, 1024, 1024));
+  CHECK(!gemm_1x1_pays(196, 96, 576));    // 14 x 14 with fewer
+  CHECK(!gemm_1x1_pays(784, 512, 512));   // 28 x 28
+  CHECK(!gemm_1x1_pays(5, 2048, 2048));   // below one 6-row step
+  CHECK(gemm_1x1_pays(6, 2048, 2048));
+}
+
 TEST_CASE("small steps are made and run on the calling thread; large ones on all; the thread count restored") {
   std::map<std::string, at::Tensor> weights;
   const compiled_region region = compile_region(residual_payload(weights), weights);

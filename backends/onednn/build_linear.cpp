@@ -23,6 +23,11 @@ bool own_gemm_enabled() {
   return enabled;
 }
 
+bool gemm_1x1_pays(std::int64_t pixels, std::int64_t features, std::int64_t outputs) {
+  const std::int64_t narrower = std::min(features, outputs);
+  return pixels >= 6 && ((pixels <= 64 && narrower >= 96) || (pixels <= 196 && narrower >= 256));
+}
+
 bool own_pointwise_conv_enabled() {
   static const bool enabled = own_gemm_enabled() && !switched_off("TD_ONEDNN_GEMM_1X1");
   return enabled;
@@ -105,10 +110,7 @@ bool planner::pointwise_conv_on_own_gemm(std::size_t index) {
   if (d.size() != 4 || w.size() != 4 || w[2] != 1 || w[3] != 1 || c.groups != 1) return false;
   if (c.stride != std::vector<std::int64_t>{1, 1} || c.padding != std::vector<std::int64_t>{0, 0}) return false;
   const std::int64_t outputs = w[0], features = w[1], images = d[0], pixels = d[2] * d[3];
-  // At most 28 x 28 pixels: on larger maps oneDNN's kernel was as fast or faster (1.00-1.25x ours
-  // at 56 x 56 and 112 x 112, where ours was 0.85-0.97x its time at 7 x 7 and 14 x 14;
-  // docs/performance.md "1x1 convolutions on the GEMM").
-  if (outputs % 8 != 0 || features % 8 != 0 || pixels < 6 || pixels > 28 * 28 || scaled_input_.count(index) != 0) return false;
+  if (outputs % 8 != 0 || features % 8 != 0 || !gemm_1x1_pays(pixels, features, outputs) || scaled_input_.count(index) != 0) return false;
   // The post-ops it applies: its folded ReLU alone; one residual add of its own sizes, with or
   // without the add's ReLU; a lone ReLU or clip (ReLU6: MobileNetV2's); then a SiLU of ours after it.
   std::vector<std::size_t> with = conv.fusion.post_ops;

@@ -110,6 +110,13 @@ bool own_gemm_enabled();
 /// channels) on our GEMM in nChw8c (planner::pointwise_conv_on_own_gemm) rather than oneDNN's
 /// jit_1x1 kernel: where own_gemm_enabled(), and TD_ONEDNN_GEMM_1X1 not 0.
 bool own_pointwise_conv_enabled();
+/// Whether a 1x1 convolution of `pixels` pixels an image, `features` channels in and `outputs` out
+/// runs on our GEMM (where own_pointwise_conv_enabled()): where it was faster than oneDNN's AVX2
+/// kernel (bench/linear_ab.py; docs/performance.md "1x1 convolutions on the GEMM"): maps of 6 to
+/// 64 pixels with 96 channels or more in and out (0.71-0.88x its time), up to 14 x 14 with 256 or
+/// more (0.92-0.97x). With fewer channels, or on larger maps, oneDNN's was as fast or faster
+/// (1.00-2.0x ours at 24 to 64 channels, 1.02x at 512 channels on 28 x 28).
+bool gemm_1x1_pays(std::int64_t pixels, std::int64_t features, std::int64_t outputs);
 /// Below this many multiply-adds (or values read), a convolution, pooling, elementwise step or
 /// linear on our GEMM runs on the calling thread: a squeeze-excitation's one-pixel convolutions
 /// took 6-8 us on 2 threads and 2-4 us on one on an AVX-512 EPYC (oneDNN's OpenMP fork and join),
