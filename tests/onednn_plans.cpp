@@ -461,6 +461,27 @@ TEST_CASE("1x1 convolutions in a plan: on our GEMM in nChw8c where own_pointwise
   }
 }
 
+TEST_CASE("a 1-d convolution of 1 output and 16 taps keeps its weights, whose descriptor is the GEMM's packed one; the result ATen's") {
+  // Its dense [1, 8, 16] weights (oiw) have the descriptor of our GEMM's packed [1 panel, 8, 16]
+  // (abc): a plan must not take them for packed ones (and unpack them).
+  torch::manual_seed(19);
+  std::map<std::string, at::Tensor> weights{{"w", torch::randn({1, 8, 16})}, {"b", torch::randn({1})}};
+  CHECK(md({1, 8, 16}, f32, tag::oiw) == packed_weights_desc(1, 8));
+  region_payload payload{1, 2, {}, {1}};
+  step_record conv = record("convolution", {0}, 1);
+  conv.convolution = convolution_parameters{{1}, {0}, {1}, 1};
+  conv.weight = "w", conv.bias = "b";
+  payload.steps = {conv};
+  compiled_region region = compile_region(payload, weights);
+  for (const std::int64_t length : {40, 64, 40}) {  // plans in turn, each from the last one's weights
+    CAPTURE(length);
+    const at::Tensor x = torch::randn({1, 8, length});
+    const std::vector<c10::IValue> inputs{x};
+    const at::Tensor y = OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor();
+    CHECK(y.allclose(at::conv1d(x, weights["w"], weights["b"]), 1e-4, 1e-5));
+  }
+}
+
 TEST_CASE("silu in a plan: a convolution's SiLU runs on our kernel in place; a SiLU of its own, out of place; the result ATen's") {
   // conv 1x1 16 -> 24 (0 -> 1), silu (-> 2): the SiLU ends the convolution's post-ops; add of 2 and
   // 2 (-> 3), silu (-> 4): a SiLU after an add, a step of its own.

@@ -210,7 +210,10 @@ void planner::convolution(std::size_t index) {
   if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
   if (channel_affine_convolution(index)) return;  // a per-channel scale and shift of a cat's view
   if (pointwise_conv_on_own_gemm(index)) return;   // a 1x1 convolution on our GEMM (AVX2)
-  if (store_.weights[index].get_desc() == packed_weights_desc(conv.weight_sizes[0], conv.weight_sizes[1])) {
+  const std::vector<std::int64_t>& w = conv.weight_sizes;
+  const bool one_by_one = w.size() == 4 && w[2] == 1 && w[3] == 1 && conv.record.convolution->groups == 1;
+  // (Only a 2-d 1x1 convolution's can be: a 1-d one's [1, I, 16] dense weights have that descriptor too.)
+  if (one_by_one && store_.weights[index].get_desc() == packed_weights_desc(w[0], w[1])) {
     // An earlier plan's, packed for our GEMM: [O, I, 1, 1] again for oneDNN's kernels and ATen's.
     dnnl::memory plain(plain_weights(conv.weight_sizes, 1), cpu_engine());
     gemm::unpack_weights(static_cast<const float*>(store_.weights[index].get_data_handle()), conv.weight_sizes[0], conv.weight_sizes[1],

@@ -1,6 +1,6 @@
-"""bench/as_avx2.py: a program, a library it dlopens and a child started with
-TD_BENCH_CHILD_PREFIX see CPUID without AVX-512; the program's stdin, stdout and exit code are its
-own (gdb's messages go to stderr).
+"""bench/as_avx2.py: a program, a library it dlopens, the program an exec makes of it and a child
+started with TD_BENCH_CHILD_PREFIX see CPUID without AVX-512 (a child forked without it does not);
+the program's stdin, stdout and exit code are its own (gdb's messages go to stderr).
 
 Usage: test_as_avx2.py <cpuid_probe> <libcpuid_probe_lib.so>
 """
@@ -69,6 +69,14 @@ if child.returncode != 7 or bits(child.stdout).get("dlopened avx512f") != "0" \
     fail(f"a child with TD_BENCH_CHILD_PREFIX: exit {child.returncode}, {child.stdout!r} {child.stderr[-2000:]}")
 if "as_avx2:" in child.stderr:
     fail(f"--quiet printed the summary: {child.stderr[-2000:]}")
+# The program an exec turns the process into is masked by the same gdb (its old breakpoints gone,
+# the new image's set); a child forked without the prefix is not (on an AVX-512 CPU it sees AVX-512).
+execed = run([sys.executable, TOOL, "--quiet", "--", "/bin/sh", "-c", 'exec "$0" "$1"', probe, library], env)
+if execed.returncode != 7 or bits(execed.stdout).get("dlopened avx512f") != "0" or bits(execed.stdout).get("builtin avx512f") != "0":
+    fail(f"an exec'd program: exit {execed.returncode}, {execed.stdout!r} {execed.stderr[-2000:]}")
+forked = run([sys.executable, TOOL, "--quiet", "--", "/bin/sh", "-c", '"$0" "$1"; exit $?', probe, library], env)
+if forked.returncode != 7 or bits(forked.stdout).get("leaf7 avx512f") != ("1" if has_avx512 else "0"):
+    fail(f"a child forked without the prefix: exit {forked.returncode}, {forked.stdout!r} {forked.stderr[-2000:]}")
 prefix = shlex.split(subprocess.run([sys.executable, TOOL, "--quiet", "--", "/bin/sh", "-c", "echo $TD_BENCH_CHILD_PREFIX"],
                                     capture_output=True, text=True, env=env).stdout)
 if prefix[-1:] != ["--"] or os.path.abspath(prefix[1]) != TOOL:
