@@ -32,7 +32,7 @@ import torch
 import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import SETTLE, blas_in_use, round_order  # noqa: E402
+from models import SETTLE, blas_in_use, machine_line, round_order  # noqa: E402
 
 import torch_delegate  # noqa: E402
 
@@ -67,14 +67,6 @@ AUDIO = {
     "wav2vec2_base": ("wav2vec2_base", {}, True),
     "conv_tasnet": ("ConvTasNet", {}, False),
 }
-
-
-def isa():
-    flags = open("/proc/cpuinfo").read()
-    level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
-    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
-    return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
 
 
 def calibrate(model, side, frames=None):
@@ -171,7 +163,7 @@ def main():
     torch.set_num_threads(threads)
     torch_delegate.load_backend("onednn")
     names = args.models.split(",") if args.models else list(DETECTION) + list(SEGMENTATION) + list(VIDEO) + list(AUDIO)
-    print(f"Machine: {isa()}; {threads} threads; LibTorch's BLAS: {blas_in_use()}; torch {torch.__version__}")
+    print(f"Machine: {machine_line()}; {threads} threads; LibTorch's BLAS: {blas_in_use()}; torch {torch.__version__}")
     rows = []
     for name in names:
         try:
@@ -240,7 +232,7 @@ def main():
               f"{row['regions'].removeprefix('forward: ')} | {row['error']:.0e} / {row['scripted_error']:.0e} ({row['of']}) |")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"machine": isa(), "threads": threads, "rows": rows}, out, indent=1)
+            json.dump({"machine": machine_line(), "threads": threads, "rows": rows}, out, indent=1)
 
 
 if __name__ == "__main__":

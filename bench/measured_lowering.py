@@ -85,14 +85,6 @@ for backend in RECIPE:
     torch_delegate.load_backend(backend)
 
 
-def isa():
-    flags = open("/proc/cpuinfo").read()
-    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
-    level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
-    return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
-
-
 def seconds(call):
     start = time.perf_counter()
     result = call()
@@ -268,7 +260,7 @@ def main():
                       f"measured lowerings (the runs column), the timing cache off, one other process spinning on a core. "
                       f"Ratios >= 1: the recipe is faster.", text)
         return
-    print(f"machine: {isa()}; {threads} threads; BLAS: {models.blas_in_use()}", flush=True)
+    print(f"machine: {models.machine_line()}; {threads} threads; BLAS: {models.blas_in_use()}", flush=True)
     rows = []
     for name in names:
         row = measure_model(name)
@@ -276,12 +268,12 @@ def main():
         print(json.dumps(row), flush=True)
     text = table(rows)
     print(text)
-    summary = (f"Measured by bench/measured_lowering.py on {isa()}, {threads} threads, torch-delegate "
+    summary = (f"Measured by bench/measured_lowering.py on {models.machine_line()}, {threads} threads, torch-delegate "
                f"{torch_delegate.__version__}; loaded: {runs} measured lowerings each, the timing cache off, "
                f"{busy} other process{'es' if busy != 1 else ''} spinning on a core each"
                f"{f'; measure_time_limit_s={limit}' if limit is not None else ''}. Ratios >= 1: the recipe is faster.")
     if option("--json"):
-        json.dump({"machine": isa(), "rows": rows}, open(option("--json"), "w"), indent=1)
+        json.dump({"machine": models.machine_line(), "rows": rows}, open(option("--json"), "w"), indent=1)
     if doc_path:
         write_doc(summary, text)
 

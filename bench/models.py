@@ -31,6 +31,18 @@ VIDEO = ["r3d_18", "mc3_18", "r2plus1d_18", "s3d"]
 SETTLE = float(os.environ.get("TD_BENCH_SETTLE", "0.05"))
 
 
+def machine_line():
+    """The CPU as a figure's label: its name, cores and widest vector ISA, oneDNN's cap
+    (ONEDNN_MAX_CPU_ISA) and whether bench/as_avx2.py runs the process on AVX2 code."""
+    flags = open("/proc/cpuinfo").read()
+    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
+    level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
+    if os.environ.get("TD_BENCH_AS_AVX2") == "1":
+        level = f"AVX2 code on an {level} CPU (bench/as_avx2.py: CPUID without AVX-512, every engine)"
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
+
+
 def blas_in_use():
     """The BLAS this process has loaded, read from /proc/self/maps (not from what a variable
     says): "openblas", "reference" or the library's path; "unknown" where no BLAS library is

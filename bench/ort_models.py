@@ -77,16 +77,6 @@ for backend in ("xnnpack", "onednn", "pointwise_fusion"):
 RECIPE = ["onednn", "xnnpack", "pointwise_fusion"]
 
 
-def isa():
-    flags = open("/proc/cpuinfo").read()
-    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "?")
-    level = "AVX-512" if " avx512f" in flags else "AVX2 without AVX-512" if " avx2" in flags else "no AVX2"
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
-    if os.environ.get("TD_BENCH_AS_AVX2") == "1":
-        level = f"AVX2 code on an {level} CPU (bench/as_avx2.py: CPUID without AVX-512, every engine)"
-    return f"{name}, {os.cpu_count()} cores, {level}" + (f" (oneDNN capped: ONEDNN_MAX_CPU_ISA={cap})" if cap else "")
-
-
 class Ort:
     """The ORT runner process; `error` says why there is none."""
 
@@ -302,9 +292,9 @@ def main():
         rows.append(row)
         print(name, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr, flush=True)
     if option("--json"):
-        json.dump({"machine": isa(), "blas": blas, "allocator": allocator, "ort": ort.version, "gemm_peak": peak, "commit": commit(),
+        json.dump({"machine": models.machine_line(), "blas": blas, "allocator": allocator, "ort": ort.version, "gemm_peak": peak, "commit": commit(),
                    "date": time.strftime('%Y-%m-%d'), "quick": quick, "rows": rows}, open(option("--json"), "w"), indent=1)
-    write(table(rows, ort, peak, isa(), blas, allocator))
+    write(table(rows, ort, peak, models.machine_line(), blas, allocator))
 
 
 def commit():

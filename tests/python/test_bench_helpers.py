@@ -1,5 +1,6 @@
 """bench/models.py's helpers that every bench figure rests on: which BLAS this process loaded
-(read from the process, so that a table never names a BLAS it did not run on), the seeded
+(read from the process, so that a table never names a BLAS it did not run on), the machine line
+(the ISA, oneDNN's cap, AVX2 code under bench/as_avx2.py), the seeded
 order of each round's variants, and the README's measured recipe being the one the benches
 measure and the example runs."""
 import os
@@ -33,6 +34,21 @@ if os.path.isdir(OPENBLAS):
     out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {BENCH!r}); import torch, models; "
                           "print(models.blas_in_use())"], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "openblas", out
+
+# The machine line every table prints: the CPU's widest ISA, oneDNN's cap, and bench/as_avx2.py's
+# AVX2 code when it runs the process (read from the environment each call).
+saved = {key: os.environ.pop(key, None) for key in ("TD_BENCH_AS_AVX2", "ONEDNN_MAX_CPU_ISA")}
+plain = models.machine_line()
+assert f"{os.cpu_count()} cores, " in plain and ("AVX-512" in plain or "AVX2" in plain or "no AVX2" in plain), plain
+assert "as_avx2" not in plain and "capped" not in plain, plain
+os.environ["TD_BENCH_AS_AVX2"], os.environ["ONEDNN_MAX_CPU_ISA"] = "1", "AVX2"
+masked = models.machine_line()
+assert "AVX2 code on an " in masked and "(bench/as_avx2.py: CPUID without AVX-512, every engine)" in masked, masked
+assert masked.endswith("(oneDNN capped: ONEDNN_MAX_CPU_ISA=AVX2)"), masked
+for key, value in saved.items():
+    os.environ.pop(key, None)
+    if value is not None:
+        os.environ[key] = value
 
 # Each round's order: a permutation of the names, the same for the same round, not one rotation.
 names = ["recipe", "onednn", "xnnpack", "oif", "ort"]
