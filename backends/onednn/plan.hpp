@@ -273,7 +273,7 @@ class planner {
   /// it no brgconv kernel.
   std::optional<conv_candidate> brgconv_with_residual(std::size_t index, const std::vector<std::size_t>& with) const;
   bool channel_affine_convolution(std::size_t index);
-  /// A 1x1 convolution on our GEMM (own_pointwise_conv_enabled(), gemm_1x1_pays; build_linear.cpp):
+  /// A 1x1 convolution on our GEMM (own_pointwise_conv_enabled(), gemm_1x1_pays; build_convolution.cpp):
   /// its input and result in nChw8c, each image's pixels the GEMM's rows, its folded ReLU, or one
   /// residual add (and the ReLU after it), or a lone ReLU or clip applied as it writes, a SiLU of
   /// ours after it. False (nothing planned) for any other convolution or post-ops.
