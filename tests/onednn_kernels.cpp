@@ -373,6 +373,12 @@ float& blocked_at(std::vector<float>& t, const shuffle::geometry& g, std::int64_
   return t[static_cast<std::size_t>(((n * blocks + c / g.block) * g.pixels + p) * g.block + c % g.block)];
 }
 
+/// The ranges of a shuffle's result a test asks for, as (first channel, count): the whole result,
+/// its halves (ShuffleNetV2's chunk), and an odd start.
+std::vector<std::pair<std::int64_t, std::int64_t>> shuffle_ranges(std::int64_t channels) {
+  return {{0, 2 * channels}, {0, channels}, {channels, channels}, {1, 2 * channels - 1}};
+}
+
 }  // namespace
 
 TEST_CASE("shuffle kernel: channel j of the result is a's j / 2 (j even) or b's (j odd); whole or halves; padding 0") {
@@ -383,9 +389,7 @@ TEST_CASE("shuffle kernel: channel j of the result is a's j / 2 (j even) or b's 
         const std::int64_t in_size = g.batch * ((channels + block - 1) / block) * block * pixels;
         std::vector<float> a(static_cast<std::size_t>(in_size)), b(a.size());
         for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) + 0.25f, b[i] = -static_cast<float>(i) - 0.5f;
-        // The whole result, its halves (ShuffleNetV2's chunk), and an odd start.
-        for (const auto& [first, count] : {std::pair{std::int64_t{0}, 2 * channels}, std::pair{std::int64_t{0}, channels},
-                                           std::pair{channels, channels}, std::pair{std::int64_t{1}, 2 * channels - 1}}) {
+        for (const auto& [first, count] : shuffle_ranges(channels)) {
           CAPTURE(block);
           CAPTURE(channels);
           CAPTURE(pixels);
@@ -420,8 +424,7 @@ TEST_CASE("shuffle kernel in nhwc (AVX-512's brgconv layout): each pixel a batch
       const std::int64_t batch = 2;
       std::vector<float> a(static_cast<std::size_t>(batch * pixels * channels)), b(a.size());
       for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) + 0.25f, b[i] = -static_cast<float>(i) - 0.5f;
-      for (const auto& [first, count] : {std::pair{std::int64_t{0}, 2 * channels}, std::pair{std::int64_t{0}, channels},
-                                         std::pair{channels, channels}, std::pair{std::int64_t{1}, 2 * channels - 1}}) {
+      for (const auto& [first, count] : shuffle_ranges(channels)) {
         CAPTURE(channels);
         CAPTURE(pixels);
         CAPTURE(first);

@@ -4,7 +4,6 @@
 // (build_winograd.cpp), a batch norm of a cat's view (channel_affine), a 1x1 convolution on our
 // GEMM where oneDNN runs AVX2 (gemm.hpp).
 #include "channel_affine.hpp"
-#include "gemm.hpp"
 #include "internal.hpp"
 
 #include "toolkit/support_rules.hpp"
@@ -212,16 +211,11 @@ void planner::convolution(std::size_t index) {
   if (winograd_convolution(index)) return;  // a 3x3, stride-1 convolution where Winograd applies
   if (channel_affine_convolution(index)) return;  // a per-channel scale and shift of a cat's view
   if (pointwise_conv_on_own_gemm(index)) return;   // a 1x1 convolution on our GEMM (AVX2)
+  // An earlier plan's weights, packed for our GEMM: [O, I, 1, 1] again for oneDNN's kernels and
+  // ATen's. (Only a 2-d 1x1 convolution's can be: a 1-d one's [1, I, 16] dense weights have the
+  // packed descriptor too.)
   const std::vector<std::int64_t>& w = conv.weight_sizes;
-  const bool one_by_one = w.size() == 4 && w[2] == 1 && w[3] == 1 && conv.record.convolution->groups == 1;
-  // (Only a 2-d 1x1 convolution's can be: a 1-d one's [1, I, 16] dense weights have that descriptor too.)
-  if (one_by_one && store_.weights[index].get_desc() == packed_weights_desc(w[0], w[1])) {
-    // An earlier plan's, packed for our GEMM: [O, I, 1, 1] again for oneDNN's kernels and ATen's.
-    dnnl::memory plain(plain_weights(conv.weight_sizes, 1), cpu_engine());
-    gemm::unpack_weights(static_cast<const float*>(store_.weights[index].get_data_handle()), conv.weight_sizes[0], conv.weight_sizes[1],
-                         static_cast<float*>(plain.get_data_handle()));
-    store_.weights[index] = plain;
-  }
+  if (w.size() == 4 && w[2] == 1 && w[3] == 1 && conv.record.convolution->groups == 1) unpack_stored_weights(index, plain_weights(w, 1));
   const auto gemm = [](const std::optional<conv_candidate>& c) {
     return c && std::string_view(c->pd.impl_info_str()).find("gemm") != std::string_view::npos;
   };
@@ -297,119 +291,6 @@ bool planner::overwritable(std::int64_t id, std::size_t adder, std::size_t conv)
     if (std::any_of(readers.begin(), readers.end(), [&](std::size_t reader) { return reader > adder; })) return false;
   }
   return root(value(step(conv).record.inputs[0])) != base;
-}
-
-bool gemm_1x1_pays(std::int64_t pixels, std::int64_t features, std::int64_t outputs) {
-  const std::int64_t narrower = std::min(features, outputs);
-  return pixels >= 6 && ((pixels <= 64 && narrower >= 96) || (pixels <= 196 && narrower >= 256));
-}
-
-bool own_pointwise_conv_enabled() {
-  static const bool enabled = own_gemm_enabled() && !switched_off("TD_ONEDNN_GEMM_1X1");
-  return enabled;
-}
-
-/// A 1x1 convolution on our GEMM, in nChw8c: each image's H * W pixels are the rows (gemm::strides
-/// {8, H * W * 8}), its channels the features and outputs. oneDNN 2.6's AVX2 jit_1x1 kernel ran
-/// ResNeXt-101's 1024 -> 1024 at 14x14 at 223 GFLOP/s and 2048 -> 2048 at 7x7 at 157, where this
-/// GEMM runs those products at 244 and 206 (docs/performance.md "1x1 convolutions on the GEMM").
-bool planner::pointwise_conv_on_own_gemm(std::size_t index) {
-  if (!own_pointwise_conv_enabled()) return false;
-  const compiled_step& conv = step(index);
-  const convolution_parameters& c = *conv.record.convolution;
-  const std::vector<std::int64_t>& w = conv.weight_sizes;
-  const dims d = plan_.slots[value(conv.record.inputs[0])].dims();
-  if (d.size() != 4 || w.size() != 4 || w[2] != 1 || w[3] != 1 || c.groups != 1) return false;
-  if (c.stride != std::vector<std::int64_t>{1, 1} || c.padding != std::vector<std::int64_t>{0, 0}) return false;
-  const std::int64_t outputs = w[0], features = w[1], images = d[0], pixels = d[2] * d[3];
-  if (outputs % 8 != 0 || features % 8 != 0 || !gemm_1x1_pays(pixels, features, outputs) || scaled_input_.count(index) != 0) return false;
-  // The post-ops it applies: its folded ReLU alone; one residual add of its own sizes, with or
-  // without the add's ReLU; a lone ReLU or clip (ReLU6: MobileNetV2's); then a SiLU of ours after it.
-  std::vector<std::size_t> with = conv.fusion.post_ops;
-  const bool silu_after = !with.empty() && runs_own_silu(step(with.back()));
-  if (silu_after) with.pop_back();
-  gemm::activation then = conv.fusion.relu ? gemm::activation::relu : gemm::activation::none;
-  float low = 0.f, high = 0.f;
-  std::int64_t residual = -1;
-  if (with.size() > 1 || (!with.empty() && conv.fusion.relu)) return false;
-  if (!with.empty()) {
-    const compiled_step& after = step(with[0]);
-    if (after.kind == step_kind::add) {
-      const auto& inputs = after.record.inputs;
-      residual = inputs[0] == finished(index) ? inputs[1] : inputs[0];
-      if (plan_.slots[value(residual)].dims() != conv_output(index)) return false;  // a broadcast add
-      then = after.fusion.relu ? gemm::activation::relu : gemm::activation::none;
-    } else if (after.kind == step_kind::relu) {
-      then = gemm::activation::relu;
-    } else if (after.kind == step_kind::activation && after.record.activation && after.record.activation->kind == "clip") {
-      then = gemm::activation::clip;
-      const auto [algorithm, alpha, beta] = eltwise_chain(after).front();  // its bounds as floats, as oneDNN's clip takes them
-      low = alpha, high = beta;
-    } else {
-      return false;
-    }
-  }
-  const dims out = conv_output(index);
-  const md blocked(out, f32, tag::nChw8c);
-  const std::size_t src = as(value(conv.record.inputs[0]), md(d, f32, tag::nChw8c));
-  const std::size_t addend = residual < 0 ? no_slot : as(value(residual), blocked);
-  // Written over the residual where nothing reads it after (as oneDNN's sum post-op is:
-  // build_convolution.cpp), each value read before it is written, by the same unit.
-  const bool over_residual = addend != no_slot && sum_post_op_enabled() && addend == value(residual) &&
-                             overwritable(residual, with[0], index);
-  // The weights packed once, as a linear's ([O, I] is oihw's 1x1); the store holds them so after
-  // this plan, and convolution() unpacks them for a plan that runs oneDNN's kernel.
-  const md packed_desc = packed_weights_desc(outputs, features);
-  std::size_t weights = no_slot;
-  if (store_.weights[index].get_desc() == packed_desc) {
-    weights = constant(store_.weights[index], packed_desc);
-  } else {
-    const dnnl::memory plain = reordered_now(store_.weights[index], md(dims(w.begin(), w.end()), f32, tag::oihw));
-    dnnl::memory packed(packed_desc, cpu_engine());
-    gemm::pack_weights(static_cast<const float*>(plain.get_data_handle()), outputs, features, static_cast<float*>(packed.get_data_handle()));
-    weights = add_slot(packed_desc);
-    plan_.constants[weights] = packed;
-  }
-  const std::size_t bias = constant(store_.biases[index], md({outputs}, f32, tag::x));
-  own_weights_.emplace_back(index, weights, bias);
-  const std::int64_t made = with.empty() ? finished(index) : finished(with.back());
-  if (over_residual)
-    slot_of_.at(static_cast<std::size_t>(made)) = view(blocked, addend);
-  else
-    define(made, blocked);
-  const std::int64_t panels = gemm::panels(outputs), slice = gemm::features_per_slice(features, gemm::l2_cache_bytes());
-  static const bool small_on_one_thread = !switched_off("TD_ONEDNN_ONE_THREAD");
-  const bool one_thread = small_on_one_thread && images * pixels * features * outputs <= one_thread_work;
-  const bool with_residual = addend != no_slot;
-  auto multiply = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
-    const auto* x = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
-    const auto* packed = static_cast<const float*>(arguments.at(DNNL_ARG_WEIGHTS).get_data_handle());
-    const auto* b = static_cast<const float*>(arguments.at(DNNL_ARG_BIAS).get_data_handle());
-    const auto* r = with_residual ? static_cast<const float*>(arguments.at(DNNL_ARG_SRC_1).get_data_handle()) : nullptr;
-    auto* y = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
-    // Units of one image's panel and block of rows, as a linear's (linear_on_own_gemm).
-    const std::int64_t threads = one_thread ? 1 : at::get_num_threads();
-    const auto [block_rows, blocks] = gemm::split_work(pixels, images * panels, threads);
-    const gemm::strides image{8, pixels * 8};
-    const auto units = [&](std::int64_t first, std::int64_t last) {
-      for (std::int64_t unit = first; unit < last; ++unit) {
-        const std::int64_t n = unit / (panels * blocks), panel = unit / blocks % panels, row = unit % blocks * block_rows;
-        const std::int64_t in_at = n * features * pixels, out_at = n * outputs * pixels;
-        gemm::multiply(x + in_at, image, features, packed, b, r ? r + out_at : nullptr, y + out_at, image, outputs, row,
-                       std::min(pixels, row + block_rows), panel, panel + 1, then, slice, low, high);
-      }
-    };
-    if (threads == 1)
-      units(0, images * panels * blocks);
-    else
-      at::parallel_for(0, images * panels * blocks, 1, units);
-  };
-  std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}};
-  if (with_residual) arguments.emplace_back(DNNL_ARG_SRC_1, addend);
-  arguments.emplace_back(DNNL_ARG_DST, value(made));
-  call(dnnl::primitive(), std::move(arguments), md(), multiply, "convolution", "gemm_1x1:avx2");
-  if (silu_after) post_op_alone(conv.fusion.post_ops.back());
-  return true;
 }
 
 /// A depthwise 1x1 convolution (a batch norm: a scale and shift per channel), with at most a ReLU

@@ -1,91 +1,16 @@
-// The linear builder: over the last dimension, on our GEMM where oneDNN runs AVX2 (gemm.hpp),
-// else oneDNN's inner product (its matmul where oneDNN runs AVX-512) with the activations
-// fusion.cpp gave it as post-ops, never on a reference kernel; else alone, else ATen's linear.
-#include "gemm.hpp"
+// The linear builder: over the last dimension, on our GEMM where oneDNN runs AVX2
+// (build_gemm.cpp), else oneDNN's inner product (its matmul where oneDNN runs AVX-512) with the
+// activations fusion.cpp gave it as post-ops, never on a reference kernel; else alone, else
+// ATen's linear.
 #include "internal.hpp"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 
 namespace onednn_delegate {
-
-/// Where a linear's weights are packed for our GEMM: [panels, I, 16] (gemm.hpp).
-md packed_weights_desc(std::int64_t outputs, std::int64_t features) {
-  return md({gemm::panels(outputs), features, gemm::panel_width}, f32, tag::abc);
-}
-
-bool own_gemm_enabled() {
-  static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_GEMM") && !onednn_runs_avx512();
-  return enabled;
-}
-
-std::optional<gemm::activation> planner::own_gemm_activation(std::size_t index) const {
-  const std::vector<std::size_t>& post_ops = step(index).fusion.post_ops;
-  if (post_ops.empty()) return gemm::activation::none;
-  if (post_ops.size() > 1) return std::nullopt;
-  const compiled_step& after = step(post_ops[0]);
-  if (after.kind == step_kind::relu) return gemm::activation::relu;
-  if (after.kind == step_kind::activation && after.record.activation && after.record.activation->kind == "gelu_erf")
-    return gemm::activation::gelu_erf;
-  return std::nullopt;
-}
-
-void planner::linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64_t rows, const dims& shaped, std::size_t given_bias,
-                                 gemm::activation then) {
-  const compiled_step& fc = step(index);
-  const std::int64_t outputs = fc.weight_sizes[0], features = fc.weight_sizes[1];
-  const std::int64_t panels = gemm::panels(outputs);
-  // Packed once: the store holds the [O, I] weights until the first plan, then that plan's, packed
-  // (or in oneDNN's layout where the first plan's rows were too few for ours).
-  const md packed_desc = packed_weights_desc(outputs, features);
-  std::size_t weights = no_slot;
-  if (store_.weights[index].get_desc() == packed_desc) {
-    weights = constant(store_.weights[index], packed_desc);
-  } else {
-    const md plain({outputs, features}, f32, tag::ab);
-    dnnl::memory given = store_.weights[index];
-    if (given.get_desc() != plain) given = reordered_now(given, plain);
-    dnnl::memory packed(packed_desc, cpu_engine());
-    gemm::pack_weights(static_cast<const float*>(given.get_data_handle()), outputs, features, static_cast<float*>(packed.get_data_handle()));
-    weights = add_slot(packed_desc);
-    plan_.constants[weights] = packed;
-  }
-  const std::size_t bias = given_bias != no_slot ? given_bias : constant(store_.biases[index], md({outputs}, f32, tag::a));
-  own_weights_.emplace_back(index, weights, given_bias != no_slot ? no_slot : bias);
-  // A lone ReLU or erf GELU after it (fusion.cpp's post-ops) is applied as each result is written.
-  const std::int64_t made = then == gemm::activation::none ? fc.record.output : finished(fc.fusion.post_ops[0]);
-  define(made, dense(shaped));
-  // The work in units of one panel and a block of rows: whole panels where there are at least 4
-  // a thread (each panel then meets every row while it is in cache), else blocks of rows too.
-  static const bool small_on_one_thread = !switched_off("TD_ONEDNN_ONE_THREAD");
-  const bool one_thread = small_on_one_thread && rows * features * outputs <= one_thread_work;
-  const std::int64_t slice = gemm::features_per_slice(features, gemm::l2_cache_bytes());
-  auto multiply = [=](const std::unordered_map<int, dnnl::memory>& arguments) {
-    const auto* in = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
-    const auto* packed = static_cast<const float*>(arguments.at(DNNL_ARG_WEIGHTS).get_data_handle());
-    const auto* b = static_cast<const float*>(arguments.at(DNNL_ARG_BIAS).get_data_handle());
-    auto* out = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
-    if (panels == 0) return;  // a linear of 0 outputs (rows: at least 6)
-    const std::int64_t threads = one_thread ? 1 : at::get_num_threads();
-    const auto [block_rows, blocks] = gemm::split_work(rows, panels, threads);
-    const auto units = [&](std::int64_t first, std::int64_t last) {
-      for (std::int64_t unit = first; unit < last; ++unit) {
-        const std::int64_t panel = unit / blocks, row = unit % blocks * block_rows;
-        gemm::multiply(in, features, packed, b, out, outputs, row, std::min(rows, row + block_rows), panel, panel + 1, then, slice);
-      }
-    };
-    if (threads == 1)
-      units(0, panels * blocks);
-    else
-      at::parallel_for(0, panels * blocks, 1, units);
-  };
-  call(dnnl::primitive(), {{DNNL_ARG_SRC, flat}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, value(made)}}, md(),
-       multiply, "inner_product", "gemm:avx2");
-}
 
 /// A linear over the last dimension: oneDNN's inner product (or matmul) on [rows, I] (the leading
 /// dimensions flattened, in row-major order), with the activations after it as post-ops.
@@ -116,12 +41,7 @@ void planner::linear(std::size_t index) {
   // 1: 512 -> 1000 took 19 us on it, 22 on ours, at the AVX2 cap; no gain there).
   if (own_gemm_enabled() && rows >= 6 && own_gemm_activation(index))
     return linear_on_own_gemm(index, flat, rows, shaped, given_bias, *own_gemm_activation(index));
-  if (store_.weights[index].get_desc() == packed_weights_desc(outputs, features)) {  // an earlier plan's, for our GEMM
-    dnnl::memory plain(md({outputs, features}, f32, tag::ab), cpu_engine());
-    gemm::unpack_weights(static_cast<const float*>(store_.weights[index].get_data_handle()), outputs, features,
-                         static_cast<float*>(plain.get_data_handle()));
-    store_.weights[index] = plain;
-  }
+  unpack_stored_weights(index, md({outputs, features}, f32, tag::ab));  // an earlier plan's, for our GEMM
   // Never a reference kernel: with its activations as post-ops, else alone (the activations
   // after it as primitives of their own), else ATen's linear. As a matmul where oneDNN runs
   // AVX-512 (linear_as_matmul: the store holds the weights as [I, O]), else an inner product.

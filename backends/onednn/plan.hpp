@@ -50,7 +50,7 @@ md in_layout(const dims& sizes, tag image);
 /// oiw), or goihw (goidhw, goiw) over [groups, O / groups, ...] when grouped.
 md plain_weights(const std::vector<std::int64_t>& weight, std::int64_t groups);
 /// Where our GEMM's weights are packed: [panels, I, 16] (gemm.hpp; a linear's and a 1x1
-/// convolution's, build_linear.cpp).
+/// convolution's, build_gemm.cpp).
 md packed_weights_desc(std::int64_t outputs, std::int64_t features);
 /// A primitive's attributes: a user scratchpad (in the call's buffer) and `post_ops`.
 dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops = {});
@@ -103,7 +103,7 @@ bool cat_chain_enabled();
 /// call returns (no copy at the end). TD_ONEDNN_DIRECT_OUTPUTS=0 turns it off.
 bool direct_outputs_enabled();
 /// Whether plans run linears of 6 rows and more, with no post-op or a lone ReLU or erf GELU, on
-/// our GEMM (gemm.hpp, build_linear.cpp) rather than oneDNN's inner product: on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its
+/// our GEMM (gemm.hpp, build_gemm.cpp) rather than oneDNN's inner product: on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its
 /// brgemm matmul is faster), and TD_ONEDNN_GEMM not 0.
 bool own_gemm_enabled();
 /// Whether plans run 1x1 convolutions (stride 1, no padding, no groups, whole blocks of 8
@@ -273,15 +273,22 @@ class planner {
   /// it no brgconv kernel.
   std::optional<conv_candidate> brgconv_with_residual(std::size_t index, const std::vector<std::size_t>& with) const;
   bool channel_affine_convolution(std::size_t index);
-  /// A 1x1 convolution on our GEMM (own_pointwise_conv_enabled(), gemm_1x1_pays; build_convolution.cpp):
-  /// its input and result in nChw8c, each image's pixels the GEMM's rows, its folded ReLU, or one
-  /// residual add (and the ReLU after it), or a lone ReLU or clip applied as it writes, a SiLU of
-  /// ours after it. False (nothing planned) for any other convolution or post-ops.
-  bool pointwise_conv_on_own_gemm(std::size_t index);
   // build_winograd.cpp
   bool winograd_convolution(std::size_t index);
   // build_linear.cpp
   void linear(std::size_t index);
+  // build_gemm.cpp: linears and 1x1 convolutions on our GEMM
+  /// A 1x1 convolution on our GEMM (own_pointwise_conv_enabled(), gemm_1x1_pays): its input and
+  /// result in nChw8c, each image's pixels the GEMM's rows, its folded ReLU, or one residual add
+  /// (and the ReLU after it), or a lone ReLU or clip applied as it writes, a SiLU of ours after it.
+  /// False (nothing planned) for any other convolution or post-ops.
+  bool pointwise_conv_on_own_gemm(std::size_t index);
+  /// Step `index`'s weights packed for our GEMM, a constant slot: the store's when they are packed
+  /// already, else the store's read as `plain` ([O, I] row-major: ab, or oihw of a 1x1) and packed.
+  std::size_t packed_weights(std::size_t index, const md& plain);
+  /// Where the store holds step `index`'s weights packed (an earlier plan's, for our GEMM), them
+  /// unpacked into `plain` ([O, I] row-major), for oneDNN's kernels and ATen's.
+  void unpack_stored_weights(std::size_t index, const md& plain);
   /// The activation our GEMM applies for linear `index`'s post-ops: none, a lone ReLU or erf GELU;
   /// nullopt for any other (oneDNN's inner product runs the linear, its post-ops fused).
   std::optional<gemm::activation> own_gemm_activation(std::size_t index) const;
