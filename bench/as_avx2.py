@@ -41,7 +41,8 @@ AVX512_EBX = (1 << 16) | (1 << 17) | (1 << 21) | (1 << 26) | (1 << 27) | (1 << 2
 AVX512_ECX = (1 << 1) | (1 << 6) | (1 << 11) | (1 << 12) | (1 << 14)
 AVX512_EDX = (1 << 2) | (1 << 3) | (1 << 8) | (1 << 22) | (1 << 23) | (1 << 24) | (1 << 25)  # + AMX BF16/TILE/INT8
 LEAF7_1_EAX = (1 << 4) | (1 << 5)  # AVX-VNNI, AVX512_BF16
-CACHE = os.path.join(os.path.expanduser("~"), ".cache", "torch_delegate", "cpuid_sites")
+CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                     "torch_delegate", "cpuid_sites")
 
 
 def cpuid_sites(path):
@@ -146,8 +147,15 @@ def in_gdb():
         state["code"] = getattr(event, "exit_code", 1)
 
     gdb.events.exited.connect(exited)
+    # displaced-stepping off: to step over a breakpoint, gdb by default copies the instruction to a
+    # scratch buffer at the program's entry point and runs it there. Under Linux 6.18 (seen on AMD
+    # EPYC Zen 5 machines, gdb 13.1) the first such step in ld.so, over the `cpuid` of leaf 1 in
+    # get_common_indices, left the process to fault on the next instruction (a store to
+    # _rtld_global_ro): the program died with SIGSEGV before main. Stepping in place (gdb removes
+    # the breakpoint, steps, puts it back) has no such buffer; it costs nothing here, as the engines
+    # ask CPUID only while they start.
     for setting in ("pagination off", "confirm off", "print thread-events off", "print inferior-events off",
-                    "startup-with-shell on", "auto-load safe-path /nonexistent"):
+                    "startup-with-shell on", "displaced-stepping off", "auto-load safe-path /nonexistent"):
         gdb.execute(f"set {setting}")
     gdb.execute("handle SIGSEGV SIGBUS SIGFPE SIGPIPE SIGUSR1 SIGUSR2 SIGCHLD SIGALRM SIGPROF SIGTERM SIGINT nostop noprint pass")
     command = json.loads(os.environ["TD_AS_AVX2_COMMAND"])

@@ -33,6 +33,7 @@
 #include <torch_delegate/impl/report.ipp>
 #include <torch_delegate/impl/report_format.ipp>
 #include <torch_delegate/impl/runtime_objects.ipp>
+#include <torch_delegate/impl/runtime_switches.ipp>
 #include <torch_delegate/impl/shape_folding.ipp>
 #include <torch_delegate/impl/shape_folding_analysis.ipp>
 #include <torch_delegate/impl/signature.ipp>

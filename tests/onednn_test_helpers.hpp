@@ -8,6 +8,7 @@
 
 #include <torch_delegate/partition.hpp>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <string_view>
@@ -28,6 +29,25 @@ inline compiled_step step_of(const char* op, std::vector<std::int64_t> inputs, s
 
 inline std::vector<step_fusion> fusions_of(const std::vector<compiled_step>& steps, std::int64_t values, std::vector<std::int64_t> outputs) {
   return decide_fusions(steps, values, outputs);
+}
+
+/// Whether `got` is `want` up to float32 rounding, for outputs that are `depth` reductions in a
+/// chain, each a sum of `length` products (or one call with the chain's lengths summed) (a convolution's input channels × taps). Two programs
+/// that sum the same terms in another order (oneDNN's blocked kernels, ATen's) differ by up to
+/// about length · 2^-24 of the terms' magnitude per reduction (Higham's bound γ_n ≈ n·u): the
+/// largest difference is compared with depth · length · 2^-24 of the largest |want|. An element-wise
+/// relative tolerance is not a bound: an output near zero that is the difference of large terms
+/// carries the terms' rounding, not its own.
+inline bool equal_to_rounding(const at::Tensor& got, const at::Tensor& want, std::int64_t length, std::int64_t depth = 1) {
+  if (got.sizes() != want.sizes()) return false;
+  constexpr double unit_roundoff = 1.0 / (1 << 24);
+  const double largest = want.abs().max().item<double>();
+  const double difference = (got - want).abs().max().item<double>();
+  const double bound = static_cast<double>(depth * length) * unit_roundoff * std::max(largest, 1.0);
+  if (!(difference <= bound))
+    MESSAGE("largest difference " << difference << " over the bound " << bound << " (" << depth << " sums of "
+            << length << " terms, outputs up to " << largest << ")");
+  return difference <= bound;
 }
 
 /// A region compiled from `payload`, its weights given as named data.
@@ -66,6 +86,9 @@ inline region_payload residual_payload(std::map<std::string, at::Tensor>& weight
   payload.steps = {conv1, record("relu", {1}, 2), conv2, record("add", {3, 2}, 4), record("relu", {4}, 5), permute, flatten};
   return payload;
 }
+
+/// The terms the residual block sums into an output: 4 channels × 3 × 3, then 8, then the residual.
+inline constexpr std::int64_t residual_terms = 4 * 9 + 8 + 1;
 
 inline at::Tensor residual_reference(const at::Tensor& x, const std::map<std::string, at::Tensor>& w) {
   const at::Tensor y = at::relu(at::conv2d(x, w.at("w1"), w.at("b1"), 1, 1));

@@ -113,7 +113,7 @@ TEST_CASE("fusion as planned: the residual block runs as two convolutions, nothi
   compiled_region runnable = region;
   const std::vector<c10::IValue> inputs{x};
   const at::Tensor y = OnednnBackend().execute(runnable, torch_delegate::inputs(inputs))[0].toTensor();
-  CHECK(y.allclose(residual_reference(x, weights), 1e-4, 1e-5));
+  CHECK(equal_to_rounding(y, residual_reference(x, weights), residual_terms));
 }
 
 TEST_CASE("1x1 convolutions on our GEMM: where it was faster than oneDNN's AVX2 kernel") {
@@ -152,7 +152,7 @@ TEST_CASE("small steps are made and run on the calling thread; large ones on all
     const at::Tensor y = OnednnBackend().execute(runnable, torch_delegate::inputs(inputs))[0].toTensor();
     CHECK(at::get_num_threads() == 2);
     at::set_num_threads(threads);
-    CHECK(y.allclose(residual_reference(x, weights), 1e-4, 1e-5));
+    CHECK(equal_to_rounding(y, residual_reference(x, weights), residual_terms));
   }
 }
 
@@ -231,7 +231,7 @@ TEST_CASE("plan cache in onednn: a region keeps OnednnBackend::max_plans plans, 
   CHECK(!region.plans->plans.contains({{1, 4, 6, 6}}));
   const at::Tensor x = torch::rand({1, 4, 6, 6});  // planned again, right
   const std::vector<c10::IValue> inputs{x};
-  CHECK(OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor().allclose(residual_reference(x, weights), 1e-4, 1e-5));
+  CHECK(equal_to_rounding(OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor(), residual_reference(x, weights), residual_terms));
 }
 
 TEST_CASE("payload: version 1's relu flags read as relu steps, which fusion folds back") {

@@ -58,7 +58,7 @@ inline const std::string autograd_message =
     "autograd: argument 1 ('x') requires grad and grad mode is on, but output 1 comes back from backend "
     "'td_test_detaching' without autograd history (the backend runs outside autograd): its gradient would be silently "
     "lost. Call the model under torch.no_grad() or torch.inference_mode() (C++: torch::NoGradGuard or "
-    "c10::InferenceMode), or lower it with fallback=True or on_other_shapes=\"torchscript\" so that such calls run in "
+    "c10::InferenceMode), or lower it with fallback_when_unavailable=True or on_other_shapes=\"torchscript\" so that such calls run in "
     "TorchScript";
 
 }  // namespace call_guard_tests
@@ -125,7 +125,7 @@ TEST_CASE("empty tensors: refused before execute unless the backend runs them") 
   CHECK_CONTAINS(error_of([&] { lowered.forward({torch::ones({2, 0, 3}), torch::ones({3})}); }),
         "torch-delegate: backend 'td_test_detaching', method 'forward': argument 1 ('x') is empty (Float [2, 0, 3]): "
         "backend 'td_test_detaching' does not run tensors with no elements. Skip empty inputs before the call, or lower "
-        "with fallback=True or on_other_shapes=\"torchscript\" (C++: partition_options::fallback_when_unavailable, "
+        "with fallback_when_unavailable=True or on_other_shapes=\"torchscript\" (C++: partition_options::fallback_when_unavailable, "
         "other_shapes::torchscript) so that TorchScript runs them");
   auto forward = lowered.method<at::Tensor(at::Tensor, at::Tensor)>("forward");
   CHECK_CONTAINS(error_of([&] { forward(torch::ones({1}), torch::empty({0})); }), "argument 2 ('h') is empty (Float [0])");

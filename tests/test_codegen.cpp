@@ -47,7 +47,8 @@ TEST_CASE("golden: the common lowered-module methods") {
         "    if self.__backend.is_available():\n"
         "        self.__handles = self.__backend.compile(self.__processed_module, self.__method_compile_spec)\n"
         "    else:\n"
-        "        raise Exception(\"Backend is not available.\")\n");
+        "        raise Exception(\"Backend is not available. (torch-delegate: backend 'demo' reports is_available() == false "
+        "while this module loads: load it where the backend is available, or lower it with fallback_when_unavailable)\")\n");
 }
 
 TEST_CASE("default literals round-trip exactly") {

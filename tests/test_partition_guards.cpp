@@ -182,8 +182,10 @@ TEST_CASE("shape folding: what a method computes from its arguments' shapes alon
     const at::Tensor other_shape = torch::randn({1, 9, 5, 3});
     if (mode == torch_delegate::other_shapes::torchscript)
       CHECK(lowered.forward({other_shape}).toTensor().allclose(module.forward({other_shape}).toTensor()));
-    else
+    else {
       CHECK_THROWS_WITH(lowered.forward({other_shape}), doctest::Contains("its input spec when the method was lowered"));
+      CHECK_THROWS_WITH(lowered.forward({other_shape}), doctest::Contains("To serve other shapes, lower with on_other_shapes="));
+    }
   }
   SUBCASE("fold_shapes = false leaves the method as partitioned") {
     torch_delegate::partition_options options;

@@ -238,18 +238,23 @@ TEST_CASE("partial lowering: a registered backend's lowering is found by name, p
   CHECK(lowered.forward({x, h}).toTensor().allclose(module.forward({x, h}).toTensor()));
 }
 
-TEST_CASE("partial lowering: too few example inputs name the method's arguments and their defaults") {
-  // RAFT's forward(image1, image2, num_flow_updates=12): two images given, three taken.
+TEST_CASE("partial lowering: example inputs take the method's defaults; too few name its arguments and their defaults") {
+  // RAFT's forward(image1, image2, num_flow_updates=12): two images given, the default taken as a call
+  // takes it (and nn.TransformerEncoder's forward(src, mask=None, src_key_padding_mask=None) with (x,)).
   auto module = test_helpers::script(R"(
 def forward(self, x, y, updates: int = 12):
     return x + y * float(updates)
 )");
   torch_delegate::partition_options options;
   options.example_inputs["forward"] = {torch::randn({2}), torch::randn({2})};
+  const torch::jit::Module defaulted = torch_delegate::lower_partially<partition_backends::AddsOnly>(module, options);
+  CHECK(defaulted.get_method("forward")({torch::ones({2}), torch::ones({2})}).toTensor().equal(torch::full({2}, 13.0)));
+  CHECK(options.example_inputs["forward"].size() == 2);  // the caller's options are not changed
+  options.example_inputs["forward"] = {torch::randn({2})};
   CHECK_THROWS_WITH(torch_delegate::lower_partially<partition_backends::AddsOnly>(module, options),
-                    doctest::Contains("example_inputs: 2 given, the method takes 3 (x, y, updates=12): give one for "
-                                      "each, defaulted ones included"));
-  options.example_inputs["forward"].push_back(std::int64_t{12});
+                    doctest::Contains("example_inputs: 1 given, the method takes 3 (x, y, updates=12): give one for "
+                                      "each argument without a default"));
+  options.example_inputs["forward"] = {torch::randn({2}), torch::randn({2}), std::int64_t{3}};
   CHECK(torch_delegate::lower_partially<partition_backends::AddsOnly>(module, options)
             .forward({torch::ones({2}), torch::ones({2}), std::int64_t{12}})
             .toTensor()

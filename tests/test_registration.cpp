@@ -131,6 +131,8 @@ TEST_CASE("availability: load where unavailable -> 'Backend is not available.'")
   availability_guard unavailable(false);
   CHECK_CONTAINS(error_of([&] { torch::jit::load(path); }), "Backend is not available.");
   CHECK_CONTAINS(error_of([&] { torch_delegate::load<ToggleBackend>(path); }), "Backend is not available.");
+  CHECK_CONTAINS(error_of([&] { torch::jit::load(path); }),
+                 "backend 'td_test_toggle' reports is_available() == false while this module loads");
   std::filesystem::remove(path);
 }
 

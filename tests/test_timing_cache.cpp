@@ -7,12 +7,14 @@
 #include <torch_delegate/detail/timing_cache.hpp>
 #include <torch_delegate/detail/timing_statistics.hpp>
 #include <torch_delegate/partition.hpp>
+#include <torch_delegate/runtime_switches.hpp>
 
 #include <c10/util/Exception.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -426,4 +428,42 @@ TEST_CASE("timing cache file: two processes writing at once leave every entry wh
   CHECK(text.find("torch-delegate timing cache, format 1\n") == 0);
   CHECK(text.find("torch-delegate timing cache", 1) == std::string::npos);  // one header
   std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("runtime switches: declared once, read by name, the kernel-changing ones in the timing cache's machine key") {
+  using torch_delegate::runtime_switch;
+  static constexpr std::array<runtime_switch, 2> switches{{
+      {"TD_TEST_SWITCH_KERNELS", "4", "the tile of a test kernel"},
+      {"TD_TEST_SWITCH_QUIET", "unset", "set: a test backend says less", false},
+  }};
+  torch_delegate::declare_runtime_switches("td_test_switches", switches);
+  torch_delegate::declare_runtime_switches("td_test_switches", switches);  // again: the same table, no error
+  ::unsetenv("TD_TEST_SWITCH_KERNELS");
+  ::unsetenv("TD_TEST_SWITCH_QUIET");
+  CHECK(torch_delegate::runtime_switch_value("TD_TEST_SWITCH_KERNELS") == "4");  // the default
+  CHECK(!torch_delegate::runtime_switch_off("TD_TEST_SWITCH_KERNELS"));
+  const std::string unset = torch_delegate::detail::machine_fingerprint();
+  ::setenv("TD_TEST_SWITCH_KERNELS", "0", 1);
+  ::setenv("TD_TEST_SWITCH_QUIET", "1", 1);
+  CHECK(torch_delegate::runtime_switch_off("TD_TEST_SWITCH_KERNELS"));
+  const std::string set = torch_delegate::detail::machine_fingerprint();
+  CHECK(set != unset);  // a timing under other kernels is never replayed
+  CHECK(contains(set, "TD_TEST_SWITCH_KERNELS=0;"));
+  CHECK(!contains(set, "TD_TEST_SWITCH_QUIET"));  // changes no kernel
+  ::setenv("TD_TEST_SWITCH_UNDECLARED", "1", 1);
+  CHECK(!contains(torch_delegate::detail::machine_fingerprint(), "TD_TEST_SWITCH_UNDECLARED"));
+  ::unsetenv("TD_TEST_SWITCH_KERNELS");
+  ::unsetenv("TD_TEST_SWITCH_QUIET");
+  ::unsetenv("TD_TEST_SWITCH_UNDECLARED");
+
+  bool listed = false;
+  for (const torch_delegate::known_switch& each : torch_delegate::runtime_switches())
+    if (each.declared.name == "TD_TEST_SWITCH_QUIET") listed = each.owner == "td_test_switches" && !each.value;
+  CHECK(listed);
+  CHECK(torch_delegate::runtime_switches().front().owner == "torch-delegate");  // the engines' caps, first
+  CHECK_THROWS_WITH(torch_delegate::runtime_switch_value("TD_TEST_SWITCH_UNDECLARED"),
+                    doctest::Contains("the runtime switch TD_TEST_SWITCH_UNDECLARED is read but declared by no table"));
+  static constexpr std::array<runtime_switch, 1> taken{{{"TD_TEST_SWITCH_KERNELS", "8", "another owner's"}}};
+  CHECK_THROWS_WITH(torch_delegate::declare_runtime_switches("td_test_other", taken),
+                    doctest::Contains("'td_test_other' declares TD_TEST_SWITCH_KERNELS, which 'td_test_switches' declares already"));
 }

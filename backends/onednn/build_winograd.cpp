@@ -17,11 +17,6 @@
 
 namespace onednn_delegate {
 
-bool switched_off(const char* variable) {
-  const char* setting = std::getenv(variable);
-  return setting && std::strcmp(setting, "0") == 0;
-}
-
 bool own_avx2_kernels_allowed(const char* switch_variable) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto avx2 = static_cast<unsigned>(dnnl::cpu_isa::avx2);

@@ -8,14 +8,6 @@
 
 namespace onednn_delegate {
 
-namespace {
-constexpr std::array<std::string_view, 22> step_names{"convolution", "relu",    "add",        "max_pool2d", "adaptive_avg_pool2d",
-                                                      "activation",  "mul",     "cat",        "permute",    "layer_norm",
-                                                      "linear",      "scale",   "flatten",    "reshape",    "slice",
-                                                      "contiguous",  "matmul",  "softmax",    "scale_by",
-                                                      "normalize",   "max_pool3d", "adaptive_avg_pool3d"};
-}  // namespace
-
 std::string_view name_of(step_kind kind) { return step_names.at(static_cast<std::size_t>(kind)); }
 
 std::optional<step_kind> step_kind_named(std::string_view name) {

@@ -215,9 +215,10 @@ std::int64_t features_per_slice(std::int64_t features, std::int64_t l2_bytes) {
 
 std::int64_t l2_cache_bytes() {
   static const std::int64_t bytes = [] {
-    if (const char* given = std::getenv("TD_ONEDNN_GEMM_L2_BYTES"); given && *given) {  // whole digits, 1 to 2^40
+    // The switch TD_ONEDNN_GEMM_L2_BYTES (switches.cpp): whole digits, 1 to 2^40.
+    if (const std::string given = l2_bytes_switch(); !given.empty()) {
       char* end = nullptr;
-      const long long value = std::strtoll(given, &end, 10);
+      const long long value = std::strtoll(given.c_str(), &end, 10);
       if (*end == '\0' && value > 0) return std::min<std::int64_t>(value, std::int64_t{1} << 40);
     }
 #ifdef _SC_LEVEL2_CACHE_SIZE

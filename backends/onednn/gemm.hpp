@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace onednn_delegate::gemm {
 
@@ -80,5 +81,7 @@ std::int64_t features_per_slice(std::int64_t features, std::int64_t l2_bytes);
 /// (whole bytes, at most 2^40; anything else is ignored) overrides it (the tests and
 /// bench/linear_ab.py: a small cache's slices on any machine).
 std::int64_t l2_cache_bytes();
+/// The switch TD_ONEDNN_GEMM_L2_BYTES as given ("" when unset; switches.cpp).
+std::string l2_bytes_switch();
 
 }  // namespace onednn_delegate::gemm

@@ -42,9 +42,15 @@ struct compiled_region {
 };
 
 /// Whether oneDNN's implementation name is a reference kernel: one of its ':'-separated parts
-/// starts with "ref" ("ref:any", "ref_int8:any", "gemm:ref"). TD_ONEDNN_TREAT_AS_REFERENCE, a
-/// comma-separated list, names more (by substring): tests walk the fallbacks with it.
+/// starts with "ref" ("ref:any", "ref_int8:any", "gemm:ref"), or it holds one of the names given
+/// to treat_as_reference.
 bool is_reference(std::string_view implementation);
+
+/// Makes is_reference true for implementations whose name holds one of `kernels` (substrings:
+/// "jit", "gemm"), for the plans made after the call; {} undoes it. For tests that walk the
+/// fallbacks a plan takes around reference kernels (tests/onednn_test_hooks.cpp), not for
+/// production: plans around kernels that are not slow are slower.
+void treat_as_reference(std::vector<std::string> kernels);
 
 /// The primitives of every plan made so far by the regions of `module` lowered to onednn (the
 /// module itself, or its lowered children after a partial lowering), least recently used plan

@@ -65,9 +65,12 @@ bool is_reference(std::string_view implementation);
 /// `given` reordered into a new memory of layout `want`, now (at planning: weights; planner.cpp).
 dnnl::memory reordered_now(dnnl::memory given, const md& want);
 
-/// Whether the environment variable `variable` (a switch: TD_ONEDNN_WINOGRAD, TD_ONEDNN_SILU,
-/// TD_ONEDNN_SHUFFLE) is set to "0" (build_winograd.cpp).
+/// Whether the runtime switch `variable` (TD_ONEDNN_WINOGRAD, ...: the table in switches.cpp) is
+/// set to "0"; its value, else its default. A name the table lacks is an error.
 bool switched_off(const char* variable);
+std::string switch_value(const char* variable);
+/// Declares the table (switches.cpp) to torch-delegate, once per process.
+void declare_runtime_switches();
 /// Whether plans may run AVX2 kernels of ours (build_winograd.cpp): the CPU has AVX2 and FMA,
 /// oneDNN is not capped below AVX2 (ONEDNN_MAX_CPU_ISA), and `switch_variable` is not "0".
 bool own_avx2_kernels_allowed(const char* switch_variable);

@@ -9,8 +9,16 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
 
 namespace onednn_delegate {
+
+namespace {
+std::mutex treated_as_reference_mutex;
+std::vector<std::string> treated_as_reference;  // treat_as_reference's names (tests only)
+}  // namespace
 
 bool is_reference(std::string_view implementation) {
   // oneDNN names an implementation "<kernel>:<isa or 'any'>", some with a prefix ("x64:gemm:jit");
@@ -21,9 +29,15 @@ bool is_reference(std::string_view implementation) {
     if (implementation.substr(begin, end - begin).starts_with("ref")) return true;
     begin = end + 1;
   }
-  // Tests walk the fallback order by naming more kernels "reference" (read once per process).
-  static const std::vector<std::string> also = torch_delegate::toolkit::environment_list("TD_ONEDNN_TREAT_AS_REFERENCE");
-  return std::any_of(also.begin(), also.end(), [&](const std::string& name) { return implementation.find(name) != std::string_view::npos; });
+  // Tests walk the fallback order by naming more kernels "reference" (treat_as_reference).
+  const std::lock_guard lock(treated_as_reference_mutex);
+  return std::any_of(treated_as_reference.begin(), treated_as_reference.end(),
+                     [&](const std::string& name) { return implementation.find(name) != std::string_view::npos; });
+}
+
+void treat_as_reference(std::vector<std::string> kernels) {
+  const std::lock_guard lock(treated_as_reference_mutex);
+  treated_as_reference = std::move(kernels);
 }
 
 void fail_planning(std::string_view method, const std::string& why) { TORCH_CHECK(false, "onednn: region ", method, ": ", why); }

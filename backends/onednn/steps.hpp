@@ -5,6 +5,7 @@
 
 #include "payload_records.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -15,12 +16,29 @@
 namespace onednn_delegate {
 
 /// The op of a step, as compile decodes step_record::op.
-enum class step_kind {
-  convolution, relu, add, max_pool2d, global_avg_pool2d, activation, mul, cat, permute, layer_norm, linear, scale, flatten,
-  reshape, slice, contiguous, matmul, softmax, scale_by,  // payload version 3
-  normalize,  // F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'")
-  max_pool3d, global_avg_pool3d  // video models' poolings ("max_pool3d", "adaptive_avg_pool3d"); an older build refuses them
-};
+// Every step kind with its name in a payload (and in the debug query), in payload order: the
+// enum and the names are both made from this one list, so they cannot disagree.
+#define ONEDNN_STEP_KINDS(X)                                                                                \
+  X(convolution, "convolution") X(relu, "relu") X(add, "add") X(max_pool2d, "max_pool2d")                  \
+  X(global_avg_pool2d, "adaptive_avg_pool2d") X(activation, "activation") X(mul, "mul") X(cat, "cat")       \
+  X(permute, "permute") X(layer_norm, "layer_norm") X(linear, "linear") X(scale, "scale")                  \
+  X(flatten, "flatten")                                                                                      \
+  /* payload version 3 */                                                                                    \
+  X(reshape, "reshape") X(slice, "slice") X(contiguous, "contiguous") X(matmul, "matmul")                  \
+  X(softmax, "softmax") X(scale_by, "scale_by")                                                             \
+  /* F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'") */                        \
+  X(normalize, "normalize")                                                                                  \
+  /* video models' poolings; an older build refuses them */                                                 \
+  X(max_pool3d, "max_pool3d") X(global_avg_pool3d, "adaptive_avg_pool3d")
+
+#define ONEDNN_STEP_KIND_ENUMERATOR(kind, name) kind,
+enum class step_kind { ONEDNN_STEP_KINDS(ONEDNN_STEP_KIND_ENUMERATOR) };
+#undef ONEDNN_STEP_KIND_ENUMERATOR
+
+#define ONEDNN_STEP_KIND_NAME(kind, name) std::string_view(name),
+inline constexpr std::array step_names{ONEDNN_STEP_KINDS(ONEDNN_STEP_KIND_NAME)};
+#undef ONEDNN_STEP_KIND_NAME
+
 /// Its name in a payload (and in the debug query); step_kind_named: the reverse, nullopt when unknown.
 std::string_view name_of(step_kind kind);
 std::optional<step_kind> step_kind_named(std::string_view name);

@@ -64,9 +64,9 @@ std::optional<std::vector<std::int64_t>> reshape_sizes(const torch::jit::Node* n
 /// The parts chunk(x, chunks, dim) makes, as (start, length) along `dim` (normalized), when its
 /// only reader is the prim::ListUnpack of exactly those parts.
 std::optional<chunk_split> chunk_parts(const torch::jit::Node* node) {
+  if (node->inputs().size() != 3) return std::nullopt;
   const auto sizes = tk::float_sizes(node->input(0));
   const auto chunks = tk::known_int(node->input(1)), dim = tk::known_int(node->input(2));
-  if (node->inputs().size() != 3) return std::nullopt;
   if (!sizes || !chunks || !dim || *chunks < 1 || node->output()->uses().size() != 1) return std::nullopt;
   const torch::jit::Node* unpack = node->output()->uses()[0].user;
   const auto rank = static_cast<std::int64_t>(sizes->size());
@@ -422,6 +422,7 @@ bool OnednnBackend::supports(const torch::jit::Node* node) {
 
 bool OnednnBackend::is_available() {
   // TD_ONEDNN_UNAVAILABLE: behave as a LibTorch built without oneDNN (the fallback's tests).
+  declare_runtime_switches();
   static const bool available = tk::available_unless("TD_ONEDNN_UNAVAILABLE", [] { return at::hasMKLDNN(); });
   return available;
 }

@@ -4,6 +4,7 @@
 
 #include <torch_delegate/preprocess.hpp>
 #include <torch_delegate/profiling.hpp>
+#include <torch_delegate/runtime_switches.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -21,6 +22,15 @@
 #include <unordered_map>
 
 namespace pointwise {
+
+namespace {
+// The backend's runtime switches (docs/runtime-switches.md), declared when its code is loaded.
+// kernel_dispatch.cpp, which has no LibTorch, reads POINTWISE_FUSION_ISA once.
+constexpr std::array<torch_delegate::runtime_switch, 1> pointwise_switches{{
+    {"POINTWISE_FUSION_ISA", "avx512", "the highest kernel set to pick: avx512, avx2 or baseline (the CPU's best at or below it)"},
+}};
+const bool pointwise_switches_declared = (torch_delegate::declare_runtime_switches("pointwise_fusion", pointwise_switches), true);
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // compile: payload -> program, checked

@@ -33,8 +33,8 @@ void emit_pooling(subgraph_builder& builder, const torch::jit::Node* node) {
                                         dilation[0], dilation[1], a.ceil_mode ? 1 : 0},
                      range);
   } else {
-    if (bottom != padding[0] || right != padding[1])
-      builder.reject(node, "avg_pool2d in ceil mode (XNNPACK 2022 has no ceil mode): pass ceil_mode=False");
+    // avg_pool_supported takes no padding and floor mode only: the window never reaches past the input.
+    TORCH_INTERNAL_ASSERT(bottom == padding[0] && right == padding[1], "xnnpack: an avg_pool2d its support rule excludes");
     builder.add_node(avg_pool2d, average_pooling_record{input, out, 0, 0, 0, 0, kernel[0], kernel[1], stride[0], stride[1]}, range);
   }
 }

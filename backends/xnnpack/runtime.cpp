@@ -5,6 +5,9 @@
 
 #include "toolkit/availability.hpp"
 
+#include <torch_delegate/runtime_switches.hpp>
+
+#include <array>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -124,6 +127,14 @@ std::shared_ptr<runtime_state> build_runtime(const region_payload& payload, cons
   return state;
 }
 
+}  // namespace
+
+namespace {
+// The backend's runtime switches (docs/runtime-switches.md), declared when its code is loaded.
+constexpr std::array<torch_delegate::runtime_switch, 1> xnnpack_switches{{
+    {"TD_XNNPACK_UNAVAILABLE", "unset", "set: is_available() is false, as on a CPU XNNPACK does not support (to try a fallback)", false},
+}};
+const bool xnnpack_switches_declared = (torch_delegate::declare_runtime_switches("xnnpack", xnnpack_switches), true);
 }  // namespace
 
 bool XnnpackBackend::is_available() {

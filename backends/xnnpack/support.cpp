@@ -32,7 +32,8 @@ bool conv2d_supported(const torch::jit::Node* node) { return conv2d_foldable(nod
 bool linear_supported(const torch::jit::Node* node) {
   // [N, C] or [N, T, C] (a transformer's tokens: XNNPACK's fully-connected takes every leading
   // dimension as batch); not 4-d, which is NHWC inside.
-  return known_at_lowering(node->input(1)) && known_at_lowering(node->input(2)) && rank_is_or_unknown(node->input(0), {2, 3});
+  return known_at_lowering(node->input(1)) && known_at_lowering(node->input(2)) && rank_is_or_unknown(node->input(0), {2, 3}) &&
+         is_float_or_unknown(node->input(0));
 }
 
 bool binary_supported(const torch::jit::Node* node) {
@@ -44,11 +45,13 @@ bool binary_supported(const torch::jit::Node* node) {
   return (!a || !b || a->size() == b->size()) && is_float_or_unknown(node->input(0)) && is_float_or_unknown(node->input(1));
 }
 
-bool max_pool_supported(const torch::jit::Node* node) { return node->inputs().size() == 6; }
+bool max_pool_supported(const torch::jit::Node* node) {  // float (XNNPACK's pooling has no integer form)
+  return node->inputs().size() == 6 && is_float_or_unknown(node->input(0));
+}
 
 bool avg_pool_supported(const torch::jit::Node* node) {  // no padding, floor mode, no divisor override
   return node->inputs().size() == 7 && constant_is(node->input(4), false) && constant_is(node->input(6), c10::IValue()) &&
-         constant_ints_all(node->input(3), 0);
+         constant_ints_all(node->input(3), 0) && is_float_or_unknown(node->input(0));
 }
 
 bool flatten_supported(const torch::jit::Node* node) {

@@ -14,7 +14,7 @@ import torchvision
 
 import torch_delegate
 
-print(torch_delegate.__version__, [backend.name for backend in torch_delegate.available_backends()])
+print(torch_delegate.__version__, [backend.name for backend in torch_delegate.installed_backends()])
 model = torchvision.models.mobilenet_v3_small(weights=None).eval()
 x = torch.rand(1, 3, 224, 224)
 # Backends by name: load_backends=True loads the shipped xnnpack and pointwise_fusion libraries.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <torch_delegate/detail/config.hpp>
+#include <torch_delegate/detail/names.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 
@@ -135,10 +136,10 @@ struct delegation_report {
 };
 
 /// The attribute of a partially lowered module that holds its delegation report (text).
-inline constexpr const char* delegation_report_attribute = "_torch_delegate_report";
+inline constexpr const char* delegation_report_attribute = detail::names::report_attribute;
 /// The attribute that holds the same report as data (report_format.hpp; modules partially
 /// lowered since 0.1.0's Python package; older ones carry the text only).
-inline constexpr const char* delegation_report_data_attribute = "_torch_delegate_report_data";
+inline constexpr const char* delegation_report_data_attribute = detail::names::report_data_attribute;
 
 /// The delegation report a partially lowered module carries (as text); empty for any other module.
 TORCH_DELEGATE_DECL std::string delegation_report_of(const torch::jit::Module& module);

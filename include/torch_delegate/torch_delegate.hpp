@@ -15,4 +15,5 @@
 #include <torch_delegate/preprocess.hpp>
 #include <torch_delegate/registration.hpp>
 #include <torch_delegate/runtime.hpp>
+#include <torch_delegate/runtime_switches.hpp>
 #include <torch_delegate/version.hpp>

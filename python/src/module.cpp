@@ -11,6 +11,7 @@
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/process_memory.hpp>
 #include <torch_delegate/report_format.hpp>
+#include <torch_delegate/runtime_switches.hpp>
 #include <torch_delegate/version.hpp>
 
 #include <c10/util/Type.h>
@@ -283,6 +284,15 @@ PYBIND11_MODULE(_C, m) {
     for (const td::detail::backend_lowering* lowering : found)
       described.append(guarded<false>([&] { return backend_description(*lowering); }));
     return described;
+  });
+
+  m.def("runtime_switches", [] {
+    py::list listed;
+    for (const td::known_switch& each : guarded([] { return td::runtime_switches(); }))
+      listed.append(py::make_tuple(each.owner, std::string(each.declared.name), std::string(each.declared.default_value),
+                                   std::string(each.declared.effect), each.declared.changes_kernels,
+                                   each.value ? py::object(py::str(*each.value)) : py::object(py::none())));
+    return listed;
   });
 
   m.def("lower_methods",

@@ -14,13 +14,14 @@ See docs/python.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 import torch
 
 from . import _C
-from ._backends import ENTRY_POINT_GROUP, InstalledBackend, available_backends, load_backend
+from ._backends import ENTRY_POINT_GROUP, InstalledBackend, available_backends, installed_backends, load_backend
 from ._backends import require_registered as _require_registered
 from ._options import LowerOptions, _backend_names, _input_specs, _options, _PARTIAL_KNOBS, _partition_options, _script_module, _specs
 from ._report import Backend, BackendReason, KeptNode, MethodReport, OptionInfo, Region, Report, TensorSpec, _report_of
@@ -43,12 +44,15 @@ __all__ = [
     "backends",
     "backends_needed",
     "check_archive",
+    "installed_backends",
     "keep_freed_memory",
     "load",
     "load_backend",
     "lower",
     "plan",
     "report",
+    "runtime_switches",
+    "RuntimeSwitch",
 ]
 
 __version__: str = _C.version  #: the version of torch-delegate this package and its extension are
@@ -72,6 +76,27 @@ def backends() -> List[Backend]:
         found.append(Backend(described["name"], described["type"], described["available"], described["partial"],
                              described["options_form"], options, list(described["signatures"])))
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeSwitch:
+    """An environment variable torch-delegate or a loaded backend reads (docs/runtime-switches.md).
+
+    owner: "torch-delegate" or the backend that declares it; default: its meaning when unset;
+    effect: what setting it changes; changes_kernels: whether it changes what runs (the timing
+    cache keys on those); value: its value in this process's environment, None when unset."""
+    owner: str
+    name: str
+    default: str
+    effect: str
+    changes_kernels: bool
+    value: Optional[str]
+
+
+def runtime_switches() -> List[RuntimeSwitch]:
+    """The runtime switches declared in this process: torch-delegate's own, then each loaded
+    backend's (load a backend's library to see its switches)."""
+    return [RuntimeSwitch(*row) for row in _C.runtime_switches()]
 
 
 def lower(module: Union[torch.jit.ScriptModule, torch.nn.Module], backend: Union[str, Sequence[str]],

@@ -99,7 +99,7 @@ def _entry_point_library(entry: metadata.EntryPoint) -> str:
 Error = _C.Error
 
 
-def available_backends() -> List[InstalledBackend]:
+def installed_backends() -> List[InstalledBackend]:
     """The backends load_backend can load, by name, without loading any: the shipped ones that
     were built, then third-party ones from entry points (a name already taken is skipped)."""
     registered = _registered()
@@ -118,6 +118,14 @@ def available_backends() -> List[InstalledBackend]:
     return list(found.values())
 
 
+def available_backends() -> List[InstalledBackend]:
+    """The former name of installed_backends() (a DeprecationWarning): "available" is what
+    Backend.available says of a registered backend (it can compile and execute here)."""
+    import warnings
+    warnings.warn("torch_delegate.available_backends() is now installed_backends()", DeprecationWarning, stacklevel=2)
+    return installed_backends()
+
+
 def load_backend(name: str) -> str:
     """Loads the backend `name` (shipped with this package, or named by an entry point of the
     group "torch_delegate.backends") and returns its library's path. Loading a backend that is
@@ -134,7 +142,7 @@ def load_backend(name: str) -> str:
     else:
         entries = [entry for entry in _entry_points() if entry.name == name]
         if not entries:
-            known = ", ".join(repr(b.name) for b in available_backends()) or "none"
+            known = ", ".join(repr(b.name) for b in installed_backends()) or "none"
             raise Error(f"torch_delegate.load_backend: no backend named '{name}' is installed (installed: {known}). "
                         f"A third-party backend declares itself in the entry-point group '{ENTRY_POINT_GROUP}'")
         path = _entry_point_library(entries[0])
@@ -155,7 +163,7 @@ def require_registered(names: Iterable[str], who: str, load_backends: bool) -> N
     missing = [name for name in names if name not in registered]
     if not missing:
         return
-    installed = {backend.name for backend in available_backends()}
+    installed = {backend.name for backend in installed_backends()}
     loadable = [name for name in missing if name in installed]
     if not loadable:
         return

@@ -63,7 +63,7 @@ def _load_backends(names: Sequence[str]) -> None:
     """The backends named on the command line: loaded if installed (naming them is asking for them)."""
     import torch_delegate
     registered = {backend.name for backend in torch_delegate.backends()}
-    installed = {backend.name for backend in torch_delegate.available_backends()}
+    installed = {backend.name for backend in torch_delegate.installed_backends()}
     for name in names:
         if name in registered:
             continue
@@ -102,7 +102,7 @@ def _write_svg(report, module, path: str) -> None:
 
 def _command_backends(arguments) -> int:
     import torch_delegate
-    installed = torch_delegate.available_backends()
+    installed = torch_delegate.installed_backends()
     registered = {backend.name: backend for backend in torch_delegate.backends()}
     rows = [{"name": backend.name, "source": backend.source, "library": backend.library, "loaded": backend.loaded}
             for backend in installed]
@@ -147,7 +147,7 @@ def _command_report(arguments) -> int:
     registered = {backend.name for backend in torch_delegate.backends()}
     missing = [name for name in needed if name not in registered]
     if missing:
-        installed = {backend.name for backend in torch_delegate.available_backends()}
+        installed = {backend.name for backend in torch_delegate.installed_backends()}
         hint = ("pass --load-backends to load " + ", ".join(missing)) if all(name in installed for name in missing) else \
             f"install {'them' if len(missing) > 1 else 'it'} (installed: {', '.join(sorted(installed)) or 'none'})"
         raise _Exit(EXIT_BACKEND, f"{arguments.file} needs the backend{'s' if len(missing) > 1 else ''} "
@@ -179,7 +179,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m torch_delegate", description=__doc__.split("\n\n")[0],
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   epilog=__doc__.split("\n\n", 1)[1])
-    commands = top.add_subparsers(dest="command", required=True, metavar="backends|plan|report|needs")
+    commands = top.add_subparsers(dest="command", required=True, metavar="backends|plan|report|needs|switches")
     backends = commands.add_parser("backends", help="the backends that can be loaded by name, and those loaded")
     backends.add_argument("--json", action="store_true")
     backends.set_defaults(run=_command_backends)
@@ -211,7 +211,42 @@ def parser() -> argparse.ArgumentParser:
     needs.add_argument("--json", action="store_true")
     _verify_flag(needs)
     needs.set_defaults(run=_command_needs)
+    switches = commands.add_parser("switches", help="the environment variables torch-delegate and the backends read")
+    switches.add_argument("--load-backends", action="store_true", help="load every installed backend first (their tables)")
+    switches.add_argument("--markdown", action="store_true", help="as the table of docs/runtime-switches.md")
+    switches.add_argument("--json", action="store_true")
+    switches.set_defaults(run=_command_switches)
     return top
+
+
+def _command_switches(arguments) -> int:
+    import torch_delegate
+    if arguments.load_backends:
+        for backend in torch_delegate.installed_backends():
+            torch_delegate.load_backend(backend.name)
+    found = torch_delegate.runtime_switches()
+    if arguments.json:
+        print(json.dumps([dataclasses.asdict(each) for each in found], indent=2))
+    elif arguments.markdown:
+        print(switches_markdown(found))
+    else:
+        for each in found:
+            value = each.value if each.value is not None else f"unset (default: {each.default})"
+            print(f"{each.owner:<16} {each.name:<30} {value}")
+    return 0
+
+
+def switches_markdown(found) -> str:
+    """The tables of docs/runtime-switches.md: one per owner, in declaration order."""
+    lines: List[str] = []
+    owners = list(dict.fromkeys(each.owner for each in found))
+    for owner in owners:
+        lines += ["", f"### {owner}", "", "| variable | when unset | what setting it changes | timing cache key |", "|---|---|---|---|"]
+        for each in found:
+            if each.owner == owner:
+                effect = each.effect.replace("|", "\\|")
+                lines.append(f"| `{each.name}` | {each.default} | {effect} | {'yes' if each.changes_kernels else 'no'} |")
+    return "\n".join(lines[1:])
 
 
 def _verify_flag(command: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
@@ -38,7 +39,9 @@ class LowerOptions:
     #: every node must be delegated, else an error naming the first that is not (False)
     require_full: Optional[bool] = None
     #: where the backend is unavailable, each region runs its original TorchScript instead of
-    #: failing with "Backend is not available." (False)
+    #: failing with "Backend is not available." (False; C++: partition_options::fallback_when_unavailable)
+    fallback_when_unavailable: Optional[bool] = None
+    #: the former name of fallback_when_unavailable (a DeprecationWarning; giving both is an error)
     fallback: Optional[bool] = None
     #: the arguments of one call, (x,) for the first method, or {method: (args...)}: the method
     #: runs once on them while lowering; every region's tensors get their dtype, sizes and memory
@@ -82,7 +85,7 @@ class LowerOptions:
     replay: Optional["Report"] = None
     #: whole methods only: per method, one entry per argument: a TensorSpec, an example tensor or None
     input_specs: Optional[Mapping[str, Sequence[Any]]] = None
-    #: load a named backend that is installed (available_backends()) but not yet loaded, instead of
+    #: load a named backend that is installed (installed_backends()) but not yet loaded, instead of
     #: raising an error that says how to load it (False)
     load_backends: Optional[bool] = None
 
@@ -95,10 +98,10 @@ class LowerOptions:
 
 _KNOBS = tuple(field.name for field in dataclasses.fields(LowerOptions))
 #: The knobs of partial lowering: lower(...) without partial=True refuses them.
-_PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback",
+_PARTIAL_KNOBS = ("min_region_size", "keep_kinds", "keep_submodules", "lower_submodules", "require_full", "fallback_when_unavailable", "fallback",
                   "example_inputs", "on_other_shapes", "max_replans", "measure", "min_gain", "choose_order", "measure_time_limit_s", "fold_shapes",
                   "timing_cache", "progress", "replay")
-_FLAGS = ("partial", "require_full", "fallback", "measure", "choose_order", "fold_shapes", "load_backends")
+_FLAGS = ("partial", "require_full", "fallback_when_unavailable", "fallback", "measure", "choose_order", "fold_shapes", "load_backends")
 _NAME_LISTS = ("methods", "keep_kinds", "keep_submodules", "lower_submodules")
 #: The knobs that take one of a few strings: the allowed values are the C++ enum's.
 _CHOICES = {"on_other_shapes": tuple(_C.OtherShapes.__members__)}
@@ -198,6 +201,9 @@ def _partition_options(options: LowerOptions, methods: List[str], who: str) -> "
         if knob in given:
             given[knob] = set(given[knob])
     if "fallback" in given:
+        if "fallback_when_unavailable" in given and given["fallback_when_unavailable"] != given["fallback"]:
+            raise ValueError(f"{who}: fallback is the former name of fallback_when_unavailable: give one of them")
+        warnings.warn(f"{who}: fallback= is now fallback_when_unavailable= (the C++ name)", DeprecationWarning, stacklevel=4)
         given["fallback_when_unavailable"] = given.pop("fallback")
     if "on_other_shapes" in given:
         given["on_other_shapes"] = _C.OtherShapes.__members__[given["on_other_shapes"]]

@@ -117,6 +117,17 @@ void use_UnreflectedOptions() { torch_delegate::register_runtime<UnreflectedOpti
 // expect: options_are_not_a_hana_struct<PlainOptions>
 // expect: a backend's options type must be reflectable
 
+// case: GenericExecuteReturnsTensors
+struct GenericExecuteReturnsTensors {
+  static constexpr std::string_view name = "generic_execute_returns_tensors";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static std::vector<at::Tensor> execute(int&, torch_delegate::inputs args) { return {args[0].toTensor()}; }
+};
+void use_GenericExecuteReturnsTensors() { torch_delegate::register_runtime<GenericExecuteReturnsTensors>(); }
+// expect: backend_generic_execute_must_return_std_vector_of_ivalue<GenericExecuteReturnsTensors, std::vector<at::Tensor>
+// expect: a generic execute, 'execute(Handle&, torch_delegate::inputs)', returns 'std::vector<c10::IValue>'
+
 // case: NonConstReferenceArgument
 struct NonConstReferenceArgument {
   static constexpr std::string_view name = "non_const_reference_argument";

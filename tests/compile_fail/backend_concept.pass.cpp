@@ -105,6 +105,15 @@ struct UnreflectedOptions {
 };
 void use_UnreflectedOptions() { torch_delegate::register_runtime<UnreflectedOptions>(); }
 
+// case: GenericExecuteReturnsTensors
+struct GenericExecuteReturnsTensors {
+  static constexpr std::string_view name = "generic_execute_returns_tensors";
+  static bool is_available() { return true; }
+  static int compile(const std::string&) { return 0; }
+  static std::vector<c10::IValue> execute(int&, torch_delegate::inputs args) { return {args[0].toTensor()}; }
+};
+void use_GenericExecuteReturnsTensors() { torch_delegate::register_runtime<GenericExecuteReturnsTensors>(); }
+
 // case: NonConstReferenceArgument
 struct NonConstReferenceArgument {
   static constexpr std::string_view name = "non_const_reference_argument";

@@ -14,6 +14,13 @@ of a file are compiled together first, as the prelude + every block (one transla
 of one each: a twin cannot hide another's failure, since every error fails the whole unit); only
 if that unit fails is each twin compiled on its own, to say which ones do not compile.
 
+The fail cases of a file are first compiled together, as one translation unit (the compiler goes
+on after each case's error, and the cases are independent). A case is settled there when its
+expect lines are all in that unit's diagnostics and one of them names something of its own: a
+word its block spells and no other case's does (its backend's type), so that only its own failure
+can print it. Every other case, and a case whose diagnostics the shared unit lacks, is compiled
+on its own as above.
+
 The library header is precompiled once per run into a temporary directory; if that fails
 (a compiler that cannot), the cases are compiled without it.
 
@@ -21,12 +28,14 @@ Usage: check_diagnostics.py <case dir> <include dir> <compiler command...>"""
 import concurrent.futures
 import dataclasses
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
 import time
 
 CASE = "// case:"
+SHARED = "every case"  # the unit of a .fail.cpp's cases together
 EXPECT = "// expect:"
 TIMEOUT = 900  # seconds per compiler run
 WORKERS = 2
@@ -38,6 +47,7 @@ class Unit:
     case: str | None  # None: the whole file
     source: str  # the translation unit, with #line directives pointing into path
     expects: list[str]
+    own_words: set[str] = dataclasses.field(default_factory=set)  # words only this case's block spells
 
     @property
     def label(self):
@@ -79,11 +89,22 @@ def collect_units(case_dir, problems):
         prelude, cases = split_cases(path, problems)
         if not cases:
             problems.append(f"{path.name}: no '{CASE} <Name>' blocks")
+        # The identifiers of each case's code (comments and expect lines out; three letters or more).
+        code_words = {name: {word for word in re.findall(r"[A-Za-z_]\w{2,}", "\n".join(line.split("//")[0] for line in block))}
+                      for name, (_, block, _) in cases.items()}
         for name, (start, block, expects) in cases.items():
             if not expects:
                 problems.append(f"{path.name} [{name}]: case has no '{EXPECT}' line")
                 continue
-            units.append(Unit(path, name, translation_unit(path, prelude, start, block), expects))
+            others = set().union(*(words for other, words in code_words.items() if other != name))
+            own = {word for expect in expects for word in re.findall(r"\w+", expect)
+                   if word in code_words[name] and word not in others}
+            units.append(Unit(path, name, translation_unit(path, prelude, start, block), expects, own))
+        if cases:
+            together = [f'#line 1 "{path.resolve()}"', *prelude]
+            for name, (start, block, _) in cases.items():
+                together += [f'#line {start + 1} "{path.resolve()}"', *block]
+            units.append(Unit(path, SHARED, "\n".join(together + [""]), []))
         twin = path.with_name(path.name.replace(".fail.cpp", ".pass.cpp"))
         if not twin.exists():
             problems.append(f"{path.name}: has no must-compile twin {twin.name}")
@@ -167,7 +188,28 @@ def main():
             with concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS) as pool:
                 return list(pool.map(lambda source: compile_source(command, source), sources))
 
-        results = compile_units(units, sources)
+        # First the twins, each file's cases together, and the cases that cannot be settled there.
+        first = [i for i, unit in enumerate(units) if not (unit.path.name.endswith(".fail.cpp") and unit.case != SHARED
+                                                            and unit.own_words)]
+        first_results = dict(zip(first, compile_units([units[i] for i in first], [sources[i] for i in first])))
+        shared_stderr = {units[i].path: first_results[i][1] for i in first if units[i].case == SHARED}
+        settled, alone = {}, []
+        for i, unit in enumerate(units):
+            if i in first_results:
+                continue
+            stderr = shared_stderr.get(unit.path, "")
+            if all(expected in stderr for expected in unit.expects):
+                settled[i] = (1, stderr, 0.0)
+            else:
+                alone.append(i)  # not all in the shared unit's diagnostics: compiled on its own
+        alone_results = dict(zip(alone, compile_units([units[i] for i in alone], [sources[i] for i in alone])))
+        results = [first_results.get(i) or settled.get(i) or alone_results[i] for i in range(len(units))]
+        for i, unit in enumerate(units):
+            if i in settled:
+                print(f"note: {unit.label} settled in the unit of every case ({', '.join(sorted(unit.own_words))} is its own)")
+        shared = [i for i, unit in enumerate(units) if unit.case == SHARED]
+        units = [unit for i, unit in enumerate(units) if i not in shared]
+        results = [result for i, result in enumerate(results) if i not in shared]
         retried = []
         for unit, (code, _, _) in zip(units, results):
             if unit.path.name.endswith(".pass.cpp") and code != 0 and twin_units(unit.path):

@@ -1,7 +1,7 @@
 """What a call of a lowered model does with inputs a backend cannot run as asked (issue 37):
 empty tensors (a batch of 0, a zero-sized spatial dimension) and autograd (grad mode on and an
 input that requires grad). Every backend and path: whole regions with fixed shapes, re-planned
-shapes, the TorchScript path kept by fallback=True or on_other_shapes="torchscript", in process
+shapes, the TorchScript path kept by fallback_when_unavailable=True or on_other_shapes="torchscript", in process
 and after save/load. Never an abort: eager's result, or the error that names the way out.
 
 Environment: PYTHONPATH (the built package), TD_XNNPACK_LIBRARY, TD_ONEDNN_LIBRARY (empty when
@@ -81,7 +81,7 @@ def both(module):
 def empty_error(backend, sizes):
     return (r"torch-delegate: backend '" + backend + r"', method 'forward_region_\d+': argument \d+ \('[^']+'\) is empty "
             r"\(Float \[" + re.escape(", ".join(str(s) for s in sizes)) + r"\]\): backend '" + backend + r"' does not run "
-            r"tensors with no elements\. Skip empty inputs before the call, or lower with fallback=True or "
+            r"tensors with no elements\. Skip empty inputs before the call, or lower with fallback_when_unavailable=True or "
             r"on_other_shapes=\"torchscript\" \(C\+\+: partition_options::fallback_when_unavailable, other_shapes::torchscript\) "
             r"so that TorchScript runs them")
 
@@ -91,7 +91,7 @@ def autograd_error(backend):
             r"requires grad and grad mode is on, but output 1 comes back from backend '" + backend + r"' without autograd "
             r"history \(the backend runs outside autograd\): its gradient would be silently lost\. Call the model under "
             r"torch\.no_grad\(\) or torch\.inference_mode\(\) \(C\+\+: torch::NoGradGuard or c10::InferenceMode\), or lower "
-            r"it with fallback=True or on_other_shapes=\"torchscript\" so that such calls run in TorchScript")
+            r"it with fallback_when_unavailable=True or on_other_shapes=\"torchscript\" so that such calls run in TorchScript")
 
 
 @unittest.skipUnless(CNN_BACKENDS, "neither xnnpack nor onednn is built")
@@ -231,7 +231,7 @@ class Autograd(unittest.TestCase):
             module(x)
         with torch.no_grad():
             module(x)
-        kept = torch_delegate.lower(torch.jit.script(Gelu()), "pointwise_fusion", partial=True, fallback=True)
+        kept = torch_delegate.lower(torch.jit.script(Gelu()), "pointwise_fusion", partial=True, fallback_when_unavailable=True)
         kept(x).sum().backward()
         want = x.detach().clone().requires_grad_()
         Gelu()(want).sum().backward()

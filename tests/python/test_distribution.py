@@ -78,8 +78,8 @@ class BackendsByName(unittest.TestCase):
     def test_listed_without_loading(self):
         code, out, err = child("""
             import torch_delegate as td
-            names = [b.name for b in td.available_backends()]
-            print(names, [b.name for b in td.backends()], all(not b.loaded for b in td.available_backends()))
+            names = [b.name for b in td.installed_backends()]
+            print(names, [b.name for b in td.backends()], all(not b.loaded for b in td.installed_backends()))
         """)
         self.assertEqual(code, 0, err)
         self.assertEqual(out.strip(), "['pointwise_fusion', 'xnnpack', 'onednn', 'packed_linear'] [] True")
@@ -127,7 +127,7 @@ class BackendsByName(unittest.TestCase):
         self.assertTrue(library.endswith("libpacked_linear.so"), library)
         self.assertIn("packed_linear", [b.name for b in td.backends()])
         self.assertEqual(td.load_backend("packed_linear"), library)  # again: nothing to do
-        self.assertTrue([b for b in td.available_backends() if b.name == "packed_linear"][0].loaded)
+        self.assertTrue([b for b in td.installed_backends() if b.name == "packed_linear"][0].loaded)
         with self.assertRaisesRegex(td.Error, r"^torch_delegate.load_backend: no backend named 'tpu' is installed "
                                               r"\(installed: 'pointwise_fusion', 'xnnpack', 'onednn', 'packed_linear'\)\. A third-party "
                                               r"backend declares itself in the entry-point group 'torch_delegate.backends'$"):
@@ -157,7 +157,7 @@ class EntryPoints(unittest.TestCase):
     def test_listed_and_loaded(self):
         code, out, err = child("""
             import torch_delegate as td
-            found = {b.name: b for b in td.available_backends()}
+            found = {b.name: b for b in td.installed_backends()}
             print(found["test_backend"].source, repr(found["test_backend"].library), found["xnnpack"].source)
             print(td.load_backend("test_backend") == td._backends._entry_point_library(
                 [e for e in td._backends._entry_points() if e.name == "test_backend"][0]))

@@ -11,7 +11,8 @@ backend's debug query (torch.ops.torch_delegate_onednn.plan_implementations), an
 log (ONEDNN_VERBOSE=1) of the lowered call must agree with the query. Also: the fallback order
 (unfused, other layouts, ATen) walked with TD_ONEDNN_TREAT_AS_REFERENCE, and the query's error.
 
-Environment: PYTHONPATH (the built package), TD_ONEDNN_LIBRARY (libonednn_backend.so).
+Environment: PYTHONPATH (the built package), TD_ONEDNN_LIBRARY (libonednn_backend.so),
+TD_ONEDNN_TEST_HOOKS (libonednn_test_hooks.so: TD_ONEDNN_TREAT_AS_REFERENCE, read by it, not by the backend).
 """
 import concurrent.futures
 import json
@@ -143,14 +144,17 @@ class FallbackOrder(unittest.TestCase):
 
     def plan_of(self, source, cap="AVX2", extra_env=None):
         env = dict(os.environ, **(extra_env or {}), ONEDNN_MAX_CPU_ISA=cap)
-        program = ("import json, sys, torch, torch.nn as nn\nimport torch_delegate\ntorch.ops.load_library(sys.argv[1])\n" + source +
+        # The hook library hands TD_ONEDNN_TREAT_AS_REFERENCE to the backend (the shipped library reads no test switch).
+        program = ("import json, sys, torch, torch.nn as nn\nimport torch_delegate\ntorch.ops.load_library(sys.argv[1])\n"
+                   "torch.ops.load_library(sys.argv[2])\n" + source +
                    "\nlowered = torch_delegate.lower(torch.jit.script(model.eval()), ['onednn'], partial=True, example_inputs=(x,))\n"
                    "with torch.no_grad():\n    error = ((lowered(x) - model(x)).abs().max() / model(x).abs().max()).item()\n"
                    "print(json.dumps({'error': error, 'plan': torch.ops.torch_delegate_onednn.plan_implementations(lowered._c)}))\n")
         with tempfile.NamedTemporaryFile("w", suffix=".py", dir=os.environ.get("TD_WORKDIR")) as script:  # TorchScript reads the source
             script.write(program)
             script.flush()
-            done = subprocess.run([sys.executable, script.name, LIBRARY], env=env, capture_output=True, text=True)
+            done = subprocess.run([sys.executable, script.name, LIBRARY, os.environ["TD_ONEDNN_TEST_HOOKS"]], env=env,
+                                  capture_output=True, text=True)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         result = json.loads(done.stdout.strip().splitlines()[-1])
         self.assertLess(result["error"], 1e-5)

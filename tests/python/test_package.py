@@ -316,7 +316,7 @@ class LowerPartially(unittest.TestCase):
         scripted = torch.jit.script(AddReluSub())
         strict, fallback = path("strict.pt"), path("fallback.pt")
         td.lower(scripted, "td_test_pluggable_demo", partial=True).save(strict)
-        td.lower(scripted, "td_test_pluggable_demo", partial=True, fallback=True).save(fallback)
+        td.lower(scripted, "td_test_pluggable_demo", partial=True, fallback_when_unavailable=True).save(fallback)
         x, h = torch.randn(4), torch.randn(4)
         torch.save((x, h, scripted(x, h)), path("io.pt"))
         run = ("import sys, torch, torch_delegate as td; torch.ops.load_library(sys.argv[1]); x, h, y = torch.load(sys.argv[3]);\n"
@@ -403,14 +403,19 @@ class BadInput(unittest.TestCase):
             self.assertEqual(str(raised.exception),
                              f"torch_delegate.{call.__name__}: unknown keyword arguments 'min_nodes', 'max_nodes'; the "
                              "knobs (torch_delegate.LowerOptions) are methods, partial, min_region_size, keep_kinds, "
-                             "keep_submodules, lower_submodules, require_full, fallback, example_inputs, on_other_shapes, "
+                             "keep_submodules, lower_submodules, require_full, fallback_when_unavailable, fallback, example_inputs, on_other_shapes, "
                              "max_replans, measure, min_gain, choose_order, measure_time_limit_s, fold_shapes, timing_cache, "
                              "progress, replay, input_specs, load_backends")
         with self.assertRaises(ValueError) as raised:
-            td.lower(self.scripted, "pointwise_fusion", min_region_size=3, fallback=True)
+            td.lower(self.scripted, "pointwise_fusion", min_region_size=3, fallback_when_unavailable=True)
         self.assertEqual(str(raised.exception),
-                         "torch_delegate.lower: min_region_size, fallback are partial-lowering knobs; pass partial=True "
+                         "torch_delegate.lower: min_region_size, fallback_when_unavailable are partial-lowering knobs; pass partial=True "
                          "to delegate supported regions and leave the rest to TorchScript")
+        # fallback= is fallback_when_unavailable's former name: it still works, with a DeprecationWarning.
+        with self.assertWarnsRegex(DeprecationWarning, r"fallback= is now fallback_when_unavailable="):
+            td.lower(self.scripted, "pointwise_fusion", partial=True, fallback=True)
+        with self.assertRaisesRegex(ValueError, r"fallback is the former name of fallback_when_unavailable: give one of them"):
+            td.lower(self.scripted, "pointwise_fusion", partial=True, fallback=True, fallback_when_unavailable=False)
         with self.assertRaisesRegex(ValueError, r"min_region_size must be an int >= 0, got -1"):
             td.lower(self.scripted, "pointwise_fusion", partial=True, min_region_size=-1)
         with self.assertRaisesRegex(ValueError, r"input_specs apply to whole methods"):
@@ -539,7 +544,7 @@ class Options(unittest.TestCase):
         planned = td.plan(self.scripted, "pointwise_fusion")
         converted = td._partition_options(td.LowerOptions(
             partial=True, min_region_size=2, keep_kinds="aten::mul", keep_submodules=["up"], lower_submodules=["down"],
-            require_full=True, fallback=True, example_inputs=(x,), on_other_shapes="torchscript", max_replans=2,
+            require_full=True, fallback_when_unavailable=True, example_inputs=(x,), on_other_shapes="torchscript", max_replans=2,
             measure=True, min_gain=0.5, choose_order=True, measure_time_limit_s=5, fold_shapes=False, replay=planned),
             ["forward"], "test")
         self.assertEqual((converted.methods, converted.min_region_size, converted.keep_kinds, converted.keep_submodules,

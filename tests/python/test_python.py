@@ -109,22 +109,7 @@ class CppSavedModules(unittest.TestCase):
                          "  __delegate0 = self.__delegate\n"
                          "  _1 = (__delegate0).forward_region_1(b, x, h, )\n"
                          "  return _1\n")
-        # From the command line: the report of the saved model; without the backend, the load error.
-        tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "delegation_report")
-        saved = os.path.join(workdir, "partially_lowered.pt")
-        shown = subprocess.run([tool, saved, "--library", os.environ["TD_BACKEND_LIBRARY"]], capture_output=True, text=True)
-        self.assertEqual(shown.returncode, 0, shown.stderr)
-        self.assertEqual(shown.stdout, loaded._torch_delegate_report)
-        missing = subprocess.run([tool, saved], capture_output=True, text=True)
-        self.assertEqual(missing.returncode, 2)
-        self.assertIn("cannot load", missing.stderr)
-        self.assertIn("backend 'backend_with_compiler_demo' is not registered in this process: pass its library with "
-                      "--library", missing.stderr)
-        demo_saved = path("not_partial.pt")
-        subprocess.run([os.environ["TD_DEMO"], demo_saved], check=True, capture_output=True)
-        whole = subprocess.run([tool, demo_saved, "--library", os.environ["TD_BACKEND_LIBRARY"]], capture_output=True, text=True)
-        self.assertEqual(whole.returncode, 1)
-        self.assertIn("is not a partially lowered module", whole.stderr)
+        # (The command line's report of a saved file: tests/python/test_package.py, python -m torch_delegate report.)
 
         mobile_path = os.path.join(workdir, "partially_lowered.ptl")
         loaded._save_for_lite_interpreter(mobile_path)

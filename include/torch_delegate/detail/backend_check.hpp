@@ -25,6 +25,7 @@ template <class B> struct backend_accepts_region_has_the_wrong_shape;
 template <class B> struct backend_execute_is_overloaded_without_execute_signatures;
 template <class B, class Signature> struct backend_has_no_execute_overload_for_signature;
 template <class B, class Signature> struct backend_execute_takes_a_non_const_reference;
+template <class B, class Result> struct backend_generic_execute_must_return_std_vector_of_ivalue;
 template <class B> struct backend_is_missing_preprocess;
 template <class B> struct backend_preprocess_has_the_wrong_shape;
 template <class B, class Returned, class Payload> struct backend_preprocess_returns_a_different_payload_than_compile_takes;
@@ -103,9 +104,29 @@ struct preprocess_return<B> {
   using type = decltype(std::declval<B&>().preprocess(std::declval<const method_to_lower&>()));
 };
 
+// An execute that takes torch_delegate::inputs (the generic one) but returns something else than
+// std::vector<c10::IValue>: Result, else void.
+template <class Signature>
+struct generic_execute_with_other_result {
+  using type = void;
+};
+template <class R>
+  requires(!std::is_same_v<R, std::vector<c10::IValue>>)
+struct generic_execute_with_other_result<R(std::span<const c10::IValue>)> {
+  using type = R;
+};
+
 template <class B, class Signature>
 constexpr bool check_signature() {
-  if constexpr (!signature_is_executable<B, Signature>::value &&
+  if constexpr (!std::is_void_v<typename generic_execute_with_other_result<Signature>::type>) {
+    backend_generic_execute_must_return_std_vector_of_ivalue<B, typename generic_execute_with_other_result<Signature>::type>
+        returns_another_type;
+    static_assert(dependent_false<B>,
+                  "torch-delegate: a generic execute, 'execute(Handle&, torch_delegate::inputs)', returns "
+                  "'std::vector<c10::IValue>': one value per output of the method (a tensor converts: "
+                  "return {c10::IValue(y)}) (docs/backend-concept.md#execute).");
+    return false;
+  } else if constexpr (!signature_is_executable<B, Signature>::value &&
                 signature_is_executable_with_lvalues<B, Signature>::value) {
     backend_execute_takes_a_non_const_reference<B, Signature> takes_an_argument_by_non_const_reference;
     static_assert(dependent_false<B>,

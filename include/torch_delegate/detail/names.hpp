@@ -11,6 +11,11 @@
 
 namespace torch_delegate::detail::names {
 
+// -- Attributes of partially lowered modules ----------------------------------------------------
+/// The delegation report as text, and as data (report.hpp names them for users).
+inline constexpr const char* report_attribute = "_torch_delegate_report";
+inline constexpr const char* report_data_attribute = "_torch_delegate_report_data";
+
 // -- TorchBind classes ---------------------------------------------------------------------------
 /// What the qualified name of every TorchBind class starts with (LibTorch's).
 inline constexpr std::string_view torchbind_prefix = "__torch__.torch.classes.";

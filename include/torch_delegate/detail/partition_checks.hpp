@@ -22,6 +22,11 @@ namespace torch_delegate::detail {
 /// methods; each method and submodule path named exists; example inputs only for partitioned
 /// methods; on_other_shapes, max_replans, min_gain in range; measure with example inputs;
 /// choose_order (lowering) with measure. Throws the first error found.
+/// `options` with each method's example inputs completed by the defaults of the arguments after
+/// the last one given (as a call is completed), so that (x,) serves forward(x, mask=None).
+TORCH_DELEGATE_INTERNAL partition_options with_default_example_inputs(const torch::jit::Module& module,
+                                                                      const partition_options& options);
+
 TORCH_DELEGATE_INTERNAL void check_partition_request(const backend_list& backends, const torch::jit::Module& module,
                                                      const partition_options& options,
                                                      const std::vector<c10::impl::GenericDict>* specs);

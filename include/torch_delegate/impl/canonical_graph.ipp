@@ -88,7 +88,7 @@ inline void record_example_types(std::string_view backend, const torch::jit::Mod
       }
     }
     fail(where, "example_inputs: " + std::to_string(inputs.size()) + " given, the method takes " + std::to_string(arguments) +
-                    (names.empty() ? std::string() : " (" + names + "): give one for each, defaulted ones included"));
+                    (names.empty() ? std::string() : " (" + names + "): give one for each argument without a default"));
   }
   // A copy whose outputs are every tensor the method makes: the same nodes in the same order.
   std::shared_ptr<torch::jit::Graph> probe = graph->copy();

@@ -91,7 +91,10 @@ TORCH_DELEGATE_DECL std::string lowered_module_common_source(const std::string& 
   const std::string unavailable = fallback_when_unavailable
                                       ? "        td_no_handles_: Dict[str, Any] = {}\n"
                                         "        " + handles + " = td_no_handles_\n"
-                                      : "        raise Exception(\"Backend is not available.\")\n";
+                                      : "        raise Exception(\"Backend is not available. (torch-delegate: backend '" +
+                                            backend_class.substr(backend_class.rfind('.') + 1) +
+                                            "' reports is_available() == false while this module loads: load it where the "
+                                            "backend is available, or lower it with fallback_when_unavailable)\")\n";
   return "def __getstate__(self):\n"
          "    " + backend + "." + std::string(names::check_saveable_method) + "(" + processed + ")\n"
          "    return " + spec + ", " + processed + ", True\n"

@@ -41,7 +41,10 @@ TORCH_DELEGATE_INTERNAL void check_input_specs(const method_info& method, const 
     }
     const std::string name = i < method.argument_names.size() ? method.argument_names[i] : "?";
     fail(method.where(), "argument " + std::to_string(i + 1) + " ('" + name + "') must be " + spec->to_string() +
-                             " (its input spec when the method was lowered; -1: any size), got " + given);
+                             " (its input spec when the method was lowered; -1: any size), got " + given +
+                             (method.is_region ? std::string(". To serve other shapes, lower with on_other_shapes=\"torchscript\" or "
+                                                             "\"replan\" (C++: other_shapes::torchscript, other_shapes::replan)")
+                                               : std::string()));
   }
 }
 
@@ -58,7 +61,7 @@ inline void inspect_tensor(const method_info& method, const at::Tensor& tensor, 
     fail(method.where(), place + " is empty (" + tensor_spec::describe(tensor.scalar_type(), tensor.sizes()) +
                              "): backend '" + method.backend +
                              "' does not run tensors with no elements. Skip empty inputs before the call, or lower "
-                             "with fallback=True or on_other_shapes=\"torchscript\" (C++: "
+                             "with fallback_when_unavailable=True or on_other_shapes=\"torchscript\" (C++: "
                              "partition_options::fallback_when_unavailable, other_shapes::torchscript) so that "
                              "TorchScript runs them");
   if (!inspection.wants_gradient() && tensor.requires_grad() && (!method.is_region || tensor.is_leaf()) &&
@@ -125,7 +128,7 @@ TORCH_DELEGATE_INTERNAL std::string dropped_gradient_message(std::string_view wh
          " comes back from backend '" + std::string(backend) +
          "' without autograd history (the backend runs outside autograd): its gradient would be silently lost. Call the "
          "model under torch.no_grad() or torch.inference_mode() (C++: torch::NoGradGuard or c10::InferenceMode), or lower "
-         "it with fallback=True or on_other_shapes=\"torchscript\" so that such calls run in TorchScript";
+         "it with fallback_when_unavailable=True or on_other_shapes=\"torchscript\" so that such calls run in TorchScript";
 }
 
 TORCH_DELEGATE_DECL void check_output_history(const method_info& method, const call_inspection& inspection,

@@ -46,7 +46,8 @@ class assigned_attributes_kept {
 };
 
 TORCH_DELEGATE_DECL delegation_report partition_report_all(const backend_list& backends, const torch::jit::Module& module,
-                                                           const partition_options& options) {
+                                                           const partition_options& given) {
+  const partition_options options = with_default_example_inputs(module, given);
   check_partition_request(backends, module, options, nullptr);
   const assigned_attributes_kept kept(module, options);
   clock_timing clock;  // a measured plan's times, the timing cache in front of them
@@ -69,8 +70,9 @@ TORCH_DELEGATE_DECL delegation_report partition_report(const backend_lowering& b
 }
 
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_list& backends, const torch::jit::Module& module,
-                                                                const partition_options& options,
+                                                                const partition_options& given,
                                                                 const std::vector<c10::impl::GenericDict>& specs) {
+  const partition_options options = with_default_example_inputs(module, given);
   check_partition_request(backends, module, options, &specs);
   const assigned_attributes_kept kept(module, options);
   if (options.measure && !options.replay) return kept.restored(lower_measured(backends, module, options, specs));

@@ -105,6 +105,21 @@ inline void check_option_values(const backend_list& backends, const partition_op
     fail({first.name(), {}}, "on_other_shapes = replan with max_replans = 0: no shape could be kept; give at least 1");
 }
 
+// The trailing arguments not given take their defaults from the method's schema, as in a call
+// (nn.TransformerEncoder's forward(src, mask=None, src_key_padding_mask=None) with (x,)).
+TORCH_DELEGATE_INTERNAL partition_options with_default_example_inputs(const torch::jit::Module& module,
+                                                                      const partition_options& options) {
+  partition_options completed = options;
+  for (auto& [method, inputs] : completed.example_inputs) {
+    const auto found = module.find_method(method);
+    if (!found) continue;  // named in the error of the check that needs it
+    const auto& schema = found->function().getSchema().arguments();
+    for (std::size_t i = inputs.size() + 1; i < schema.size() && schema[i].default_value(); ++i)
+      inputs.push_back(*schema[i].default_value());
+  }
+  return completed;
+}
+
 TORCH_DELEGATE_INTERNAL void check_partition_request(const backend_list& backends, const torch::jit::Module& module,
                                                      const partition_options& options,
                                                      const std::vector<c10::impl::GenericDict>* specs) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch_delegate/detail/timing_cache.hpp>
+#include <torch_delegate/runtime_switches.hpp>
 #include <torch_delegate/detail/archive_check.hpp>
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/version.hpp>
@@ -28,7 +29,6 @@
 #include <sstream>
 #include <vector>
 
-extern char** environ;
 
 namespace torch_delegate::detail {
 
@@ -112,13 +112,11 @@ TORCH_DELEGATE_DECL std::string machine_fingerprint() {
 #endif
   out << ";threads:" << at::get_num_threads() << ";torch:" << TORCH_VERSION << ";torch_delegate:" << library_version()
       << ";env:";
+  // Every declared switch that changes the kernels, where it is set (runtime_switches.hpp: the
+  // engines' caps, and each loaded backend's table).
   std::vector<std::string> settings;
-  for (char** variable = environ; variable && *variable; ++variable) {
-    const std::string_view setting(*variable);
-    if (setting.rfind("TD_", 0) == 0 || setting.rfind("ONEDNN_MAX_CPU_ISA=", 0) == 0 ||
-        setting.rfind("DNNL_MAX_CPU_ISA=", 0) == 0 || setting.rfind("ATEN_CPU_CAPABILITY=", 0) == 0)
-      settings.emplace_back(setting);
-  }
+  for (const known_switch& each : runtime_switches())
+    if (each.declared.changes_kernels && each.value) settings.push_back(std::string(each.declared.name) + "=" + *each.value);
   std::sort(settings.begin(), settings.end());
   for (const std::string& setting : settings) out << setting << ";";
   return out.str();
