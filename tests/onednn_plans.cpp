@@ -43,7 +43,7 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
   payload.steps = {conv1, record("relu", {1}, 2), conv2, record("add", {3, 2}, 4), record("relu", {4}, 5)};
   compiled_region region = compile_region(payload, weights);
   for (const std::int64_t size : {20, 9}) {  // F(4x4, 3x3), then a second plan with F(2x2, 3x3)
-    const auto plan = planner(*region.region, region.plans->weights, {{1, 64, size, size}}).build();
+    const auto plan = make_plan(*region.region, region.plans->weights, {{1, 64, size, size}});
     std::size_t transforms = 0;
     for (const plan_implementation& each : plan->implementations)
       transforms += std::string(each.implementation).starts_with(size == 20 ? "winograd_f4x4_" : "winograd_f2x2_");
@@ -65,7 +65,7 @@ TEST_CASE("winograd in a plan: which convolutions, the kernels named, the result
   depthwise.weight = "wd", depthwise.bias = "bd", dense.weight = "w1", dense.bias = "b1";
   nhwc_payload.steps = {depthwise, dense, record("relu", {2}, 3)};
   compiled_region nhwc_region = compile_region(nhwc_payload, weights);
-  const auto plan = planner(*nhwc_region.region, nhwc_region.plans->weights, {{1, 64, 20, 20}}).build();
+  const auto plan = make_plan(*nhwc_region.region, nhwc_region.plans->weights, {{1, 64, 20, 20}});
   const std::vector<std::string> kernels = kernels_of(*plan);
   CAPTURE(kernels);
   const auto named = [&](std::string_view part) { return count_named(kernels, part); };
@@ -94,7 +94,7 @@ TEST_CASE("a wide direct convolution of an nChw16c region runs on brgconv in nhw
   conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2", conv3.weight = "w3", conv3.bias = "b3";
   payload.steps = {conv1, record("relu", {1}, 2), conv2, record("relu", {3}, 4), conv3, record("relu", {5}, 6)};
   compiled_region region = compile_region(payload, weights);
-  const auto plan = planner(*region.region, region.plans->weights, {{1, 3, 24, 24}}).build();
+  const auto plan = make_plan(*region.region, region.plans->weights, {{1, 3, 24, 24}});
   const std::vector<std::string> kernels = kernels_of(*plan);
   CAPTURE(kernels);
   const auto named = [&](std::string_view part) { return count_named(kernels, part); };
@@ -124,7 +124,7 @@ TEST_CASE("a wide convolution with a residual add runs on brgconv in nhwc over a
   conv1.weight = "w1", conv1.bias = "b1", conv2.weight = "w2", conv2.bias = "b2";
   payload.steps = {conv1, record("relu", {1}, 2), conv2, record("add", {3, 2}, 4), record("relu", {4}, 5)};
   compiled_region region = compile_region(payload, weights);
-  const auto plan = planner(*region.region, region.plans->weights, {{1, 3, 7, 7}}).build();
+  const auto plan = make_plan(*region.region, region.plans->weights, {{1, 3, 7, 7}});
   const std::vector<std::string> kernels = kernels_of(*plan);
   CAPTURE(kernels);
   const auto named = [&](std::string_view part) { return count_named(kernels, part); };
@@ -159,7 +159,7 @@ TEST_CASE("a squeeze-excitation's multiply in a plan: our kernel where oneDNN ru
         if (depthwise) payload.steps.push_back(dw);
         payload.steps.push_back(record("mul", {depthwise ? 3 : 2, 1}, 4));
         compiled_region region = compile_region(payload, weights);
-        const auto plan = planner(*region.region, region.plans->weights, {{batch, 16, 12, 12}, {batch, channels, 1, 1}}).build();
+        const auto plan = make_plan(*region.region, region.plans->weights, {{batch, 16, 12, 12}, {batch, channels, 1, 1}});
         const std::vector<std::string> kernels = kernels_of(*plan);
         CAPTURE(depthwise);
         CAPTURE(channels);
@@ -202,7 +202,7 @@ TEST_CASE("cat chain: DenseNet's growing cats as views of one buffer, its batch 
                    norm2, record("relu", {6}, 7), conv2, record("cat", {0, 4, 8}, 9)};
   compiled_region region = compile_region(payload, weights);
   for (const std::int64_t batch : {1, 2}) {
-    const auto plan = planner(*region.region, region.plans->weights, {{batch, 64, 16, 16}}).build();
+    const auto plan = make_plan(*region.region, region.plans->weights, {{batch, 64, 16, 16}});
     const std::vector<std::string> kernels = kernels_of(*plan);
     CAPTURE(kernels);
     const auto named = [&](std::string_view part) { return count_named(kernels, part); };
@@ -302,7 +302,7 @@ TEST_CASE("residual adds as sum post-ops written over the residual, only where n
   region_payload payload{1, next_id, {}, {last}};
   payload.steps = steps;
   compiled_region region = compile_region(payload, weights);
-  const auto plan = planner(*region.region, region.plans->weights, {{1, 64, 14, 14}}).build();
+  const auto plan = make_plan(*region.region, region.plans->weights, {{1, 64, 14, 14}});
   const auto root = [&](std::size_t slot) { return plan->aliases[slot] == no_slot ? slot : plan->aliases[slot]; };
   std::vector<const plan_call*> calls;  // the convolutions, in order
   for (std::size_t i = 0; i < plan->calls.size(); ++i)
@@ -362,7 +362,7 @@ TEST_CASE("gemm in a plan: a linear and its ReLU or GELU on our GEMM where own_g
                                           std::pair{sizes_of{3, 7, 37}, &other}}) {
       CAPTURE(sizes);
       const bool on_ours = own_gemm_enabled() && sizes[0] != 5 && then != "sigmoid";  // 5 rows: oneDNN's (below one block of 6)
-      const auto plan = planner(*compiled->region, compiled->plans->weights, {sizes}).build();
+      const auto plan = make_plan(*compiled->region, compiled->plans->weights, {sizes});
       std::size_t ours = 0;
       for (const plan_implementation& each : plan->implementations) ours += each.implementation == "gemm:avx2";
       CHECK(ours == (on_ours ? 1 : 0));
@@ -425,7 +425,7 @@ TEST_CASE("1x1 convolutions in a plan: on our GEMM in nChw8c where own_pointwise
     CAPTURE(sizes);
     const std::int64_t pixels = sizes[2] * sizes[3];
     const bool on_ours = own_pointwise_conv_enabled() && pixels >= 6 && pixels <= 64;
-    const auto plan = planner(*region.region, region.plans->weights, {sizes}).build();
+    const auto plan = make_plan(*region.region, region.plans->weights, {sizes});
     std::vector<std::size_t> ours;
     for (std::size_t i = 0; i < plan->implementations.size(); ++i)
       if (plan->implementations[i].implementation == "gemm_1x1:avx2") ours.push_back(i);
@@ -495,7 +495,7 @@ TEST_CASE("silu in a plan: a convolution's SiLU runs on our kernel in place; a S
   first.activation = second.activation = activation_parameters{"silu"};
   payload.steps = {conv, first, record("add", {2, 2}, 3), second};
   compiled_region region = compile_region(payload, weights);
-  const auto plan = planner(*region.region, region.plans->weights, {{1, 16, 40, 40}}).build();
+  const auto plan = make_plan(*region.region, region.plans->weights, {{1, 16, 40, 40}});
   std::size_t ours = 0;
   for (const plan_implementation& each : plan->implementations) ours += each.implementation == "silu:avx2";
   CHECK(ours == (own_silu_enabled() ? 2 : 0));
@@ -528,7 +528,7 @@ TEST_CASE("silu in a plan after a slice: a view that starts inside its value is 
     act.activation = activation_parameters{"silu"};
     payload.steps = {sliced, act};
     compiled_region region = compile_region(payload, {});
-    const auto plan = planner(*region.region, region.plans->weights, {{1, 16, 8, 8}}).build();
+    const auto plan = make_plan(*region.region, region.plans->weights, {{1, 16, 8, 8}});
     std::size_t own = 0, reorders = 0;
     for (const plan_implementation& each : plan->implementations) {
       own += each.implementation == "silu:avx2";
@@ -567,7 +567,7 @@ TEST_CASE("cat in place: at batch 1 each part is made in its range of the result
     compiled_region region = compile_region(payload, weights);
     for (const std::int64_t batch : {1, 2}) {  // batch 2: a concat primitive
       CAPTURE(batch);
-      const auto plan = planner(*region.region, region.plans->weights, {{batch, 8, 6, 6}}).build();
+      const auto plan = make_plan(*region.region, region.plans->weights, {{batch, 8, 6, 6}});
       const std::vector<std::string> kinds = kinds_of(*plan);
       const auto concats = std::count_if(kinds.begin(), kinds.end(), [](const std::string& k) { return k.ends_with(" concat"); });
       const at::Tensor x = torch::rand({batch, 8, 6, 6});
@@ -626,7 +626,7 @@ TEST_CASE("shuffle in a plan: cat, view, transpose, contiguous, view is one call
           payload.outputs = {7};
         }
         compiled_region region = compile_region(payload, weights);
-        const auto plan = planner(*region.region, region.plans->weights, {{batch, 16, h, w}}).build();
+        const auto plan = make_plan(*region.region, region.plans->weights, {{batch, 16, h, w}});
         std::size_t ours = 0, concats = 0, copies = 0;
         for (const plan_implementation& each : plan->implementations) {
           ours += each.implementation == "shuffle:sse";
@@ -665,7 +665,7 @@ TEST_CASE("shuffle: what is not a channel shuffle of a cat runs as oneDNN's conc
   merged.reshape_sizes = std::vector<std::int64_t>{1, 16, 3, 3};
   payload.steps = {record("cat", {0, 0}, 1), split, swapped, record("contiguous", {3}, 4), merged};
   compiled_region region = compile_region(payload, {});
-  const auto plan = planner(*region.region, region.plans->weights, {{1, 8, 3, 3}}).build();
+  const auto plan = make_plan(*region.region, region.plans->weights, {{1, 8, 3, 3}});
   std::size_t ours = 0, concats = 0;
   for (const plan_implementation& each : plan->implementations) ours += each.implementation == "shuffle:sse", concats += each.kind == "concat";
   CHECK(ours == 0);

@@ -67,6 +67,49 @@ TEST_CASE("fusion: a matmul's scaled first operand is its first post-op (attenti
   }
 }
 
+TEST_CASE("fusion: a squeeze-excitation's mul is a candidate for the convolution without groups that alone reads it as its input") {
+  // mul(0, 1) (-> 2), conv (2 -> 3): the convolution may read 0 with its weights scaled by 1
+  auto conv = step_of("convolution", {2}, 3);
+  conv.record.convolution = convolution_parameters{};
+  conv.record.convolution->groups = 1;
+  conv.weight_sizes = {32, 16, 1, 1};
+  std::vector<compiled_step> steps{step_of("mul", {0, 1}, 2), conv};
+  CHECK(fusions_of(steps, 4, {3})[0].scales_weights_of == std::optional<std::size_t>(1));
+  SUBCASE("not when the product is a result, or read by another step too") {
+    CHECK_FALSE(fusions_of(steps, 4, {3, 2})[0].scales_weights_of);
+    auto also = steps;
+    also.push_back(step_of("relu", {2}, 4));
+    CHECK_FALSE(fusions_of(also, 5, {3, 4})[0].scales_weights_of);
+  }
+  SUBCASE("not into a grouped convolution, or one that reads it as other than its input") {
+    steps[1].weight_sizes = {32, 8, 1, 1};
+    steps[1].record.convolution->groups = 2;
+    CHECK_FALSE(fusions_of(steps, 4, {3})[0].scales_weights_of);
+    std::vector<compiled_step> added{step_of("mul", {0, 1}, 2), step_of("add", {0, 2}, 3)};
+    CHECK_FALSE(fusions_of(added, 4, {3})[0].scales_weights_of);
+  }
+}
+
+TEST_CASE("fusion: a cat chain ends at the latest cat whose parts begin with a cat's parts (DenseNet's growing cats)") {
+  // cat(0) (-> 1), conv (1 -> 2), cat(0, 2) (-> 3), conv (3 -> 4), cat(0, 2, 4) (-> 5), cat(0, 4) (-> 6)
+  const std::vector<compiled_step> steps{step_of("cat", {0}, 1),         step_of("convolution", {1}, 2), step_of("cat", {0, 2}, 3),
+                                         step_of("convolution", {3}, 4), step_of("cat", {0, 2, 4}, 5),   step_of("cat", {0, 4}, 6)};
+  const auto fusion = fusions_of(steps, 7, {5, 6});
+  CHECK(fusion[0].chain_end == std::optional<std::size_t>(5));  // the latest that begins with (0): cat(0, 4)
+  CHECK(fusion[2].chain_end == std::optional<std::size_t>(4));
+  CHECK_FALSE(fusion[4].chain_end);  // no later cat begins with (0, 2, 4)
+  CHECK_FALSE(fusion[5].chain_end);
+}
+
+TEST_CASE("builders: the table has a builder for every step kind, in the enum's order") {
+  static_assert(builders.size() == step_names.size());
+  const auto of = [](step_kind kind) { return builders[static_cast<std::size_t>(kind)]; };
+  for (const step_planner builder : builders) CHECK((builder != nullptr));
+  CHECK((of(step_kind::relu) == of(step_kind::activation) && of(step_kind::relu) == of(step_kind::scale_by)));
+  CHECK((of(step_kind::max_pool2d) == of(step_kind::max_pool3d)));
+  CHECK((of(step_kind::convolution) != of(step_kind::linear)));
+}
+
 TEST_CASE("fusion: what is not fused, and why") {
   SUBCASE("a result is never fused away") {
     const std::vector<compiled_step> steps{step_of("convolution", {0}, 1), step_of("relu", {1}, 2)};
@@ -102,7 +145,7 @@ TEST_CASE("fusion: what is not fused, and why") {
 TEST_CASE("fusion as planned: the residual block runs as two convolutions, nothing else before its views") {
   std::map<std::string, at::Tensor> weights;
   const compiled_region region = compile_region(residual_payload(weights), weights);
-  const auto plan = planner(*region.region, region.plans->weights, {{1, 4, 8, 8}}).build();
+  const auto plan = make_plan(*region.region, region.plans->weights, {{1, 4, 8, 8}});
   const std::vector<std::string> kinds = kinds_of(*plan);
   CHECK(std::count_if(kinds.begin(), kinds.end(), [](const std::string& k) { return k.ends_with(" convolution"); }) == 2);
   for (const std::string& kind : kinds) {
@@ -135,7 +178,7 @@ TEST_CASE("small steps are made and run on the calling thread; large ones on all
   // 4 -> 4 channels, 3x3: 9 k multiply-adds a convolution at 8x8 (below one_thread_work), 2.4 M at 128x128.
   for (const auto& [size, small] : {std::pair{8, true}, std::pair{128, false}}) {
     CAPTURE(size);
-    const auto plan = planner(*region.region, region.plans->weights, {{1, 4, size, size}}).build();
+    const auto plan = make_plan(*region.region, region.plans->weights, {{1, 4, size, size}});
     int convolutions = 0;
     for (std::size_t i = 0; i < plan->calls.size(); ++i)
       if (plan->implementations[i].kind == "convolution") {
@@ -168,7 +211,7 @@ TEST_CASE("placement: values alive at once never share bytes; dead ones do; 64-b
 TEST_CASE("placement on a plan: no two live values overlap, views are in place, the scratchpad after the values") {
   std::map<std::string, at::Tensor> weights;
   const compiled_region region = compile_region(residual_payload(weights), weights);
-  const auto plan = planner(*region.region, region.plans->weights, {{2, 4, 8, 8}}).build();
+  const auto plan = make_plan(*region.region, region.plans->weights, {{2, 4, 8, 8}});
   const auto& lives = plan->lives;
   REQUIRE(lives.size() == plan->slots.size());
   const auto rounded = [](std::size_t bytes) { return (bytes + buffer_alignment - 1) / buffer_alignment * buffer_alignment; };

@@ -2,33 +2,34 @@
 // its operands in the layouts they have, a transposed view included, with a scale_by of its first
 // operand and the scale_by and activations after it as post-ops) and softmax. Never on a
 // reference kernel: where oneDNN has only that for a layout, the operands are made dense first.
+#include "builders.hpp"
 #include "internal.hpp"
 
 #include <c10/util/Exception.h>
 
 namespace onednn_delegate {
 
-void planner::matmul(std::size_t index) {
-  const compiled_step& product = step(index);
+void matmul(plan_context& p, std::size_t index) {
+  const compiled_step& product = p.step(index);
   const std::vector<std::size_t>& fused = product.fusion.post_ops;
   const std::optional<std::size_t> scaled = product.fusion.scaled_first;  // (s a) b as s (a b)
-  std::size_t a = value(scaled ? step(*scaled).record.inputs[0] : product.record.inputs[0]), b = value(product.record.inputs[1]);
-  const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+  std::size_t a = p.value(scaled ? p.step(*scaled).record.inputs[0] : product.record.inputs[0]), b = p.value(product.record.inputs[1]);
+  const dims da = p.slot(a).dims(), db = p.slot(b).dims();
   const std::size_t rank = da.size();
   bool fits = rank >= 2 && rank <= 4 && db.size() == rank && da[rank - 1] == db[rank - 2];
   for (std::size_t k = 0; fits && k + 2 < rank; ++k) fits = da[k] == db[k];
-  TORCH_CHECK(fits, "onednn: region ", region_.method, ": step ", index, ": a matmul of ", c10::IntArrayRef(da), " and ",
+  TORCH_CHECK(fits, "onednn: region ", p.region().method, ": step ", index, ": a matmul of ", c10::IntArrayRef(da), " and ",
               c10::IntArrayRef(db), " (same batch sizes, no broadcasting, expected)");
   dims out = da;
   out.back() = db.back();
   auto candidate = [&](const std::vector<std::size_t>& with) -> std::optional<dnnl::matmul::primitive_desc> {
     dnnl::post_ops post_ops;
     if (scaled)
-      for (const auto& [algorithm, alpha, beta] : eltwise_chain(step(*scaled))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
+      for (const auto& [algorithm, alpha, beta] : eltwise_chain(p.step(*scaled))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
     for (std::size_t next : with)
-      for (const auto& [algorithm, alpha, beta] : eltwise_chain(step(next))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
+      for (const auto& [algorithm, alpha, beta] : eltwise_chain(p.step(next))) post_ops.append_eltwise(1.f, algorithm, alpha, beta);
     try {
-      dnnl::matmul::primitive_desc pd({plan_.slots[a], plan_.slots[b], dense(out)}, attributes(post_ops), cpu_engine());
+      dnnl::matmul::primitive_desc pd({p.slot(a), p.slot(b), dense(out)}, attributes(post_ops), cpu_engine());
       if (!is_reference(pd.impl_info_str())) return pd;
     } catch (const dnnl::error&) {
     }
@@ -36,37 +37,37 @@ void planner::matmul(std::size_t index) {
   };
   const std::vector<std::size_t> alone;  // with the scale of a scaled first operand still
   for (const bool made_dense : {false, true}) {
-    if (made_dense) a = as(a, dense(da)), b = as(b, dense(db));
+    if (made_dense) a = p.as(a, dense(da)), b = p.as(b, dense(db));
     for (const std::vector<std::size_t>* with : {&fused, &alone}) {
       if (with == &alone && fused.empty()) break;
       const std::optional<dnnl::matmul::primitive_desc> pd = candidate(*with);
       if (!pd) continue;
-      const std::int64_t made = with->empty() ? finished(index) : finished(with->back());
-      define(made, pd->dst_desc());
-      call(dnnl::matmul(*pd), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, value(made)}}, pd->scratchpad_desc());
+      const std::int64_t made = with->empty() ? p.finished(index) : p.finished(with->back());
+      p.define(made, pd->dst_desc());
+      p.call(dnnl::matmul(*pd), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, p.value(made)}}, pd->scratchpad_desc());
       if (with->empty())
-        for (std::size_t next : fused) run(next);
+        for (std::size_t next : fused) p.plan_step(next);
       return;
     }
   }
-  refuse("step " + std::to_string(index) + " (matmul) of " + describe(product) + ": oneDNN has no kernel for it but a reference one");
+  p.refuse("step " + std::to_string(index) + " (matmul) of " + p.describe(product) + ": oneDNN has no kernel for it but a reference one");
 }
 
-void planner::softmax(std::size_t index) {
-  const compiled_step& normalized = step(index);
-  const std::size_t in = value(normalized.record.inputs[0]);
-  const dims d = plan_.slots[in].dims();
+void softmax(plan_context& p, std::size_t index) {
+  const compiled_step& normalized = p.step(index);
+  const std::size_t in = p.value(normalized.record.inputs[0]);
+  const dims d = p.slot(in).dims();
   const std::int64_t axis = *normalized.record.softmax_dim;
-  TORCH_CHECK(axis < static_cast<std::int64_t>(d.size()), "onednn: region ", region_.method, ": step ", index, ": a softmax along ",
+  TORCH_CHECK(axis < static_cast<std::int64_t>(d.size()), "onednn: region ", p.region().method, ": step ", index, ": a softmax along ",
               axis, " of ", c10::IntArrayRef(d));
   for (const bool made_dense : {false, true}) {
-    const std::size_t source = made_dense ? as(in, dense(d)) : in;
+    const std::size_t source = made_dense ? p.as(in, dense(d)) : in;
     try {
-      const dnnl::softmax_forward::primitive_desc pd(
-          {dnnl::prop_kind::forward_inference, plan_.slots[source], static_cast<int>(axis)}, attributes(), cpu_engine());
+      const dnnl::softmax_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, p.slot(source), static_cast<int>(axis)},
+                                                     attributes(), cpu_engine());
       if (is_reference(pd.impl_info_str()) && !made_dense) continue;
-      define(normalized.record.output, pd.dst_desc());
-      call(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, source}, {DNNL_ARG_DST, value(normalized.record.output)}}, pd.scratchpad_desc());
+      p.define(normalized.record.output, pd.dst_desc());
+      p.call(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, source}, {DNNL_ARG_DST, p.value(normalized.record.output)}}, pd.scratchpad_desc());
       return;
     } catch (const dnnl::error&) {
       if (made_dense) throw;

@@ -2,6 +2,7 @@
 // the binary primitives of add, mul (a squeeze-excitation's broadcast scale) and scale (times a
 // constant), each in a layout where oneDNN has a JIT kernel when one has.
 #include "channel_affine.hpp"
+#include "builders.hpp"
 #include "internal.hpp"
 #include "silu.hpp"
 
@@ -13,6 +14,18 @@
 #include <limits>
 
 namespace onednn_delegate {
+
+// This family's own helpers (defined below).
+static void own_silu(plan_context& p, std::size_t index, std::size_t in, bool in_place);
+/// a of [N, C, H, W] times b of [N, C, 1, 1] making value `made` on our kernel (channel_affine.hpp,
+/// a scale alone) where oneDNN runs AVX-512 and a is nhwc, or in channel blocks that C fills;
+/// false (nothing planned) otherwise.
+static bool channel_scale(plan_context& p, std::size_t a, std::size_t b, std::int64_t made);
+/// Whether mul step `index` (a of [1, C, H, W] times b of [1, C, 1, 1]) is left to the one
+/// convolution that reads it, as weights scaled by b (plan_decisions::scaled_input).
+static bool mul_into_weights(plan_context& p, std::size_t index, std::size_t a, std::size_t b);
+static void binary(plan_context& p, dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops,
+                   std::int64_t made);
 
 bool own_silu_enabled() {
   static const bool enabled = own_avx2_kernels_allowed("TD_ONEDNN_SILU") && !onednn_runs_avx512();
@@ -41,32 +54,32 @@ std::vector<std::tuple<dnnl::algorithm, float, float>> eltwise_chain(const compi
   return {{algorithm::eltwise_clip, bound(a.low), bound(a.high)}};
 }
 
-void planner::eltwise(std::size_t index) {
-  const compiled_step& act = step(index);
-  std::size_t in = value(act.record.inputs[0]);
+void eltwise(plan_context& p, std::size_t index) {
+  const compiled_step& act = p.step(index);
+  std::size_t in = p.value(act.record.inputs[0]);
   // A view that starts inside its value's bytes (a slice): a dense copy first. An eltwise's result
   // takes its input's memory descriptor, offset included, and would be written past its own
   // bytes (tests/onednn_plans.cpp, "silu in a plan after a slice").
-  if (plan_.slots[in].data.offset0 != 0) in = as(in, dense(plan_.slots[in].dims()));
-  if (runs_own_silu(act)) return own_silu(index, in, false);
+  if (p.slot(in).data.offset0 != 0) in = p.as(in, dense(p.slot(in).dims()));
+  if (runs_own_silu(act)) return own_silu(p, index, in, false);
   const auto chain = eltwise_chain(act);
   for (std::size_t k = 0; k < chain.size(); ++k) {
     const auto& [algorithm, alpha, beta] = chain[k];
-    dnnl::eltwise_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, algorithm, plan_.slots[in], alpha, beta},
-                                             attributes(), cpu_engine());
+    dnnl::eltwise_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, algorithm, p.slot(in), alpha, beta}, attributes(),
+                                             cpu_engine());
     if (is_reference(pd.impl_info_str())) {  // a strided view (attention's query, a select of a permute): dense first
-      in = as(in, dense(plan_.slots[in].dims()));
-      pd = dnnl::eltwise_forward::primitive_desc({dnnl::prop_kind::forward_inference, algorithm, plan_.slots[in], alpha, beta},
-                                                 attributes(), cpu_engine());
+      in = p.as(in, dense(p.slot(in).dims()));
+      pd = dnnl::eltwise_forward::primitive_desc({dnnl::prop_kind::forward_inference, algorithm, p.slot(in), alpha, beta}, attributes(),
+                                                 cpu_engine());
     }
     std::size_t out;
     if (k + 1 == chain.size()) {
-      define(act.record.output, pd.dst_desc());
-      out = value(act.record.output);
+      p.define(act.record.output, pd.dst_desc());
+      out = p.value(act.record.output);
     } else {
-      out = add_slot(pd.dst_desc());
+      out = p.add_slot(pd.dst_desc());
     }
-    call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
+    p.call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}}, pd.scratchpad_desc());
     in = out;
   }
 }
@@ -76,61 +89,63 @@ void planner::eltwise(std::size_t index) {
 /// over rows (oneDNN 2.6 has no such primitive; its reduction and a binary division would be two
 /// passes and a buffer between). A strided input (a view of the qkv linear's result) is made
 /// dense first.
-void planner::normalize(std::size_t index) {
-  const compiled_step& normalized = step(index);
-  std::size_t in = value(normalized.record.inputs[0]);
-  const dims d = plan_.slots[in].dims();
-  if (plan_.slots[in] != dense(d)) in = as(in, dense(d));
-  define(normalized.record.output, dense(d));
+void normalize(plan_context& p, std::size_t index) {
+  const compiled_step& normalized = p.step(index);
+  std::size_t in = p.value(normalized.record.inputs[0]);
+  const dims d = p.slot(in).dims();
+  if (p.slot(in) != dense(d)) in = p.as(in, dense(d));
+  p.define(normalized.record.output, dense(d));
   const std::int64_t width = d.back();
   std::int64_t rows = 1;
   for (std::size_t k = 0; k + 1 < d.size(); ++k) rows *= d[k];
   const auto eps = static_cast<float>(normalized.record.factor.value_or(0.0));
-  call(dnnl::primitive(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(normalized.record.output)}}, md(),
-       [=](const std::unordered_map<int, dnnl::memory>& bound) {
-         const auto* x = static_cast<const float*>(bound.at(DNNL_ARG_SRC).get_data_handle());
-         auto* y = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
-         at::parallel_for(0, rows, std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(width, 1)),
-                          [&](std::int64_t first, std::int64_t last) {
-                            for (std::int64_t r = first; r < last; ++r) {
-                              const float* row = x + r * width;
-                              float* out = y + r * width;
-                              float squares = 0.f;
-                              for (std::int64_t k = 0; k < width; ++k) squares += row[k] * row[k];
-                              const float norm = std::max(std::sqrt(squares), eps);
-                              for (std::int64_t k = 0; k < width; ++k) out[k] = row[k] / norm;
-                            }
-                          });
-       },
-       "normalize", "normalize:any");
+  p.call(
+      dnnl::primitive(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, p.value(normalized.record.output)}}, md(),
+      [=](const std::unordered_map<int, dnnl::memory>& bound) {
+        const auto* x = static_cast<const float*>(bound.at(DNNL_ARG_SRC).get_data_handle());
+        auto* y = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
+        at::parallel_for(0, rows, std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(width, 1)),
+                         [&](std::int64_t first, std::int64_t last) {
+                           for (std::int64_t r = first; r < last; ++r) {
+                             const float* row = x + r * width;
+                             float* out = y + r * width;
+                             float squares = 0.f;
+                             for (std::int64_t k = 0; k < width; ++k) squares += row[k] * row[k];
+                             const float norm = std::max(std::sqrt(squares), eps);
+                             for (std::int64_t k = 0; k < width; ++k) out[k] = row[k] / norm;
+                           }
+                         });
+      },
+      "normalize", "normalize:any");
 }
 
 /// A SiLU on our kernel (silu.hpp) of the value in slot `in`: elementwise over its bytes from their
 /// start, so in whatever layout it has (SiLU(0) = 0 keeps a blocked layout's padding 0). In place
 /// (`in_place`) where the step alone reads its input (a post-op of a convolution: fusion.cpp
 /// guarantees it): the convolution's output is still in the cache, and no second buffer is written.
-void planner::own_silu(std::size_t index, std::size_t in, bool in_place) {
-  const compiled_step& act = step(index);
+void own_silu(plan_context& p, std::size_t index, std::size_t in, bool in_place) {
+  const compiled_step& act = p.step(index);
   if (in_place)
-    slot_of_.at(static_cast<std::size_t>(act.record.output)) = view(plan_.slots[in], in);
+    p.bind(act.record.output, p.view(p.slot(in), in));
   else
-    define(act.record.output, plan_.slots[in]);
-  call(dnnl::primitive(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(act.record.output)}}, md(),
-       [](const std::unordered_map<int, dnnl::memory>& arguments) {
-         const dnnl::memory& source = arguments.at(DNNL_ARG_SRC);
-         const auto* from = static_cast<const float*>(source.get_data_handle());
-         auto* to = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
-         const auto count = static_cast<std::int64_t>(source.get_desc().get_size() / sizeof(float));
-         at::parallel_for(0, count, 1 << 14, [&](std::int64_t first, std::int64_t last) {
-           silu::apply(from + first, to + first, static_cast<std::size_t>(last - first));
-         });
-       },
-       "eltwise", "silu:avx2");
+    p.define(act.record.output, p.slot(in));
+  p.call(
+      dnnl::primitive(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, p.value(act.record.output)}}, md(),
+      [](const std::unordered_map<int, dnnl::memory>& arguments) {
+        const dnnl::memory& source = arguments.at(DNNL_ARG_SRC);
+        const auto* from = static_cast<const float*>(source.get_data_handle());
+        auto* to = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
+        const auto count = static_cast<std::int64_t>(source.get_desc().get_size() / sizeof(float));
+        at::parallel_for(0, count, 1 << 14, [&](std::int64_t first, std::int64_t last) {
+          silu::apply(from + first, to + first, static_cast<std::size_t>(last - first));
+        });
+      },
+      "eltwise", "silu:avx2");
 }
 
-void planner::post_op_alone(std::size_t index) {
-  if (runs_own_silu(step(index))) return own_silu(index, value(step(index).record.inputs[0]), true);
-  run(index);
+void post_op_alone(plan_context& p, std::size_t index) {
+  if (runs_own_silu(p.step(index))) return own_silu(p, index, p.value(p.step(index).record.inputs[0]), true);
+  p.plan_step(index);
 }
 
 namespace {
@@ -145,24 +160,24 @@ bool channels_in_order(const md& sd, const dims& db) {
 }
 }  // namespace
 
-void planner::mul(std::size_t index) {
-  const compiled_step& product = step(index);
-  const std::size_t a = value(product.record.inputs[0]), b = value(product.record.inputs[1]);
-  const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+void mul(plan_context& p, std::size_t index) {
+  const compiled_step& product = p.step(index);
+  const std::size_t a = p.value(product.record.inputs[0]), b = p.value(product.record.inputs[1]);
+  const dims da = p.slot(a).dims(), db = p.slot(b).dims();
   for (std::size_t k = 0; k < da.size(); ++k)
-    TORCH_CHECK(da.size() == db.size() && (db[k] == da[k] || db[k] == 1), "onednn: region ", region_.method, ": a mul of ",
+    TORCH_CHECK(da.size() == db.size() && (db[k] == da[k] || db[k] == 1), "onednn: region ", p.region().method, ": a mul of ",
                 c10::IntArrayRef(da), " and ", c10::IntArrayRef(db), " (the second must be of the first's shape or [N, C, 1, 1])");
-  if (mul_into_weights(index, a, b) || channel_scale(a, b, product.record.output)) return;
-  binary(dnnl::algorithm::binary_mul, a, b, {}, product.record.output);
+  if (mul_into_weights(p, index, a, b) || channel_scale(p, a, b, product.record.output)) return;
+  binary(p, dnnl::algorithm::binary_mul, a, b, {}, product.record.output);
 }
 
 /// Why ours: oneDNN 2.6's binary multiply by [N, C, 1, 1] (jit:uni, nhwc) took three times its
 /// global pooling over the same values (EfficientNet-B0's 7x7 and 14x14 squeeze-excitations: 17
 /// and 32 us against 6 and 13; docs/onednn.md). TD_ONEDNN_CHANNEL_SCALE=0 turns it off.
-bool planner::channel_scale(std::size_t a, std::size_t b, std::int64_t made) {
+bool channel_scale(plan_context& p, std::size_t a, std::size_t b, std::int64_t made) {
   // oneDNN running AVX-512 means the CPU has it: apply() takes its AVX-512 variant.
   static const bool enabled = !switched_off("TD_ONEDNN_CHANNEL_SCALE") && onednn_runs_avx512();
-  const md x = plan_.slots[a], s = plan_.slots[b];  // copies: define() below adds slots
+  const md x = p.slot(a), s = p.slot(b);  // copies: define() below adds slots
   const dims da = x.dims(), db = s.dims();
   if (!enabled || da.size() != 4 || db != dims{da[0], da[1], 1, 1}) return false;
   const std::int64_t images = da[0], channels = da[1], pixels = da[2] * da[3];
@@ -177,82 +192,83 @@ bool planner::channel_scale(std::size_t a, std::size_t b, std::int64_t made) {
     width = 8;
   if (width == 0) return false;
   if (!channels_in_order(s, db)) return false;
-  define(made, x);
+  p.define(made, x);
   const std::int64_t planes = images * channels / width;
-  call(dnnl::primitive(), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, value(made)}}, md(),
-       [=](const std::unordered_map<int, dnnl::memory>& bound) {
-         const auto* from = static_cast<const float*>(bound.at(DNNL_ARG_SRC_0).get_data_handle());
-         const auto* by = static_cast<const float*>(bound.at(DNNL_ARG_SRC_1).get_data_handle());
-         auto* to = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
-         // Pixel runs of planes, split where a plane ends (plane q's scale: its `width` values at q * width),
-         // 64 K values a run at least (a step of at most 256 K values runs on one thread: small_step).
-         const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / width);
-         at::parallel_for(0, planes * pixels, grain, [&](std::int64_t first, std::int64_t last) {
-           while (first < last) {
-             const std::int64_t plane = first / pixels, from_pixel = first % pixels;
-             const std::int64_t to_pixel = std::min(pixels, from_pixel + (last - first));
-             const std::int64_t offset = plane * pixels * width;
-             channel_affine::apply(from + offset, width, to + offset, width, by + plane * width, nullptr, false, from_pixel, to_pixel);
-             first += to_pixel - from_pixel;
-           }
-         });
-       },
-       "binary", "channel_scale:avx512");
+  p.call(
+      dnnl::primitive(), {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, p.value(made)}}, md(),
+      [=](const std::unordered_map<int, dnnl::memory>& bound) {
+        const auto* from = static_cast<const float*>(bound.at(DNNL_ARG_SRC_0).get_data_handle());
+        const auto* by = static_cast<const float*>(bound.at(DNNL_ARG_SRC_1).get_data_handle());
+        auto* to = static_cast<float*>(bound.at(DNNL_ARG_DST).get_data_handle());
+        // Pixel runs of planes, split where a plane ends (plane q's scale: its `width` values at q * width),
+        // 64 K values a run at least (a step of at most 256 K values runs on one thread: small_step).
+        const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / width);
+        at::parallel_for(0, planes * pixels, grain, [&](std::int64_t first, std::int64_t last) {
+          while (first < last) {
+            const std::int64_t plane = first / pixels, from_pixel = first % pixels;
+            const std::int64_t to_pixel = std::min(pixels, from_pixel + (last - first));
+            const std::int64_t offset = plane * pixels * width;
+            channel_affine::apply(from + offset, width, to + offset, width, by + plane * width, nullptr, false, from_pixel, to_pixel);
+            first += to_pixel - from_pixel;
+          }
+        });
+      },
+      "binary", "channel_scale:avx512");
   return true;
 }
 
-bool planner::mul_into_weights(std::size_t index, std::size_t a, std::size_t b) {
+bool mul_into_weights(plan_context& p, std::size_t index, std::size_t a, std::size_t b) {
   static const bool enabled = !switched_off("TD_ONEDNN_SE_WEIGHTS");
-  const compiled_step& product = step(index);
-  const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
-  if (!enabled || da.size() != 4 || da[0] != 1 || db != dims{1, da[1], 1, 1}) return false;
-  const std::int64_t made = product.record.output;
-  const auto& outputs = region_.outputs;
-  const auto& readers = readers_.at(static_cast<std::size_t>(made));
-  if (std::find(outputs.begin(), outputs.end(), made) != outputs.end() || readers.size() != 1) return false;
-  const compiled_step& conv = step(readers[0]);
-  if (conv.kind != step_kind::convolution || conv.fusion.absorbed || conv.record.inputs[0] != made || conv.record.convolution->groups != 1 ||
-      conv.weight_sizes.size() != 4 || conv.weight_sizes[2] != 1 || conv.weight_sizes[3] != 1)
-    return false;
+  const compiled_step& product = p.step(index);
+  const dims da = p.slot(a).dims(), db = p.slot(b).dims();
+  const std::optional<std::size_t> reader = product.fusion.scales_weights_of;  // fusion.cpp: the structure
+  if (!enabled || !reader || da.size() != 4 || da[0] != 1 || db != dims{1, da[1], 1, 1}) return false;
+  const compiled_step& conv = p.step(*reader);
+  if (conv.weight_sizes.size() != 4 || conv.weight_sizes[2] != 1 || conv.weight_sizes[3] != 1) return false;  // 1x1 only
   // Scaling the weights (O x C, on one thread, then their reorder: two calls) instead of the
   // product (C x H x W, read and written on every thread): only where the weights are 4x smaller
   // (EfficientNet-B0's 28x28 maps and larger; with 1x instead of 4x its 14x14 ones too, and no
   // faster: docs/onednn.md).
   if (conv.weight_sizes[0] * 4 >= da[2] * da[3]) return false;
-  if (!channels_in_order(plan_.slots[b], db)) return false;
-  scaled_input_[readers[0]] = {index, b};
-  slot_of_.at(static_cast<std::size_t>(made)) = a;  // the convolution reads x
+  if (!channels_in_order(p.slot(b), db)) return false;
+  p.decisions().scaled_input[*reader] = {index, b};
+  p.bind(product.record.output, a);  // the convolution reads x
   return true;
 }
 
-void planner::make_scaled_input(std::size_t index) {
-  const auto found = scaled_input_.find(index);
-  if (found == scaled_input_.end()) return;
-  const auto [product, scale] = found->second;
-  scaled_input_.erase(found);
-  const std::size_t saved = step_;
-  step_ = product;  // the debug query names the mul
-  const std::size_t x = value(step(product).record.inputs[0]);
-  if (!channel_scale(x, scale, step(product).record.output))
-    binary(dnnl::algorithm::binary_mul, x, scale, {}, step(product).record.output);
-  step_ = saved;
+void add(plan_context& p, std::size_t index) {
+  const auto& inputs = p.step(index).record.inputs;
+  dnnl::post_ops post_ops;
+  if (p.step(index).fusion.relu) post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  binary(p, dnnl::algorithm::binary_add, p.value(inputs[0]), p.value(inputs[1]), post_ops, p.finished(index));
 }
 
-void planner::scale(std::size_t index) {
-  const compiled_step& scaled = step(index);
-  const std::size_t in = value(scaled.record.inputs[0]);
-  const dims d = plan_.slots[in].dims();
+void make_scaled_input(plan_context& p, std::size_t index) {
+  const auto found = p.decisions().scaled_input.find(index);
+  if (found == p.decisions().scaled_input.end()) return;
+  const auto [product, scale] = found->second;
+  p.decisions().scaled_input.erase(found);
+  const plan_context::naming_step named(p, product);  // the debug query names the mul
+  const std::size_t x = p.value(p.step(product).record.inputs[0]);
+  if (!channel_scale(p, x, scale, p.step(product).record.output))
+    binary(p, dnnl::algorithm::binary_mul, x, scale, {}, p.step(product).record.output);
+}
+
+void scale(plan_context& p, std::size_t index) {
+  const compiled_step& scaled = p.step(index);
+  const std::size_t in = p.value(scaled.record.inputs[0]);
+  const dims d = p.slot(in).dims();
   const dims& by = scaled.weight_sizes;
-  TORCH_CHECK(by.size() <= d.size(), "onednn: region ", region_.method, ": a scale of ", by.size(), " dims for a ", d.size(),
+  TORCH_CHECK(by.size() <= d.size(), "onednn: region ", p.region().method, ": a scale of ", by.size(), " dims for a ", d.size(),
               "-d tensor");
   dims padded(d.size() - by.size(), 1);  // numpy's broadcasting: leading ones
   padded.insert(padded.end(), by.begin(), by.end());
   for (std::size_t k = 0; k < d.size(); ++k)
-    TORCH_CHECK(padded[k] == 1 || padded[k] == d[k], "onednn: region ", region_.method, ": a scale of sizes ", c10::IntArrayRef(by),
+    TORCH_CHECK(padded[k] == 1 || padded[k] == d[k], "onednn: region ", p.region().method, ": a scale of sizes ", c10::IntArrayRef(by),
                 " does not broadcast to ", c10::IntArrayRef(d));
-  const std::size_t factor = constant(store_.weights[index], dense(padded));
-  own_weights_.emplace_back(index, factor, no_slot);
-  binary(dnnl::algorithm::binary_mul, in, factor, {}, scaled.record.output);
+  const std::size_t factor = p.constant(p.store().weights[index], dense(padded));
+  p.keep_weights(index, factor, no_slot);
+  binary(p, dnnl::algorithm::binary_mul, in, factor, {}, scaled.record.output);
 }
 
 /// A binary primitive of `a` and `b` (b of a's shape, or broadcast) making value `made`: in the
@@ -261,19 +277,19 @@ void planner::scale(std::size_t index) {
 /// or nchw (dense for other ranks); if every one is a reference kernel, the first (the debug query
 /// shows it: docs/onednn.md). With post-ops, never in channel blocks narrower than a vector
 /// register (below).
-void planner::binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made) {
-  const dims da = plan_.slots[a].dims(), db = plan_.slots[b].dims();
+void binary(plan_context& p, dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made) {
+  const dims da = p.slot(a).dims(), db = p.slot(b).dims();
   std::vector<std::pair<md, md>> layouts;
   // Not with post-ops in a layout of channel blocks narrower than a vector register (4 or 8
   // channels under AVX-512: a grouped convolution's, 4 or 8 channels a group): there oneDNN 2.6's
   // jit:uni binary applies an eltwise post-op wrongly and writes past its destination (ReLU after
   // a residual add: off by 35 % of the output, then a corrupted heap; tests/python/test_onednn.py).
-  const md& given = plan_.slots[a];
+  const md& given = p.slot(a);
   const std::int64_t lanes = onednn_runs_avx512() ? 16 : 8;
   const auto& blocking = given.data.format_desc.blocking;
   const bool narrow_blocks = given.data.format_kind == dnnl_blocked && blocking.inner_nblks > 0 &&
                              blocking.inner_blks[blocking.inner_nblks - 1] < lanes;
-  if (!(narrow_blocks && post_ops.len() > 0)) layouts.emplace_back(given, da == db ? given : plan_.slots[b]);
+  if (!(narrow_blocks && post_ops.len() > 0)) layouts.emplace_back(given, da == db ? given : p.slot(b));
   if (da.size() == 4) {
     for (const tag layout : {tag::nhwc, tag::nChw8c, tag::nchw})
       if (!(layout == tag::nChw8c && lanes > 8 && post_ops.len() > 0)) layouts.emplace_back(md(da, f32, layout), md(db, f32, layout));
@@ -292,10 +308,11 @@ void planner::binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, co
     }
   }
   if (!chosen)
-    refuse("step " + std::to_string(step_) + " (" + std::string(name_of(step(step_).kind)) + "): oneDNN refused it in every layout");
-  const std::size_t x = as(a, inputs.first), y = as(b, inputs.second);
-  define(made, chosen->dst_desc());
-  call(dnnl::binary(*chosen), {{DNNL_ARG_SRC_0, x}, {DNNL_ARG_SRC_1, y}, {DNNL_ARG_DST, value(made)}}, chosen->scratchpad_desc());
+    p.refuse("step " + std::to_string(p.current_step()) + " (" + std::string(name_of(p.step(p.current_step()).kind)) +
+             "): oneDNN refused it in every layout");
+  const std::size_t x = p.as(a, inputs.first), y = p.as(b, inputs.second);
+  p.define(made, chosen->dst_desc());
+  p.call(dnnl::binary(*chosen), {{DNNL_ARG_SRC_0, x}, {DNNL_ARG_SRC_1, y}, {DNNL_ARG_DST, p.value(made)}}, chosen->scratchpad_desc());
 }
 
 }  // namespace onednn_delegate

@@ -1,6 +1,7 @@
 // The pooling builders: max_pool2d and max_pool3d (PyTorch's ceil_mode rule as oneDNN's right
 // padding) and the global average pooling (adaptive_avg_pool2d to 1x1, adaptive_avg_pool3d to
 // 1x1x1, a mean over the spatial dimensions), over as many spatial dimensions as the input has.
+#include "builders.hpp"
 #include "internal.hpp"
 
 #include "toolkit/support_rules.hpp"
@@ -13,19 +14,19 @@
 
 namespace onednn_delegate {
 
-void planner::max_pool(std::size_t index) {
-  const compiled_step& pool = step(index);
+void max_pool(plan_context& p, std::size_t index) {
+  const compiled_step& pool = p.step(index);
   const pooling_parameters& w = *pool.record.pooling;
-  const std::size_t in = value(pool.record.inputs[0]);
-  const dims d = plan_.slots[in].dims();
+  const std::size_t in = p.value(pool.record.inputs[0]);
+  const dims d = p.slot(in).dims();
   const std::size_t spatial = w.kernel.size();
-  TORCH_CHECK(d.size() == spatial + 2, "onednn: region ", region_.method, ": ", name_of(pool.kind), " given a ", d.size(), "-d input ",
+  TORCH_CHECK(d.size() == spatial + 2, "onednn: region ", p.region().method, ": ", name_of(pool.kind), " given a ", d.size(), "-d input ",
               c10::IntArrayRef(d), " (expected ", spatial + 2, "-d)");
   const dims kernel(w.kernel.begin(), w.kernel.end()), strides(w.stride.begin(), w.stride.end()), left(w.padding.begin(), w.padding.end());
   dims out(d.begin(), d.begin() + 2), right(spatial);
   for (std::size_t k = 0; k < spatial; ++k) {
     const std::int64_t size = d[k + 2], span = size + 2 * left[k] - kernel[k];
-    TORCH_CHECK(span >= 0, "onednn: region ", region_.method, ": ", name_of(pool.kind), "'s kernel ", kernel[k],
+    TORCH_CHECK(span >= 0, "onednn: region ", p.region().method, ": ", name_of(pool.kind), "'s kernel ", kernel[k],
                 " is larger than its padded input ", size + 2 * left[k]);
     const std::int64_t o = torch_delegate::toolkit::window_output_size(size, left[k], left[k], kernel[k], strides[k], 1, w.ceil_mode);
     out.push_back(o);
@@ -41,7 +42,7 @@ void planner::max_pool(std::size_t index) {
     return is_reference(implementation) || implementation.starts_with("simple");
   };
   std::optional<dnnl::pooling_forward::primitive_desc> chosen;
-  for (const md& src : {plan_.slots[in], in_layout(d, tag::nChw16c), in_layout(d, tag::nChw8c), in_layout(d, tag::nhwc)}) {
+  for (const md& src : {p.slot(in), in_layout(d, tag::nChw16c), in_layout(d, tag::nChw8c), in_layout(d, tag::nhwc)}) {
     try {
       dnnl::pooling_forward::primitive_desc pd(
           {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, src, md(out, f32, tag::any), strides, kernel, left, right},
@@ -51,28 +52,27 @@ void planner::max_pool(std::size_t index) {
     } catch (const dnnl::error&) {
     }
   }
-  if (!chosen) refuse("step " + std::to_string(index) + " (" + std::string(name_of(pool.kind)) + "): oneDNN refused it in every layout");
-  const std::size_t src = as(in, chosen->src_desc());
-  define(pool.record.output, chosen->dst_desc());
-  call(dnnl::pooling_forward(*chosen), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, value(pool.record.output)}}, chosen->scratchpad_desc());
+  if (!chosen) p.refuse("step " + std::to_string(index) + " (" + std::string(name_of(pool.kind)) + "): oneDNN refused it in every layout");
+  const std::size_t src = p.as(in, chosen->src_desc());
+  p.define(pool.record.output, chosen->dst_desc());
+  p.call(dnnl::pooling_forward(*chosen), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, p.value(pool.record.output)}}, chosen->scratchpad_desc());
 }
 
-void planner::global_avg_pool(std::size_t index) {
-  const compiled_step& pool = step(index);
-  const std::size_t in = value(pool.record.inputs[0]);
-  const dims d = plan_.slots[in].dims();
+void global_avg_pool(plan_context& p, std::size_t index) {
+  const compiled_step& pool = p.step(index);
+  const std::size_t in = p.value(pool.record.inputs[0]);
+  const dims d = p.slot(in).dims();
   const std::size_t expected = pool.kind == step_kind::global_avg_pool3d ? 5 : 4;
-  TORCH_CHECK(d.size() == expected, "onednn: region ", region_.method, ": ", name_of(pool.kind), " given a ", d.size(), "-d input ",
+  TORCH_CHECK(d.size() == expected, "onednn: region ", p.region().method, ": ", name_of(pool.kind), " given a ", d.size(), "-d input ",
               c10::IntArrayRef(d), " (expected ", expected, "-d)");
   dims out(d.size(), 1), window(d.begin() + 2, d.end());
   out[0] = d[0], out[1] = d[1];
   const dims ones(d.size() - 2, 1), zeros(d.size() - 2, 0);
-  const dnnl::pooling_forward::primitive_desc pd(
-      {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding, plan_.slots[in], md(out, f32, tag::any), ones,
-       window, zeros, zeros},
-      attributes(), cpu_engine());
-  define(pool.record.output, pd.dst_desc());
-  call(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, value(pool.record.output)}}, pd.scratchpad_desc());
+  const dnnl::pooling_forward::primitive_desc pd({dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding,
+                                                  p.slot(in), md(out, f32, tag::any), ones, window, zeros, zeros},
+                                                 attributes(), cpu_engine());
+  p.define(pool.record.output, pd.dst_desc());
+  p.call(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, p.value(pool.record.output)}}, pd.scratchpad_desc());
 }
 
 }  // namespace onednn_delegate

@@ -3,6 +3,7 @@
 // kernels of ours run on ATen's threads, the products between them one oneDNN batched matmul.
 // Tried first for each eligible convolution (winograd_eligible); where it does not apply, the
 // convolution builder's direct kernels run. TD_ONEDNN_WINOGRAD=0 turns it off.
+#include "builders.hpp"
 #include "internal.hpp"
 #include "winograd.hpp"
 
@@ -148,32 +149,32 @@ std::optional<winograd_choice> winograd_eligible(const std::vector<std::int64_t>
 /// A convolution as Winograd when it is eligible, its post-ops are ones the output transform
 /// applies (ReLU, clip, a residual add) and oneDNN has a JIT matmul for the products; false
 /// otherwise (nothing planned).
-bool planner::winograd_convolution(std::size_t index) {
+bool winograd_convolution(plan_context& p, std::size_t index) {
   if (!winograd_enabled()) return false;
-  const compiled_step& conv = step(index);
-  const std::size_t in = value(conv.record.inputs[0]);
-  const dims d = plan_.slots[in].dims();
-  const dims out = conv_output(index);
+  const compiled_step& conv = p.step(index);
+  const std::size_t in = p.value(conv.record.inputs[0]);
+  const dims d = p.slot(in).dims();
+  const dims out = conv_output(p, index);
   const std::optional<winograd_choice> choice = winograd_eligible(conv.weight_sizes, *conv.record.convolution, d, out);
   if (!choice || d[1] != choice->g.c) return false;
   // In nhwc in a channels-last region (DenseNet's, whose per-channel batch norms run as depthwise
   // convolutions), as its direct convolutions: no reorder into a blocked layout and back around
   // each (DenseNet-121: 1.2 ms of reorders a call on AVX-512).
   winograd::geometry g = choice->g;
-  g.channels_last = channels_last_;
+  g.channels_last = p.channels_last();
 
   constexpr float infinity = std::numeric_limits<float>::infinity();
   std::vector<winograd::epilogue_op> ops;
   std::optional<std::size_t> residual;
   if (conv.fusion.relu) ops.push_back({winograd::epilogue_op::clip, 0.f, infinity});
-  std::int64_t result = finished(index);
+  std::int64_t result = p.finished(index);
   for (std::size_t next : conv.fusion.post_ops) {
-    const compiled_step& fused = step(next);
+    const compiled_step& fused = p.step(next);
     if (fused.kind == step_kind::add) {
       if (residual) return false;
       const auto& inputs = fused.record.inputs;
-      residual = value(inputs[0] == result ? inputs[1] : inputs[0]);
-      if (plan_.slots[*residual].dims() != conv_output(index)) return false;  // a broadcast add: the direct kernel's fallbacks
+      residual = p.value(inputs[0] == result ? inputs[1] : inputs[0]);
+      if (p.slot(*residual).dims() != conv_output(p, index)) return false;  // a broadcast add: the direct kernel's fallbacks
       ops.push_back({winograd::epilogue_op::add});
       if (fused.fusion.relu) ops.push_back({winograd::epilogue_op::clip, 0.f, infinity});
     } else {
@@ -186,7 +187,7 @@ bool planner::winograd_convolution(std::size_t index) {
           return false;  // e.g. SiLU: the direct kernels take it as a post-op
       }
     }
-    result = finished(next);
+    result = p.finished(next);
   }
 
   const int positions = g.alpha() * g.alpha();
@@ -227,7 +228,7 @@ bool planner::winograd_convolution(std::size_t index) {
   // reordered copy, for a later shape), kept dense in the store (a direct plan for another shape
   // reorders from them); the transformed ones, a set per tap, are this plan's.
   const md dense_weights(d.size() == 5 ? dims{g.k, g.c, taps, 3, 3} : dims{g.k, g.c, 3, 3}, f32, of_rank(tag::oihw, d.size()));
-  const dnnl::memory weights = reordered_now(store_.weights[index], dense_weights);
+  const dnnl::memory weights = reordered_now(p.store().weights[index], dense_weights);
   std::vector<std::size_t> weight_slots;
   {
     const auto* all = static_cast<const float*>(weights.get_data_handle());
@@ -242,50 +243,53 @@ bool planner::winograd_convolution(std::size_t index) {
         std::copy_n(all + (pair * taps + product.tap) * 9, 9, one_tap.begin() + pair * 9);
       dnnl::memory transformed_weights(md({positions, g.c, g.k}, f32, tag::abc), cpu_engine());
       winograd::transform_weights(g, one_tap.data(), static_cast<float*>(transformed_weights.get_data_handle()));
-      weight_slots.push_back(constant(transformed_weights, product.pd.weights_desc()));
+      weight_slots.push_back(p.constant(transformed_weights, product.pd.weights_desc()));
     }
   }
-  store_.weights[index] = weights;
-  const std::size_t bias_slot = constant(store_.biases[index], md({g.k}, f32, tag::x));
-  store_.biases[index] = plan_.constants[bias_slot];
+  p.store().weights[index] = weights;
+  const std::size_t bias_slot = p.constant(p.store().biases[index], md({g.k}, f32, tag::x));
+  p.store().biases[index] = p.constant_memory(bias_slot);
 
   const tag layout = of_rank(g.channels_last ? tag::nhwc : g.layout_block == 16 ? tag::nChw16c : tag::nChw8c, d.size());
   const md blocked_out(out, f32, layout);
-  const std::size_t src = as(in, md(d, f32, layout));
-  const std::size_t residual_slot = residual ? as(*residual, blocked_out) : no_slot;
-  const std::size_t input_slot = add_slot(transformed_input), product_slot = add_slot(products);
-  const std::int64_t made = conv.fusion.post_ops.empty() ? finished(index) : finished(conv.fusion.post_ops.back());
-  define(made, blocked_out);
+  const std::size_t src = p.as(in, md(d, f32, layout));
+  const std::size_t residual_slot = residual ? p.as(*residual, blocked_out) : no_slot;
+  const std::size_t input_slot = p.add_slot(transformed_input), product_slot = p.add_slot(products);
+  const std::int64_t made = conv.fusion.post_ops.empty() ? p.finished(index) : p.finished(conv.fusion.post_ops.back());
+  p.define(made, blocked_out);
 
-  call(dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, input_slot}}, md(),
-       [g](const std::unordered_map<int, dnnl::memory>& arguments) {
-         const auto* source = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
-         auto* target = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
-         at::parallel_for(0, g.tiles() * (g.c / 8), 16,
-                          [&](std::int64_t first, std::int64_t last) { winograd::transform_input(g, source, target, first, last); });
-       },
-       "convolution", kernel_name(g, false));
+  p.call(
+      dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, input_slot}}, md(),
+      [g](const std::unordered_map<int, dnnl::memory>& arguments) {
+        const auto* source = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
+        auto* target = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
+        at::parallel_for(0, g.tiles() * (g.c / 8), 16,
+                         [&](std::int64_t first, std::int64_t last) { winograd::transform_input(g, source, target, first, last); });
+      },
+      "convolution", kernel_name(g, false));
   for (std::size_t k = 0; k < tap_products.size(); ++k) {
     const tap_product& product = tap_products[k];
-    const std::size_t src_slot = product.tap == middle ? input_slot : view(product.pd.src_desc(), input_slot);
-    const std::size_t dst_slot = product.tap == middle ? product_slot : view(product.pd.dst_desc(), product_slot);
-    call(dnnl::matmul(product.pd), {{DNNL_ARG_SRC, src_slot}, {DNNL_ARG_WEIGHTS, weight_slots[k]}, {DNNL_ARG_DST, dst_slot}},
-         product.pd.scratchpad_desc());
+    const std::size_t src_slot = product.tap == middle ? input_slot : p.view(product.pd.src_desc(), input_slot);
+    const std::size_t dst_slot = product.tap == middle ? product_slot : p.view(product.pd.dst_desc(), product_slot);
+    p.call(dnnl::matmul(product.pd), {{DNNL_ARG_SRC, src_slot}, {DNNL_ARG_WEIGHTS, weight_slots[k]}, {DNNL_ARG_DST, dst_slot}},
+           product.pd.scratchpad_desc());
   }
-  std::vector<std::pair<int, std::size_t>> arguments{{DNNL_ARG_SRC, product_slot}, {DNNL_ARG_BIAS, bias_slot}, {DNNL_ARG_DST, value(made)}};
+  std::vector<std::pair<int, std::size_t>> arguments{
+      {DNNL_ARG_SRC, product_slot}, {DNNL_ARG_BIAS, bias_slot}, {DNNL_ARG_DST, p.value(made)}};
   if (residual) arguments.emplace_back(DNNL_ARG_SRC_1, residual_slot);
-  call(dnnl::primitive(), std::move(arguments), md(),
-       [g, ops](const std::unordered_map<int, dnnl::memory>& arguments) {
-         const auto* product = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
-         const auto* bias = static_cast<const float*>(arguments.at(DNNL_ARG_BIAS).get_data_handle());
-         const auto found = arguments.find(DNNL_ARG_SRC_1);
-         const float* addend = found == arguments.end() ? nullptr : static_cast<const float*>(found->second.get_data_handle());
-         auto* target = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
-         at::parallel_for(0, g.tiles() * (g.k / 8), 16, [&](std::int64_t first, std::int64_t last) {
-           winograd::transform_output(g, product, bias, ops, addend, target, first, last);
-         });
-       },
-       "convolution", kernel_name(g, true));
+  p.call(
+      dnnl::primitive(), std::move(arguments), md(),
+      [g, ops](const std::unordered_map<int, dnnl::memory>& arguments) {
+        const auto* product = static_cast<const float*>(arguments.at(DNNL_ARG_SRC).get_data_handle());
+        const auto* bias = static_cast<const float*>(arguments.at(DNNL_ARG_BIAS).get_data_handle());
+        const auto found = arguments.find(DNNL_ARG_SRC_1);
+        const float* addend = found == arguments.end() ? nullptr : static_cast<const float*>(found->second.get_data_handle());
+        auto* target = static_cast<float*>(arguments.at(DNNL_ARG_DST).get_data_handle());
+        at::parallel_for(0, g.tiles() * (g.k / 8), 16, [&](std::int64_t first, std::int64_t last) {
+          winograd::transform_output(g, product, bias, ops, addend, target, first, last);
+        });
+      },
+      "convolution", kernel_name(g, true));
   return true;
 }
 

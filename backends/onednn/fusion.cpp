@@ -1,9 +1,12 @@
 // Every fusion onednn makes, decided in one pass over a region's steps at compile (no shapes, no
 // LibTorch): a relu folded into the convolution or add it follows, each convolution's, linear's
-// and matmul's post-ops, and a matmul's scaled first operand. The planner (planner.cpp and the builders) applies the decisions and falls
-// back, step by step, when oneDNN refuses one; it decides nothing itself.
+// and matmul's post-ops, a matmul's scaled first operand, and the cross-step candidates whose
+// shapes the planner checks (a mul folded into a convolution's weights, a cat chain's end). The
+// plan context (planner.cpp) and the builders apply the decisions and fall back, step by step,
+// when oneDNN refuses one; they decide only what the shapes decide (plan_decisions).
 #include "steps.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace onednn_delegate {
@@ -88,6 +91,33 @@ std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps,
     if (!next || steps[*next].kind != step_kind::matmul || steps[*next].record.inputs.at(0) != scaled) continue;
     fusion[*next].scaled_first = i;
     fusion[i].absorbed = true;
+  }
+
+  // Decisions the planner completes once shapes are known (plan_decisions).
+  // 4. A mul whose product a convolution without groups alone reads, as its input: the
+  //    convolution may read the mul's first operand with its weights scaled instead (a 1x1 one:
+  //    the planner checks its weights' sizes, which compile reads after these decisions).
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != step_kind::mul || fusion[i].absorbed) continue;
+    const std::int64_t made = steps[i].record.output;
+    const std::optional<std::size_t> next = sole_reader(made);
+    if (!next) continue;
+    const compiled_step& conv = steps[*next];
+    if (conv.kind == step_kind::convolution && !fusion[*next].absorbed && conv.record.inputs.at(0) == made && conv.record.convolution &&
+        conv.record.convolution->groups == 1)
+      fusion[i].scales_weights_of = next;
+  }
+  // 5. A cat whose parts begin a later cat's parts (DenseNet's growing cats): the latest such cat
+  //    ends its chain, whose buffer the chain's cats view.
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != step_kind::cat || fusion[i].absorbed) continue;
+    const auto& parts = steps[i].record.inputs;
+    for (std::size_t later = i + 1; later < steps.size(); ++later) {
+      const auto& others = steps[later].record.inputs;
+      if (steps[later].kind == step_kind::cat && !fusion[later].absorbed && others.size() > parts.size() &&
+          std::equal(parts.begin(), parts.end(), others.begin()))
+        fusion[i].chain_end = later;
+    }
   }
   return fusion;
 }

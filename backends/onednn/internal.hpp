@@ -1,10 +1,10 @@
 // onednn's internal declarations with LibTorch (not installed): the op table and emitters, the
 // payload's decoding, what a call runs with, and the region's plan store (a bounded plan-per-shape
-// cache). plan.hpp has the planner (no LibTorch). Everything is in one unity TU (meson.build).
+// cache). plan.hpp has the plan context, builders.hpp the builders (no LibTorch). Everything is in one unity TU (meson.build).
 #pragma once
 
 #include "onednn_backend.hpp"
-#include "plan.hpp"
+#include "builders.hpp"
 
 #include "toolkit/op_table.hpp"
 #include "toolkit/plan_cache.hpp"

@@ -1,6 +1,7 @@
 // onednn's plans without LibTorch: the oneDNN vocabulary, a plan (its primitives, its slots and
-// their places in a call's buffer), the weights plans reorder from, and the planner, whose
-// per-op-family builders live in build_*.cpp (those with an ATen fallback include LibTorch there).
+// their places in a call's buffer), the weights plans reorder from, and the plan context the
+// builders (builders.hpp, one per op family in build_*.cpp; those with an ATen fallback include
+// LibTorch there) plan a region's steps with.
 // Internal (not installed).
 #pragma once
 
@@ -94,13 +95,13 @@ bool linear_as_matmul();
 /// TD_ONEDNN_SUM is 0.
 bool sum_post_op_enabled();
 /// Whether a wide direct convolution of a channel-blocked region may run on oneDNN's brgconv in
-/// nhwc, between a reorder in and one back to nChw16c (planner::brgconv_between_reorders), rather
+/// nhwc, between a reorder in and one back to nChw16c (brgconv_between_reorders, build_convolution.cpp), rather
 /// than on the older direct kernel in nChw16c: unless TD_ONEDNN_BRGCONV is 0.
 bool brgconv_between_reorders_enabled();
 /// Whether a wide convolution with a residual add may run on brgconv in nhwc over a copy of the
-/// residual (planner::brgconv_with_residual): unless TD_ONEDNN_BRGCONV_RESIDUAL is 0.
+/// residual (brgconv_with_residual, build_convolution.cpp): unless TD_ONEDNN_BRGCONV_RESIDUAL is 0.
 bool brgconv_with_residual_enabled();
-/// Whether growing cats become views of one buffer (planner::cat_chain; TD_ONEDNN_CAT_CHAIN=0: oneDNN's concats).
+/// Whether growing cats become views of one buffer (cat_chain, build_layout.cpp; TD_ONEDNN_CAT_CHAIN=0: oneDNN's concats).
 bool cat_chain_enabled();
 /// Whether a region's dense results are written by their primitives straight into the tensors the
 /// call returns (no copy at the end). TD_ONEDNN_DIRECT_OUTPUTS=0 turns it off.
@@ -110,7 +111,7 @@ bool direct_outputs_enabled();
 /// brgemm matmul is faster), and TD_ONEDNN_GEMM not 0.
 bool own_gemm_enabled();
 /// Whether plans run 1x1 convolutions (stride 1, no padding, no groups, whole blocks of 8
-/// channels) on our GEMM in nChw8c (planner::pointwise_conv_on_own_gemm) rather than oneDNN's
+/// channels) on our GEMM in nChw8c (pointwise_conv_on_own_gemm, builders.hpp) rather than oneDNN's
 /// jit_1x1 kernel: where own_gemm_enabled(), and TD_ONEDNN_GEMM_1X1 not 0.
 bool own_pointwise_conv_enabled();
 /// Whether a 1x1 convolution of `pixels` pixels an image, `features` channels in and `outputs` out
@@ -214,132 +215,129 @@ struct weight_store {
   std::vector<dnnl::memory> weights, biases;  // per step (empty for a step without weights)
 };
 
-/// Builds a plan for one set of input shapes: value ids are slots 0..values-1, reorders and
-/// constants add slots after them. Applies fusion.cpp's decisions; each builder (build_*.cpp)
-/// picks its primitive's layouts and falls back where oneDNN has only a reference kernel.
-class planner {
- public:
-  planner(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes);
-  std::shared_ptr<const execution_plan> build();
+/// What the planner decides for one plan and later steps read (each decision's writer and readers
+/// named): shape-dependent, so made while planning, unlike the structural ones of step_fusion.
+struct plan_decisions {
+  /// A convolution whose input is a squeeze-excitation's product x * s that it alone reads
+  /// (step_fusion::scales_weights_of) and whose shapes allow it: the product is not made, the
+  /// convolution reads x and, each call, weights scaled by s. Convolution step -> (mul step, s's
+  /// slot). Written by mul_into_weights (build_eltwise.cpp); read by the convolution's builders
+  /// (emit_conv, make_scaled_input for the paths that read the product as it is).
+  std::unordered_map<std::size_t, std::pair<std::size_t, std::size_t>> scaled_input;
+  /// A cat chain's parts (cat_chain, build_layout.cpp): value id -> (the chain's buffer slot, its
+  /// first channel there).
+  std::unordered_map<std::int64_t, std::pair<std::size_t, std::int64_t>> chain_parts;
+  /// A cat chain's buffer slot -> how many of its first channels hold parts. A cat that would
+  /// copy a part below that (a sibling of a cat with the same first parts) is no chain's, and no
+  /// sum post-op writes over a chain's buffer (overwritable, build_convolution.cpp): its bytes are
+  /// parts later cats read.
+  std::unordered_map<std::size_t, std::int64_t> chain_filled;
+};
 
- private:
-  // planner.cpp: slots, calls, constants, the dispatch per step, placement.
-  std::size_t add_slot(const md& desc, std::size_t alias_of = no_slot);
+/// What a builder (builders.hpp) plans with: the region's steps, a slot per value (value ids are
+/// slots 0..values-1; reorders, views and constants add slots after them), the calls in order with
+/// each slot's first and last use, the constants (weights reordered into the layout their
+/// primitive picked), and the decisions later steps read. make_plan() runs each step's builder
+/// (the table in builders.hpp) and places the slots in one per-call buffer (placement.cpp).
+class plan_context {
+ public:
+  plan_context(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes);
+  plan_context(const plan_context&) = delete;
+  plan_context& operator=(const plan_context&) = delete;
+
+  // The region.
+  const region_steps& region() const { return region_; }
+  const compiled_step& step(std::size_t index) const { return region_.steps[index]; }
+  /// The value step `index` leaves when it has run with its folded relu (the relu's), or alone.
+  std::int64_t finished(std::size_t index) const { return finished_value(region_.steps, index); }
+  /// The steps that read value `id` (absorbed ones too), and the step that makes it (no_slot: a region input).
+  const std::vector<std::size_t>& readers(std::int64_t id) const { return readers_.at(static_cast<std::size_t>(id)); }
+  std::size_t producer(std::int64_t id) const { return producer_.at(static_cast<std::size_t>(id)); }
+  bool is_output(std::int64_t id) const;
+  /// The step being planned: the debug query and errors name it. naming_step: another one (a step
+  /// a later one plans, as a mul made for a convolution) while it lives.
+  std::size_t current_step() const { return step_; }
+  class naming_step {
+   public:
+    naming_step(plan_context& context, std::size_t index) : context_(context), saved_(context.step_) { context.step_ = index; }
+    ~naming_step() { context_.step_ = saved_; }
+    naming_step(const naming_step&) = delete;
+    naming_step& operator=(const naming_step&) = delete;
+
+   private:
+    plan_context& context_;
+    std::size_t saved_;
+  };
+  /// Whether the region's convolutions try nhwc first (channels_last_region): decided once, before any step.
+  bool channels_last() const { return channels_last_; }
+  /// Marks a later step as planned by the current step's builder (a channel shuffle's): skipped.
+  void mark_planned(std::size_t index) { planned_.at(index) = true; }
+
+  // Slots.
+  const md& slot(std::size_t index) const { return plan_.slots[index]; }
+  /// Value `id`'s slot; value(): the same, an error when it is not made yet; slot_of(): no_slot then.
   std::size_t value(std::int64_t id) const;
-  void define(std::int64_t id, const md& desc);
+  std::size_t slot_of(std::int64_t id) const { return slot_of_.at(static_cast<std::size_t>(id)); }
+  /// Value `id` is a new slot of layout `desc`; bind(): it is the existing slot `slot` (a view).
+  void define(std::int64_t id, const md& desc) { bind(id, add_slot(desc)); }
+  void bind(std::int64_t id, std::size_t slot) { slot_of_.at(static_cast<std::size_t>(id)) = slot; }
+  std::size_t add_slot(const md& desc, std::size_t alias_of = no_slot);
   /// A slot viewing the bytes of `of` (in place, at the same offset) as `desc`.
   std::size_t view(const md& desc, std::size_t of);
-  std::size_t root(std::size_t slot) const { return plan_.aliases[slot] == no_slot ? slot : plan_.aliases[slot]; }
-  const compiled_step& step(std::size_t index) const { return region_.steps[index]; }
-  std::int64_t finished(std::size_t index) const { return finished_value(region_.steps, index); }
-  std::string describe(const compiled_step& step) const;
+  /// The slot whose bytes `index` views (no_slot: its own), where in them, and the slot that owns them.
+  std::size_t alias_of(std::size_t index) const { return plan_.aliases[index]; }
+  std::size_t alias_offset(std::size_t index) const { return plan_.alias_offsets[index]; }
+  std::size_t root(std::size_t index) const { return plan_.aliases[index] == no_slot ? index : plan_.aliases[index]; }
+  /// Whether any slot views `index`'s bytes.
+  bool viewed(std::size_t index) const;
+  /// Slot `part` becomes the bytes of `whole` from `offset` on (a cat made in place): `whole` lives
+  /// from the first to the last use of either.
+  void make_part(std::size_t part, std::size_t whole, std::size_t offset);
+  /// A constant slot: `given` reordered into layout `want` now; constant_memory(): a slot's (empty
+  /// for any but a constant).
+  std::size_t constant(dnnl::memory given, const md& want);
+  /// A constant slot holding `made` as it is (weights a kernel of ours packed).
+  std::size_t constant_as_is(dnnl::memory made);
+  const dnnl::memory& constant_memory(std::size_t index) const { return plan_.constants[index]; }
+  /// `slot` in layout `want`: itself, or a reorder of it each call (made once per plan and layout).
   std::size_t as(std::size_t slot, const md& want);
   /// A new slot in layout `want`, a reorder of `slot` into it each call (as() without its cache:
   /// for a copy the plan writes over).
   std::size_t copy_as(std::size_t slot, const md& want);
+
+  // Calls.
+  /// Appends a call: `primitive` on the slots `arguments` name, or `host` (a kernel of ours, or ATen)
+  /// given them, named `host_kind` and `host_op` in the debug query.
   void call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad,
             std::function<void(const std::unordered_map<int, dnnl::memory>&)> host = {}, const char* host_kind = nullptr,
             const char* host_op = nullptr);
-  void record(const dnnl::primitive& primitive, std::string step);
-  std::size_t constant(dnnl::memory given, const md& want);
-  void run(std::size_t index);
-  void run_step(std::size_t index);
+
+  // Weights and decisions.
+  /// Where the plan reads weights from (weight_store), and a step's weights (and bias, or no_slot)
+  /// that later plans reorder from once this one is made.
+  weight_store& store() { return store_; }
+  const weight_store& store() const { return store_; }
+  void keep_weights(std::size_t index, std::size_t weights, std::size_t bias) { own_weights_.emplace_back(index, weights, bias); }
+  plan_decisions& decisions() { return decisions_; }
+  const plan_decisions& decisions() const { return decisions_; }
+
+  /// "onednn: region <method>: <why>" (a c10::Error), and a step's input shape as errors print it.
+  [[noreturn]] void refuse(const std::string& why) const;
+  std::string describe(const compiled_step& step) const;
+
+  /// Plans step `index` with its kind's builder (the table in builders.hpp), its calls on one
+  /// thread where it is small (small_step); make_plan() calls it for every step not absorbed or
+  /// planned ahead, a builder for a post-op it runs alone.
+  void plan_step(std::size_t index);
+  /// Plans every step in order, then the outputs and the buffer.
+  std::shared_ptr<const execution_plan> build();
+
+ private:
+  void record(const dnnl::primitive& primitive, std::string label);
   /// Whether a step's multiply-adds (a convolution) or values read (a pooling, an elementwise step)
   /// are few enough that its calls run on one thread (plan_call::one_thread).
   bool small_step(std::size_t index) const;
   void place();
-  [[noreturn]] void refuse(const std::string& why) const;
-
-  // build_convolution.cpp
-  struct conv_candidate {
-    dnnl::convolution_forward::primitive_desc pd;
-    std::vector<std::tuple<int, std::size_t, md>> addends;  // (post-op index, slot, the layout it is read in)
-    std::size_t sum_into = no_slot;  // a residual added as a sum post-op: the result is written over it
-    bool sum_into_copy = false;      // ... over a copy of it in the destination's layout (brgconv_with_residual)
-  };
-  dims conv_output(std::size_t index) const;
-  std::optional<conv_candidate> conv_desc(std::size_t index, const std::vector<std::size_t>& with, const md& src,
-                                          std::optional<tag> layout, bool sum_into_copy = false) const;
-  void convolution(std::size_t index);
-  void emit_conv(std::size_t index, const conv_candidate& chosen, const std::vector<std::size_t>& with);
-  void conv_in_aten(std::size_t index);
-  /// Whether value `id` may be written over by convolution `conv` whose fused add (step `adder`)
-  /// reads it last: in bytes of this plan's own (no input's, no constant's) that no value read
-  /// after `adder` or returned shares, and not the convolution's own input's.
-  bool overwritable(std::int64_t id, std::size_t adder, std::size_t conv) const;
-  bool brgconv_between_reorders(std::size_t index, const conv_candidate& picked) const;
-  /// Whether convolution `index` is wide enough for brgconv between reorders (a kernel wider than
-  /// 1x1, no groups, 96 input channels or more, 64 at a stride above 1) and its input in nChw16c.
-  bool wide_in_blocks(std::size_t index) const;
-  /// A wide convolution (wide_in_blocks) whose post-ops hold one residual add: on brgconv in nhwc,
-  /// its residual copied into nhwc and the sum written over the copy; nullopt where oneDNN gives
-  /// it no brgconv kernel.
-  std::optional<conv_candidate> brgconv_with_residual(std::size_t index, const std::vector<std::size_t>& with) const;
-  bool channel_affine_convolution(std::size_t index);
-  // build_winograd.cpp
-  bool winograd_convolution(std::size_t index);
-  // build_linear.cpp
-  void linear(std::size_t index);
-  // build_gemm.cpp: linears and 1x1 convolutions on our GEMM
-  /// A 1x1 convolution on our GEMM (own_pointwise_conv_enabled(), gemm_1x1_pays): its input and
-  /// result in nChw8c, each image's pixels the GEMM's rows, its folded ReLU, or one residual add
-  /// (and the ReLU after it), or a lone ReLU or clip applied as it writes, a SiLU of ours after it.
-  /// False (nothing planned) for any other convolution or post-ops.
-  bool pointwise_conv_on_own_gemm(std::size_t index);
-  /// Step `index`'s weights packed for our GEMM, a constant slot: the store's when they are packed
-  /// already, else the store's read as `plain` ([O, I] row-major: ab, or oihw of a 1x1) and packed.
-  std::size_t packed_weights(std::size_t index, const md& plain);
-  /// Where the store holds step `index`'s weights packed (an earlier plan's, for our GEMM), them
-  /// unpacked into `plain` ([O, I] row-major), for oneDNN's kernels and ATen's.
-  void unpack_stored_weights(std::size_t index, const md& plain);
-  /// The activation our GEMM applies for linear `index`'s post-ops: none, a lone ReLU or erf GELU;
-  /// nullopt for any other (oneDNN's inner product runs the linear, its post-ops fused).
-  std::optional<gemm::activation> own_gemm_activation(std::size_t index) const;
-  /// Linear `index` on our GEMM (own_gemm_enabled()): its input `flat` ([rows, I], dense), its
-  /// result dense with sizes `shaped`, the bias the store's or, where not no_slot, `given_bias`,
-  /// `then` applied as it writes (the post-op's value is the result).
-  void linear_on_own_gemm(std::size_t index, std::size_t flat, std::int64_t rows, const dims& shaped, std::size_t given_bias,
-                          gemm::activation then);
-  // build_eltwise.cpp: activations, add, mul, scale
-  void eltwise(std::size_t index);
-  void own_silu(std::size_t index, std::size_t in, bool in_place);
-  /// A convolution's or linear's post-op run as a step of its own after it (run(), but a SiLU
-  /// on our kernel in place: the post-op alone reads its input).
-  void post_op_alone(std::size_t index);
-  void binary(dnnl::algorithm algorithm, std::size_t a, std::size_t b, const dnnl::post_ops& post_ops, std::int64_t made);
-  void mul(std::size_t index);
-  void normalize(std::size_t index);  // F.normalize(x, dim=-1), on a kernel of ours
-  /// Whether mul step `index` (a of [1, C, H, W] times b of [1, C, 1, 1]) is left to the one
-  /// convolution that reads it, as weights scaled by b (scaled_input_).
-  bool mul_into_weights(std::size_t index, std::size_t a, std::size_t b);
-  /// a of [N, C, H, W] times b of [N, C, 1, 1] making value `made` on our kernel (channel_affine.hpp,
-  /// a scale alone) where oneDNN runs AVX-512 and a is nhwc, or in channel blocks that C fills;
-  /// false (nothing planned) otherwise.
-  bool channel_scale(std::size_t a, std::size_t b, std::int64_t made);
-  /// The product scaled_input_ left unmade for convolution `index`, made after all (a binary) for a
-  /// path that reads its input as it is (ATen's conv2d).
-  void make_scaled_input(std::size_t index);
-  void scale(std::size_t index);
-  // build_pooling.cpp
-  void max_pool(std::size_t index);
-  void global_avg_pool(std::size_t index);
-  // build_layout.cpp: layer_norm, cat, and the views (permute, flatten)
-  void layer_norm(std::size_t index);
-  void cat(std::size_t index);
-  bool cat_in_place(std::size_t index);
-  bool cat_chain(std::size_t index);
-  /// A value's channels (dim 1) before it is planned: from its slot, else from the steps that make
-  /// it (a convolution's weights, the input of a step that keeps its shape, a cat's parts).
-  std::optional<std::int64_t> channels_of(std::int64_t id, int depth = 0) const;
-  bool channel_shuffle(std::size_t index);
-  void permute(std::size_t index);
-  void flatten(std::size_t index);
-  void reshape(std::size_t index);
-  void slice(std::size_t index);
-  void contiguous(std::size_t index);
-  // build_attention.cpp: matmul, softmax
-  void matmul(std::size_t index);
-  void softmax(std::size_t index);
 
   const region_steps& region_;
   weight_store& store_;
@@ -350,23 +348,18 @@ class planner {
   std::vector<std::size_t> first_use_, last_use_;  // slot -> first and last call index touching it
   std::vector<std::pair<std::size_t, std::size_t>> reordered_;
   std::vector<std::vector<std::size_t>> readers_;  // value id -> the steps that read it (absorbed ones too)
+  std::vector<std::size_t> producer_;              // value id -> the step that makes it (no_slot: a region input)
   std::vector<bool> planned_;  // per step: planned ahead by the builder of a step before it (a channel shuffle's)
   std::size_t scratchpad_bytes_ = 0;
-  std::size_t step_ = 0;  // the step being planned (the debug query names it)
-  std::string shapes_;    // the input shapes, as the debug query prints them
-  /// The region's convolutions try nhwc first (channels_last_region): decided once, before any step is planned.
+  std::size_t step_ = 0;
+  std::string shapes_;  // the input shapes, as the debug query prints them
   bool channels_last_ = false;
-  /// A convolution whose input is a squeeze-excitation's product x * s (s of [1, C, 1, 1]) read by
-  /// it alone: the product is not made, the convolution reads x and, each call, weights scaled by s
-  /// along their input channels (mul(), emit_conv()). Convolution step -> (mul step, s's slot).
-  std::unordered_map<std::size_t, std::pair<std::size_t, std::size_t>> scaled_input_;
-  /// A cat chain's parts (cat_chain): value id -> (the chain's buffer slot, its first channel there).
-  std::unordered_map<std::int64_t, std::pair<std::size_t, std::int64_t>> chain_parts_;
-  /// A cat chain's buffer slot -> how many of its first channels hold parts. A cat that would
-  /// copy a part below that (a sibling of a cat with the same first parts) is no chain's, and no
-  /// sum post-op writes over a chain's buffer (overwritable): its bytes are parts later cats read.
-  std::unordered_map<std::size_t, std::int64_t> chain_filled_;
-  std::vector<std::size_t> producer_;  // value id -> the step that makes it (no_slot: a region input)
+  plan_decisions decisions_;
 };
+
+/// A plan of `region` for one set of input shapes (`shapes`, one per region input), reading its
+/// weights from `store` (and leaving its own there for the next plan).
+std::shared_ptr<const execution_plan> make_plan(const region_steps& region, weight_store& store,
+                                                const std::vector<std::vector<std::int64_t>>& shapes);
 
 }  // namespace onednn_delegate

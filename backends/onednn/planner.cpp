@@ -1,9 +1,9 @@
 // The planner's core: for one set of input shapes, a slot per value (shapes inferred step by step
 // as each builder defines what its step makes), the calls in order with each slot's first and
 // last use, constants (weights reordered into the layout their primitive picked), and the slots'
-// places in one per-call buffer (placement.cpp). Which builder runs a step: run().
+// places in one per-call buffer (placement.cpp). Which builder runs a step: the table in builders.hpp.
 // No LibTorch here: errors go through fail_planning (runtime.cpp).
-#include "plan.hpp"
+#include "builders.hpp"
 
 #include <oneapi/dnnl/dnnl_debug.h>
 
@@ -50,7 +50,7 @@ dnnl::primitive_attr attributes(const dnnl::post_ops& post_ops) {
   return attr;
 }
 
-planner::planner(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes)
+plan_context::plan_context(const region_steps& region, weight_store& store, const std::vector<std::vector<std::int64_t>>& shapes)
     : region_(region),
       store_(store),
       slot_of_(static_cast<std::size_t>(region.values), no_slot),
@@ -70,12 +70,12 @@ planner::planner(const region_steps& region, weight_store& store, const std::vec
   }
 }
 
-std::shared_ptr<const execution_plan> planner::build() {
+std::shared_ptr<const execution_plan> plan_context::build() {
   const auto& steps = region_.steps;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (steps[i].fusion.absorbed || planned_[i]) continue;
     try {
-      run(i);  // a convolution or a linear that refuses its post-ops runs them after it
+      plan_step(i);  // a convolution or a linear that refuses its post-ops runs them after it
     } catch (const dnnl::error& error) {
       refuse("step " + std::to_string(i) + " (" + std::string(name_of(steps[i].kind)) + ") on input " + describe(steps[i]) +
              ": oneDNN refused it: " + error.what());
@@ -118,7 +118,12 @@ std::shared_ptr<const execution_plan> planner::build() {
   return made_;
 }
 
-bool planner::small_step(std::size_t index) const {
+std::shared_ptr<const execution_plan> make_plan(const region_steps& region, weight_store& store,
+                                                const std::vector<std::vector<std::int64_t>>& shapes) {
+  return plan_context(region, store, shapes).build();
+}
+
+bool plan_context::small_step(std::size_t index) const {
   static const bool enabled = !switched_off("TD_ONEDNN_ONE_THREAD");
   const compiled_step& s = step(index);
   if (!enabled || s.record.inputs.empty()) return false;
@@ -131,7 +136,7 @@ bool planner::small_step(std::size_t index) const {
   switch (s.kind) {
     case step_kind::convolution: {
       if (s.weight_sizes.size() < 3) return false;
-      work = elements(conv_output(index));
+      work = elements(conv_output(*this, index));
       for (std::size_t k = 1; k < s.weight_sizes.size(); ++k) work *= s.weight_sizes[k];
       break;
     }
@@ -149,52 +154,21 @@ bool planner::small_step(std::size_t index) const {
   return work <= one_thread_work;
 }
 
-void planner::run(std::size_t index) {
-  if (!small_step(index)) return run_step(index);
+void plan_context::plan_step(std::size_t index) {
+  step_ = index;
+  const step_planner builder = builders.at(static_cast<std::size_t>(step(index).kind));
+  if (!small_step(index)) return builder(*this, index);
   const std::size_t first = plan_.calls.size();
   {
     const thread_count one(1);
-    run_step(index);
+    builder(*this, index);
   }
   for (std::size_t k = first; k < plan_.calls.size(); ++k) plan_.calls[k].one_thread = !plan_.calls[k].host;
 }
 
-void planner::run_step(std::size_t index) {
-  step_ = index;
-  switch (step(index).kind) {
-    case step_kind::convolution: return convolution(index);
-    case step_kind::relu:
-    case step_kind::activation:
-    case step_kind::scale_by: return eltwise(index);
-    case step_kind::add: {
-      const auto& inputs = step(index).record.inputs;
-      dnnl::post_ops post_ops;
-      if (step(index).fusion.relu) post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-      return binary(dnnl::algorithm::binary_add, value(inputs[0]), value(inputs[1]), post_ops, finished(index));
-    }
-    case step_kind::mul: return mul(index);
-    case step_kind::normalize: return normalize(index);
-    case step_kind::scale: return scale(index);
-    case step_kind::max_pool2d:
-    case step_kind::max_pool3d: return max_pool(index);
-    case step_kind::global_avg_pool2d:
-    case step_kind::global_avg_pool3d: return global_avg_pool(index);
-    case step_kind::linear: return linear(index);
-    case step_kind::layer_norm: return layer_norm(index);
-    case step_kind::cat: return cat(index);
-    case step_kind::permute: return permute(index);
-    case step_kind::flatten: return flatten(index);
-    case step_kind::reshape: return reshape(index);
-    case step_kind::slice: return slice(index);
-    case step_kind::contiguous: return contiguous(index);
-    case step_kind::matmul: return matmul(index);
-    case step_kind::softmax: return softmax(index);
-  }
-}
+void plan_context::refuse(const std::string& why) const { fail_planning(region_.method, why); }
 
-void planner::refuse(const std::string& why) const { fail_planning(region_.method, why); }
-
-std::size_t planner::add_slot(const md& desc, std::size_t alias_of) {
+std::size_t plan_context::add_slot(const md& desc, std::size_t alias_of) {
   plan_.slots.push_back(desc);
   plan_.aliases.push_back(alias_of);
   plan_.alias_offsets.push_back(0);
@@ -204,21 +178,34 @@ std::size_t planner::add_slot(const md& desc, std::size_t alias_of) {
   return plan_.slots.size() - 1;
 }
 
-std::size_t planner::value(std::int64_t id) const {
+std::size_t plan_context::value(std::int64_t id) const {
   const std::size_t slot = slot_of_.at(static_cast<std::size_t>(id));
   if (slot == no_slot) refuse("value " + std::to_string(id) + " is read before it is made");
   return slot;
 }
 
-void planner::define(std::int64_t id, const md& desc) { slot_of_.at(static_cast<std::size_t>(id)) = add_slot(desc); }
+bool plan_context::is_output(std::int64_t id) const {
+  return std::find(region_.outputs.begin(), region_.outputs.end(), id) != region_.outputs.end();
+}
 
-std::size_t planner::view(const md& desc, std::size_t of) {
+bool plan_context::viewed(std::size_t index) const {
+  return std::find(plan_.aliases.begin(), plan_.aliases.end(), index) != plan_.aliases.end();
+}
+
+void plan_context::make_part(std::size_t part, std::size_t whole, std::size_t offset) {
+  plan_.aliases[part] = whole;
+  plan_.alias_offsets[part] = offset;
+  first_use_[whole] = std::min(first_use_[whole], first_use_[part]);
+  last_use_[whole] = std::max(last_use_[whole], last_use_[part]);
+}
+
+std::size_t plan_context::view(const md& desc, std::size_t of) {
   const std::size_t made = add_slot(desc, root(of));
   plan_.alias_offsets[made] = plan_.aliases[of] == no_slot ? 0 : plan_.alias_offsets[of];  // a view of a cat's part
   return made;
 }
 
-std::string planner::describe(const compiled_step& described) const {
+std::string plan_context::describe(const compiled_step& described) const {
   const std::size_t slot = slot_of_.at(static_cast<std::size_t>(described.record.inputs.at(0)));
   if (slot == no_slot) return "?";
   std::string text = "[";
@@ -226,7 +213,7 @@ std::string planner::describe(const compiled_step& described) const {
   return text + "]";
 }
 
-std::size_t planner::as(std::size_t slot, const md& want) {
+std::size_t plan_context::as(std::size_t slot, const md& want) {
   if (plan_.slots[slot] == want) return slot;
   for (const auto& [from, to] : reordered_)
     if (from == slot && plan_.slots[to] == want) return to;
@@ -235,16 +222,16 @@ std::size_t planner::as(std::size_t slot, const md& want) {
   return to;
 }
 
-std::size_t planner::copy_as(std::size_t slot, const md& want) {
+std::size_t plan_context::copy_as(std::size_t slot, const md& want) {
   const std::size_t to = add_slot(want);
   call(dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plan_.slots[slot], cpu_engine(), want)),
        {{DNNL_ARG_FROM, slot}, {DNNL_ARG_TO, to}}, md());
   return to;
 }
 
-void planner::call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad,
-                   std::function<void(const std::unordered_map<int, dnnl::memory>&)> host, const char* host_kind,
-                   const char* host_op) {
+void plan_context::call(dnnl::primitive primitive, std::vector<std::pair<int, std::size_t>> arguments, const md& scratchpad,
+                        std::function<void(const std::unordered_map<int, dnnl::memory>&)> host, const char* host_kind,
+                        const char* host_op) {
   for (const auto& argument : arguments) {
     const std::size_t slot = root(argument.second);
     if (argument.first == DNNL_ARG_DST || argument.first == DNNL_ARG_TO ||
@@ -261,7 +248,7 @@ void planner::call(dnnl::primitive primitive, std::vector<std::pair<int, std::si
   plan_.calls.push_back({std::move(primitive), std::move(arguments), scratchpad, std::move(host)});
 }
 
-void planner::record(const dnnl::primitive& primitive, std::string label) {
+void plan_context::record(const dnnl::primitive& primitive, std::string label) {
   const char* implementation = nullptr;
   dnnl::error::wrap_c_api(dnnl_primitive_desc_query(primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0, &implementation),
                           "could not read a primitive's implementation");
@@ -277,7 +264,7 @@ dnnl::memory reordered_now(dnnl::memory given, const md& want) {
   return reordered;
 }
 
-std::size_t planner::constant(dnnl::memory given, const md& want) {
+std::size_t plan_context::constant(dnnl::memory given, const md& want) {
   if (given.get_desc().dims() != want.dims())  // the same bytes seen with other dims (a scale: leading ones)
     given = dnnl::memory(dense(want.dims()), cpu_engine(), given.get_data_handle());
   const std::size_t slot = add_slot(want);
@@ -285,7 +272,13 @@ std::size_t planner::constant(dnnl::memory given, const md& want) {
   return slot;
 }
 
-void planner::place() {
+std::size_t plan_context::constant_as_is(dnnl::memory made) {
+  const std::size_t slot = add_slot(made.get_desc());
+  plan_.constants[slot] = std::move(made);
+  return slot;
+}
+
+void plan_context::place() {
   const auto inputs = static_cast<std::size_t>(region_.inputs);
   plan_.lives.assign(plan_.slots.size(), {});
   for (std::size_t slot = inputs; slot < plan_.slots.size(); ++slot)

@@ -143,7 +143,7 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch
   plan_store& store = *compiled.plans;
   const std::shared_ptr<const runnable_plan> runnable = store.plans.get_or_make(shapes, [&] {
     auto made = std::make_shared<runnable_plan>();
-    made->plan = planner(region, store.weights, shapes).build();
+    made->plan = make_plan(region, store.weights, shapes);
     store.dense.clear();  // the plans read the first one's copies now
     return made;
   });

@@ -16,26 +16,41 @@
 namespace onednn_delegate {
 
 /// The op of a step, as compile decodes step_record::op.
-// Every step kind with its name in a payload (and in the debug query), in payload order: the
-// enum and the names are both made from this one list, so they cannot disagree.
-#define ONEDNN_STEP_KINDS(X)                                                                                \
-  X(convolution, "convolution") X(relu, "relu") X(add, "add") X(max_pool2d, "max_pool2d")                  \
-  X(global_avg_pool2d, "adaptive_avg_pool2d") X(activation, "activation") X(mul, "mul") X(cat, "cat")       \
-  X(permute, "permute") X(layer_norm, "layer_norm") X(linear, "linear") X(scale, "scale")                  \
-  X(flatten, "flatten")                                                                                      \
-  /* payload version 3 */                                                                                    \
-  X(reshape, "reshape") X(slice, "slice") X(contiguous, "contiguous") X(matmul, "matmul")                  \
-  X(softmax, "softmax") X(scale_by, "scale_by")                                                             \
-  /* F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'") */                        \
-  X(normalize, "normalize")                                                                                  \
-  /* video models' poolings; an older build refuses them */                                                 \
-  X(max_pool3d, "max_pool3d") X(global_avg_pool3d, "adaptive_avg_pool3d")
+// Every step kind with its name in a payload (and in the debug query), in payload order, and the
+// builder that plans it (builders.hpp, build_*.cpp): the enum, the names and the builders' table
+// are all made from this one list, so they cannot disagree.
+#define ONEDNN_STEP_KINDS(X)                                                         \
+  X(convolution, "convolution", convolution)                                         \
+  X(relu, "relu", eltwise)                                                           \
+  X(add, "add", add)                                                                 \
+  X(max_pool2d, "max_pool2d", max_pool)                                              \
+  X(global_avg_pool2d, "adaptive_avg_pool2d", global_avg_pool)                       \
+  X(activation, "activation", eltwise)                                               \
+  X(mul, "mul", mul)                                                                 \
+  X(cat, "cat", cat)                                                                 \
+  X(permute, "permute", permute)                                                     \
+  X(layer_norm, "layer_norm", layer_norm)                                            \
+  X(linear, "linear", linear)                                                        \
+  X(scale, "scale", scale)                                                           \
+  X(flatten, "flatten", flatten)                                                     \
+  /* payload version 3 */                                                            \
+  X(reshape, "reshape", reshape)                                                     \
+  X(slice, "slice", slice)                                                           \
+  X(contiguous, "contiguous", contiguous)                                            \
+  X(matmul, "matmul", matmul)                                                        \
+  X(softmax, "softmax", softmax)                                                     \
+  X(scale_by, "scale_by", eltwise)                                                   \
+  /* F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'") */ \
+  X(normalize, "normalize", normalize)                                               \
+  /* video models' poolings; an older build refuses them */                          \
+  X(max_pool3d, "max_pool3d", max_pool)                                              \
+  X(global_avg_pool3d, "adaptive_avg_pool3d", global_avg_pool)
 
-#define ONEDNN_STEP_KIND_ENUMERATOR(kind, name) kind,
+#define ONEDNN_STEP_KIND_ENUMERATOR(kind, name, builder) kind,
 enum class step_kind { ONEDNN_STEP_KINDS(ONEDNN_STEP_KIND_ENUMERATOR) };
 #undef ONEDNN_STEP_KIND_ENUMERATOR
 
-#define ONEDNN_STEP_KIND_NAME(kind, name) std::string_view(name),
+#define ONEDNN_STEP_KIND_NAME(kind, name, builder) std::string_view(name),
 inline constexpr std::array step_names{ONEDNN_STEP_KINDS(ONEDNN_STEP_KIND_NAME)};
 #undef ONEDNN_STEP_KIND_NAME
 
@@ -56,6 +71,14 @@ struct step_fusion {
   /// query, Swin's `q * d ** -0.5`): it reads that step's input and scales its product instead,
   /// the factor its first post-op ((s q) k = s (q k)).
   std::optional<std::size_t> scaled_first;
+  /// A mul: the convolution without groups that alone reads its product, as its input. Where it
+  /// is 1x1 and the shapes allow (x of [1, C, H, W] times s of [1, C, 1, 1]: the planner's
+  /// mul_into_weights), the product is not made and the convolution reads x with its weights
+  /// scaled by s.
+  std::optional<std::size_t> scales_weights_of;
+  /// A cat: the latest cat after it whose parts begin with its parts (DenseNet's growing cats), the
+  /// end of its chain, whose buffer the chain's cats view (the planner's cat_chain).
+  std::optional<std::size_t> chain_end;
   /// Run as a part of another step (a folded relu, a post-op, a matmul's scaled operand): the
   /// planner skips it.
   bool absorbed = false;
@@ -82,7 +105,8 @@ struct region_steps {
 /// Decides every fusion of a region in one pass over its steps (`values` value ids, `outputs` the
 /// ones it returns, never fused away): first each relu into the convolution or add before it,
 /// then each convolution's, linear's and matmul's post-ops, then each matmul's scaled first
-/// operand. Deterministic: a function of the steps alone.
+/// operand; last the candidates the planner completes with shapes (scales_weights_of,
+/// chain_end). Deterministic: a function of the steps alone.
 std::vector<step_fusion> decide_fusions(const std::vector<compiled_step>& steps, std::int64_t values,
                                         const std::vector<std::int64_t>& outputs);
 
