@@ -3,6 +3,9 @@
 // LibTorch's and ours round after round.
 //   {"load": "m.onnx", "input": "x.bin", "shape": [1, 3, 224, 224], "threads": 2}
 //       -> {"loaded": true, "version": "1.30.0", "output": "x.bin.ort"}  (the first output, raw float32)
+//   {"feed": "y.bin", "shape": [8, 3, 224, 224]}
+//       -> {"output": "y.bin.ort", "dims": [...]}  (another input for the loaded model: a model exported
+//          with dynamic axes runs other shapes; the next "time" requests run this one)
 //   {"time": 4}  -> {"ms": [..4 call times..]}
 //   {"quit": true}
 // Errors come back as {"error": "..."}; the runner goes on with the next request.
@@ -32,6 +35,14 @@ async function handle(request) {
     fs.writeFileSync(request.input + ".ort", Buffer.from(output.data.buffer, output.data.byteOffset, output.data.byteLength));
     return { loaded: true, version: require("onnxruntime-node/package.json").version, output: request.input + ".ort",
              dims: output.dims };
+  }
+  if (request.feed) {
+    const bytes = fs.readFileSync(request.feed);
+    const data = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+    feeds = { [session.inputNames[0]]: new ort.Tensor("float32", Float32Array.from(data), request.shape) };
+    const output = (await session.run(feeds))[session.outputNames[0]];
+    fs.writeFileSync(request.feed + ".ort", Buffer.from(output.data.buffer, output.data.byteOffset, output.data.byteLength));
+    return { output: request.feed + ".ort", dims: output.dims };
   }
   if (request.time) {
     const ms = [];

@@ -4,6 +4,7 @@
 #include "toolkit/fused_activation.hpp"
 #include "toolkit/graph.hpp"
 #include "toolkit/known_values.hpp"
+#include "toolkit/size_programs.hpp"
 #include "toolkit/op_table.hpp"
 #include "toolkit/payload_record.hpp"
 #include "toolkit/support_rules.hpp"
@@ -237,4 +238,67 @@ graph(%self : Tensor, %x : Float(1, 16, 8, 8), %n : int):
   CHECK(toolkit::known_int(results->input(3)) == 8);
   CHECK_FALSE(toolkit::known_value(results->input(4)));  // from an input: known only at run time
   CHECK_FALSE(toolkit::known_value(first(*graph, "aten::size")->input(0)));  // a tensor is no number
+}
+
+TEST_CASE("toolkit size programs: a view's sizes computed again for other shapes, scripted and traced spellings") {
+  // `b, c, h, w = x.size(); x.view(b, 2, c // 2, h, w)`, and a traced `c // 2`; sizes from a value
+  // the region does not hold (%n, %y) have no program.
+  auto graph = parse(R"IR(
+graph(%self : Tensor, %x : Float(1, 16, 8, 8), %y : Float(1, 4), %n : int):
+  %two : int = prim::Constant[value=2]()
+  %minus_one : int = prim::Constant[value=-1]()
+  %sizes : int[] = aten::size(%x)
+  %b : int, %c : int, %h : int, %w : int = prim::ListUnpack(%sizes)
+  %half : int = aten::floordiv(%c, %two)
+  %shape : int[] = prim::ListConstruct(%b, %two, %half, %h, %w)
+  %last : int = aten::size(%x, %minus_one)
+  %c_tensor : Tensor = prim::NumToTensor(%c)
+  %half_tensor : Tensor = aten::floor_divide(%c_tensor, %two)
+  %traced_half : int = aten::Int(%half_tensor)
+  %traced : int[] = prim::ListConstruct(%b, %traced_half, %last, %minus_one)
+  %from_input : int[] = prim::ListConstruct(%b, %n)
+  %y_rows : int = aten::size(%y, %two)
+  %from_y : int[] = prim::ListConstruct(%y_rows)
+  %r : (int[], int[], int[], int[]) = prim::TupleConstruct(%shape, %traced, %from_input, %from_y)
+  return (%r)
+)IR");
+  const torch::jit::Node* results = first(*graph, "prim::TupleConstruct");
+  const torch::jit::Value* x = graph->inputs()[1];
+  const auto ids = [&](const torch::jit::Value* value) -> std::optional<std::int64_t> {
+    return value == x ? std::optional<std::int64_t>(0) : std::nullopt;  // the region holds x alone, as value 0
+  };
+  const auto run = [](const std::vector<std::int64_t>& program, std::vector<std::int64_t> x_sizes) {
+    return toolkit::run_size_program(program, [&](std::int64_t value, std::int64_t dim) {
+      REQUIRE(value == 0);
+      return x_sizes.at(static_cast<std::size_t>(dim));
+    });
+  };
+  const auto shape = toolkit::size_list_program(results->input(0), ids);
+  REQUIRE(shape);
+  CHECK(run(*shape, {1, 16, 8, 8}) == std::vector<std::int64_t>{1, 2, 8, 8, 8});  // the example's
+  CHECK(run(*shape, {5, 24, 7, 9}) == std::vector<std::int64_t>{5, 2, 12, 7, 9});  // another batch, channels, size
+  const auto traced = toolkit::size_list_program(results->input(1), ids);
+  REQUIRE(traced);
+  CHECK(run(*traced, {3, 32, 4, 6}) == std::vector<std::int64_t>{3, 16, 6, -1});  // -1 stays: the planner infers it
+  CHECK_FALSE(toolkit::size_list_program(results->input(2), ids));  // %n: a number from outside the region
+  CHECK_FALSE(toolkit::size_list_program(results->input(3), ids));  // %y: a tensor the region does not hold
+
+  SUBCASE("sizes an emitter computes itself, and Python's floor division") {
+    const auto parts = toolkit::size_list_program({{-1, 1}, {0, 2}, {0, 0}});
+    CHECK(run(parts, {4, 5, 6}) == std::vector<std::int64_t>{1, 6, 4});
+    using op = toolkit::size_op;
+    const auto code = [](std::initializer_list<op> ops) {
+      std::vector<std::int64_t> program{0, -7, 0, 2};  // push -7, push 2
+      for (const op o : ops) program.push_back(static_cast<std::int64_t>(o));
+      return program;
+    };
+    CHECK(run(code({op::floordiv, op::result}), {}) == std::vector<std::int64_t>{-4});  // -7 // 2, as Python
+    CHECK(run(code({op::sub, op::result}), {}) == std::vector<std::int64_t>{-9});
+  }
+  SUBCASE("a malformed program is an error that says so") {
+    CHECK_THROWS_WITH_AS(run({2}, {}), "a size program: an instruction without its operand", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(run({0, 1}, {}), "a size program: values left over", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(run({0, 1, 0, 0, 3, 6}, {}), "a size program: a division by zero", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(run({9}, {}), "a size program: unknown instruction 9", std::invalid_argument);
+  }
 }

@@ -110,13 +110,18 @@ bool channel_shuffle(plan_context& p, std::size_t index) {
     return readers[0];
   };
   const auto split = sole(p.step(index).record.output, step_kind::reshape);
-  if (!split || *p.step(*split).record.reshape_sizes != std::vector<std::int64_t>{n, 2, c, h, w}) return false;
+  // The views' sizes at this plan's shapes: the cat's result is not planned yet, of [n, 2c, h, w].
+  const plan_context::known_dims joined{{p.step(index).record.output, dims{n, 2 * c, h, w}}};
+  if (!split || p.reshape_sizes(*split, joined) != dims{n, 2, c, h, w}) return false;
   const auto swapped = sole(p.step(*split).record.output, step_kind::permute);
   if (!swapped || *p.step(*swapped).record.permute_dims != std::vector<std::int64_t>{0, 2, 1, 3, 4}) return false;
   const auto copied = sole(p.step(*swapped).record.output, step_kind::contiguous);
   if (!copied) return false;
   const auto merged = sole(p.step(*copied).record.output, step_kind::reshape);
-  if (!merged || *p.step(*merged).record.reshape_sizes != std::vector<std::int64_t>{n, 2 * c, h, w}) return false;
+  if (!merged) return false;
+  plan_context::known_dims before_merge = joined;  // the merge's input: the swapped halves, [n, c, 2, h, w]
+  before_merge.emplace_back(p.step(*copied).record.output, dims{n, c, 2, h, w});
+  if (p.reshape_sizes(*merged, before_merge) != dims{n, 2 * c, h, w}) return false;
   const std::int64_t shuffled = p.step(*merged).record.output;
 
   // The halves, when a chunk's two slices are all that reads the result.
@@ -339,7 +344,7 @@ void flatten(plan_context& p, std::size_t index) {
 /// else of a dense copy (a blocked or permuted layout: ShuffleNetV2's channel shuffle).
 void reshape(plan_context& p, std::size_t index) {
   const compiled_step& shaped = p.step(index);
-  const dims to(shaped.record.reshape_sizes->begin(), shaped.record.reshape_sizes->end());
+  const dims to = p.reshape_sizes(index);
   std::size_t in = p.value(shaped.record.inputs[0]);
   const dims d = p.slot(in).dims();
   std::int64_t from_count = 1, to_count = 1;
@@ -367,6 +372,10 @@ void slice(plan_context& p, std::size_t index) {
   TORCH_CHECK(s.dim < static_cast<std::int64_t>(d.size()) && s.start + s.length <= d[static_cast<std::size_t>(s.dim)], "onednn: region ",
               p.region().method, ": step ", index, ": a slice of [", s.start, ", ", s.start + s.length, ") along dimension ", s.dim, " of ",
               c10::IntArrayRef(d));
+  // A chunk's part, made for one size of the dimension it cuts (its program's one size): of that size only.
+  if (const auto made_for = p.program_sizes(index); made_for && made_for->size() == 1 && (*made_for)[0] != d[static_cast<std::size_t>(s.dim)])
+    p.refuse("step " + std::to_string(index) + " (slice): a part of a chunk of dimension " + std::to_string(s.dim) + " made for size " +
+             std::to_string((*made_for)[0]) + ", given " + c10::str(c10::IntArrayRef(d)) + ": a chunk's parts change with that size");
   if (p.slot(in).data.format_kind != dnnl_blocked || p.slot(in).data.format_desc.blocking.inner_nblks != 0) in = p.as(in, dense(d));
   dims part = d, offsets(d.size(), 0);
   part[static_cast<std::size_t>(s.dim)] = s.length;

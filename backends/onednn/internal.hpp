@@ -74,12 +74,15 @@ void emit_nothing(step_builder& builder, const torch::jit::Node* node);
 
 /// The payload checked and decoded (runtime.cpp): the steps with their kinds and fusions.
 std::vector<compiled_step> decode_steps(const region_payload& payload, std::string_view method);
-/// A version 1 payload (positional ints) as version 2 records (payload.cpp).
+/// A version 1 payload (positional ints) as version 4's records (payload.cpp).
 region_payload upgrade_format1(const c10::IValue& value);
-/// A version 2 payload (typed steps without version 3's fields) as version 3 (payload.cpp).
+/// A version 2 payload (typed steps without version 3's fields) as version 4 (payload.cpp).
 region_payload upgrade_format2(const c10::IValue& value);
-/// Whether `value` is a version 1 payload's tuple.
+/// A version 3 payload (without size programs) as version 4 (payload.cpp).
+region_payload upgrade_format3(const c10::IValue& value);
+/// Whether `value` is a version 1 (version 3) payload's tuple.
 bool is_format1(const c10::IValue& value);
+bool is_format3(const c10::IValue& value);
 
 /// What one call of a plan runs with: the buffer its activations and scratchpad live in, and each
 /// primitive's arguments bound to it (made once, reused by later calls; inputs rebound per call).

@@ -63,9 +63,10 @@ struct OnednnBackend {
   static constexpr std::string_view name = "onednn";
   /// Regions take the parameters they read as constants: preprocess folds them.
   static constexpr bool owns_parameters = true;
-  /// Version 3: typed step records (payload_records.hpp) with the views and attention's steps;
-  /// version 2 (typed records without them) and version 1 (positional ints) are still read.
-  static constexpr std::int64_t payload_version = 3;
+  /// Version 4: typed step records (payload_records.hpp) whose sizes are programs of the input
+  /// shapes (a region plans other shapes); version 3 (the example's sizes only), version 2
+  /// (without the views and attention's steps) and version 1 (positional ints) are still read.
+  static constexpr std::int64_t payload_version = 4;
   static constexpr std::int64_t oldest_payload_version = 1;
   /// The input shapes a region keeps plans for, least recently used dropped first (docs/onednn.md).
   static constexpr std::size_t max_plans = 16;
@@ -81,6 +82,10 @@ struct OnednnBackend {
   /// Whether this LibTorch was built with oneDNN (at::hasMKLDNN(); TD_ONEDNN_UNAVAILABLE=1: no).
   bool is_available();
   compiled_region compile(const region_payload& payload, const torch_delegate::compile_context& context);
+  /// The region for other input shapes (other_shapes::replan): the same steps, weights and plan
+  /// cache, planned for `given` now. Where a step holds the example's sizes (a reshape or a chunk
+  /// whose sizes come from outside the region, a payload before version 4), an error naming it.
+  compiled_region replan(compiled_region& compiled, const torch_delegate::given_inputs& given);
   std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
 };
 // [struct]

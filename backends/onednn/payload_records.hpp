@@ -68,6 +68,15 @@ struct step_record {
   std::optional<slice_parameters> slice;
   std::optional<std::int64_t> softmax_dim;                  // softmax: the dimension (not negative)
   std::optional<double> factor;                             // scale_by: times this number; normalize: the least norm (eps)
+  // version 4
+  /// How the step's sizes follow from the sizes of the region's values (toolkit/size_programs.hpp),
+  /// so that a plan for other input shapes computes them again. A reshape: its sizes (reshape_sizes
+  /// holds them at the example's shapes). A slice: one size, the size of the sliced dimension it was
+  /// made for (a chunk's part), or none (any size). Another step: the trailing sizes of its input it
+  /// was made for (an adaptive pool's fixed windows: the spatial sizes), which a plan checks.
+  /// Absent: a reshape or slice holds only the example's sizes, and its region serves the
+  /// example's shapes (the input specs) alone; another step serves any.
+  std::optional<std::vector<std::int64_t>> size_program;
 };
 
 /// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it
@@ -87,5 +96,5 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::activation_parameters, kind, low, high)
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::flatten_parameters, start_dim, end_dim);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::slice_parameters, dim, start, length);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims,
-                        flatten, layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor);
+                        flatten, layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);

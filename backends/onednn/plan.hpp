@@ -213,6 +213,10 @@ struct execution_plan {
 /// another), so a region holds its weights once per plan.
 struct weight_store {
   std::vector<dnnl::memory> weights, biases;  // per step (empty for a step without weights)
+  /// Until the first plan is made, the entries view the named data's tensors (released then);
+  /// after, they are plans' own copies, which a later plan shares where it takes the same layout
+  /// (plan_context::constant): the plans of one region hold a layout's weights once.
+  bool views_named_data = true;
 };
 
 /// What the planner decides for one plan and later steps read (each decision's writer and readers
@@ -273,6 +277,18 @@ class plan_context {
   /// Marks a later step as planned by the current step's builder (a channel shuffle's): skipped.
   void mark_planned(std::size_t index) { planned_.at(index) = true; }
 
+  // Sizes at this plan's shapes.
+  /// Sizes of values not planned yet, given by the builder that asks (a cat's result before it is made).
+  using known_dims = std::vector<std::pair<std::int64_t, dims>>;
+  /// The sizes of value `id`: from `known`, else its slot's, else (a value whose step a post-op or
+  /// a folded relu finished) its step's finished value's; nullopt for a value not planned yet.
+  std::optional<dims> planned_dims(std::int64_t id, const known_dims& known = {}) const;
+  /// Step `index`'s size program (step_record::size_program) run at this plan's shapes; nullopt
+  /// for a step without one. A program that reads a size it cannot have is an error.
+  std::optional<std::vector<std::int64_t>> program_sizes(std::size_t index, const known_dims& known = {}) const;
+  /// Reshape `index`'s sizes at this plan's shapes (its program's, else the example's), a -1 resolved.
+  dims reshape_sizes(std::size_t index, const known_dims& known = {}) const;
+
   // Slots.
   const md& slot(std::size_t index) const { return plan_.slots[index]; }
   /// Value `id`'s slot; value(): the same, an error when it is not made yet; slot_of(): no_slot then.
@@ -293,8 +309,9 @@ class plan_context {
   /// Slot `part` becomes the bytes of `whole` from `offset` on (a cat made in place): `whole` lives
   /// from the first to the last use of either.
   void make_part(std::size_t part, std::size_t whole, std::size_t offset);
-  /// A constant slot: `given` reordered into layout `want` now; constant_memory(): a slot's (empty
-  /// for any but a constant).
+  /// A constant slot: `given` reordered into layout `want` now, or `given` itself where it is in
+  /// that layout already and a plan's own (not the named data's: weight_store::views_named_data);
+  /// constant_memory(): a slot's (empty for any but a constant).
   std::size_t constant(dnnl::memory given, const md& want);
   /// A constant slot holding `made` as it is (weights a kernel of ours packed).
   std::size_t constant_as_is(dnnl::memory made);

@@ -5,6 +5,8 @@
 // No LibTorch here: errors go through fail_planning (runtime.cpp).
 #include "builders.hpp"
 
+#include "toolkit/size_programs.hpp"
+
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include <algorithm>
@@ -111,10 +113,11 @@ std::shared_ptr<const execution_plan> plan_context::build() {
     if (plan_.aliases[slot] != no_slot && plan_.in_output[plan_.aliases[slot]] != no_slot)
       plan_.in_output[slot] = plan_.in_output[plan_.aliases[slot]];
   place();
-  for (const auto& [index, weights, bias] : own_weights_) {  // later plans reorder from these
+  for (const auto& [index, weights, bias] : own_weights_) {  // later plans reorder from these, or share them
     store_.weights[index] = plan_.constants[weights];
     if (bias != no_slot) store_.biases[index] = plan_.constants[bias];
   }
+  store_.views_named_data = false;
   return made_;
 }
 
@@ -156,6 +159,20 @@ bool plan_context::small_step(std::size_t index) const {
 
 void plan_context::plan_step(std::size_t index) {
   step_ = index;
+  const compiled_step& planned = step(index);
+  if (planned.record.size_program && planned.kind != step_kind::reshape && planned.kind != step_kind::slice) {
+    // Made for its input's trailing sizes (an adaptive pool's windows): refused for others.
+    const std::vector<std::int64_t> made_for = *program_sizes(index);
+    const dims given = plan_.slots[value(planned.record.inputs.at(0))].dims();
+    const auto text = [](const auto& sizes) {  // as c10 prints sizes: "[12, 14]"
+      std::string out = "[";
+      for (std::size_t k = 0; k < sizes.size(); ++k) out += (k ? ", " : "") + std::to_string(sizes[k]);
+      return out + "]";
+    };
+    if (made_for.size() > given.size() || !std::equal(made_for.rbegin(), made_for.rend(), given.rbegin()))
+      refuse("step " + std::to_string(index) + " (" + std::string(name_of(planned.kind)) + ") was made for an input ending in " +
+             text(made_for) + " (an adaptive pool's windows, which hold for that size alone), given " + text(given));
+  }
   const step_planner builder = builders.at(static_cast<std::size_t>(step(index).kind));
   if (!small_step(index)) return builder(*this, index);
   const std::size_t first = plan_.calls.size();
@@ -182,6 +199,61 @@ std::size_t plan_context::value(std::int64_t id) const {
   const std::size_t slot = slot_of_.at(static_cast<std::size_t>(id));
   if (slot == no_slot) refuse("value " + std::to_string(id) + " is read before it is made");
   return slot;
+}
+
+std::optional<dims> plan_context::planned_dims(std::int64_t id, const known_dims& known) const {
+  for (const auto& [value, sizes] : known)
+    if (value == id) return sizes;
+  if (id < 0 || id >= region_.values) return std::nullopt;
+  if (const std::size_t slot = slot_of(id); slot != no_slot) return plan_.slots[slot].dims();
+  if (const std::size_t made_by = producer(id); made_by != no_slot) {
+    // A step's own value, consumed by its post-ops or folded relu: of its finished value's sizes
+    // (post-ops keep the sizes). Absorbed steps are finished by the step they are part of.
+    for (std::size_t owner = 0; owner < region_.steps.size(); ++owner) {
+      const step_fusion& f = region_.steps[owner].fusion;
+      const bool part = owner == made_by || (f.relu && *f.relu == made_by) ||
+                        std::find(f.post_ops.begin(), f.post_ops.end(), made_by) != f.post_ops.end();
+      if (!part) continue;
+      const std::int64_t last = f.post_ops.empty() ? finished(owner) : finished(f.post_ops.back());
+      if (const std::size_t slot = slot_of(last); slot != no_slot) return plan_.slots[slot].dims();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::int64_t>> plan_context::program_sizes(std::size_t index, const known_dims& known) const {
+  const auto& program = step(index).record.size_program;
+  if (!program) return std::nullopt;
+  try {
+    return torch_delegate::toolkit::run_size_program(*program, [&](std::int64_t value, std::int64_t dim) {
+      const std::optional<dims> d = planned_dims(value, known);
+      if (!d) throw std::invalid_argument("it reads the sizes of value " + std::to_string(value) + ", not planned yet");
+      if (dim < 0 || dim >= static_cast<std::int64_t>(d->size()))
+        throw std::invalid_argument("it reads dimension " + std::to_string(dim) + " of value " + std::to_string(value) + ", of " +
+                                    std::to_string(d->size()) + " dimensions");
+      return (*d)[static_cast<std::size_t>(dim)];
+    });
+  } catch (const std::invalid_argument& error) {
+    refuse("step " + std::to_string(index) + " (" + std::string(name_of(step(index).kind)) + "): its size program: " + error.what());
+  }
+}
+
+dims plan_context::reshape_sizes(std::size_t index, const known_dims& known) const {
+  const compiled_step& shaped = step(index);
+  const auto computed = program_sizes(index, known);
+  dims to = computed ? dims(computed->begin(), computed->end()) : dims(shaped.record.reshape_sizes->begin(), shaped.record.reshape_sizes->end());
+  const auto inferred = std::find(to.begin(), to.end(), -1);
+  if (inferred == to.end()) return to;
+  std::int64_t count = 1, known_count = 1;
+  const std::optional<dims> from = planned_dims(shaped.record.inputs[0], known);
+  if (!from) refuse("step " + std::to_string(index) + " (reshape): its input is not planned yet");
+  for (const auto size : *from) count *= size;
+  for (const auto size : to)
+    if (size != -1) known_count *= size;
+  if (known_count == 0 || count % known_count != 0)
+    refuse("step " + std::to_string(index) + " (reshape): sizes with -1 that do not divide its input's " + std::to_string(count) + " values");
+  *inferred = count / known_count;
+  return to;
 }
 
 bool plan_context::is_output(std::int64_t id) const {
@@ -268,7 +340,8 @@ std::size_t plan_context::constant(dnnl::memory given, const md& want) {
   if (given.get_desc().dims() != want.dims())  // the same bytes seen with other dims (a scale: leading ones)
     given = dnnl::memory(dense(want.dims()), cpu_engine(), given.get_data_handle());
   const std::size_t slot = add_slot(want);
-  plan_.constants[slot] = reordered_now(given, want);
+  // Constants are read-only once made: a plan's copy in the layout wanted is shared, not copied.
+  plan_.constants[slot] = !store_.views_named_data && given.get_desc() == want ? given : reordered_now(given, want);
   return slot;
 }
 

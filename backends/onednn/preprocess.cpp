@@ -8,6 +8,7 @@
 #include "toolkit/graph.hpp"
 #include "toolkit/known_values.hpp"
 #include "toolkit/payload_builder.hpp"
+#include "toolkit/size_programs.hpp"
 #include "toolkit/support_rules.hpp"
 
 #include <ATen/ATen.h>
@@ -51,6 +52,26 @@ T known_in_region(step_builder& builder, const torch::jit::Node* node, std::opti
     builder.base.reject(node, std::string(what) + " is not known at lowering inside this region (it comes from outside it)");
   return std::move(*known);
 }
+
+/// The program of a size list the graph computes (a view's), over the sizes of the values this
+/// region holds; nothing where a size comes from elsewhere (the region then serves the example's
+/// shapes only).
+std::optional<std::vector<std::int64_t>> program_of(step_builder& builder, const torch::jit::Value* list) {
+  return tk::size_list_program(list, [&](const torch::jit::Value* value) -> std::optional<std::int64_t> {
+    return builder.base.has_id(value) ? std::optional<std::int64_t>(builder.base.id(value)) : std::nullopt;
+  });
+}
+
+/// The program of `value`'s sizes without dimension `dropped` (-1: none), after `ones` leading ones.
+std::vector<std::int64_t> sizes_program(std::int64_t value, std::size_t rank, std::int64_t dropped = -1, std::size_t ones = 0) {
+  std::vector<tk::size_part> parts(ones, tk::size_part{-1, 1});
+  for (std::size_t k = 0; k < rank; ++k)
+    if (static_cast<std::int64_t>(k) != dropped) parts.push_back({value, static_cast<std::int64_t>(k)});
+  return tk::size_list_program(parts);
+}
+
+/// A slice's check: the size of the sliced dimension it was made for.
+std::vector<std::int64_t> sliced_size_program(std::int64_t size) { return tk::size_list_program({tk::size_part{-1, size}}); }
 
 void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
   const tk::folded_conv2d conv = tk::read_conv(builder.region(), node, builder.base.result_check(), builder.base.folded(), "onednn", true);
@@ -135,6 +156,11 @@ void emit_adaptive_avg_pool(step_builder& builder, const torch::jit::Node* node)
   }
   const std::vector<std::int64_t> window = *tk::adaptive_pool_window(node);
   emit_window_mean(builder, node, window, window, {0, 0});
+  // Its windows are the adaptive pool's at this input size only: the step is made for it.
+  const std::vector<std::int64_t> sizes = *tk::known_sizes(node->input(0));
+  std::vector<tk::size_part> spatial;
+  for (std::size_t k = 2; k < sizes.size(); ++k) spatial.push_back({-1, sizes[k]});
+  builder.steps.back().size_program = tk::size_list_program(spatial);
 }
 
 void emit_activation(step_builder& builder, const torch::jit::Node* node) {
@@ -208,9 +234,11 @@ void emit_mul(step_builder& builder, const torch::jit::Node* node) {
   std::vector<std::int64_t> by = swap ? *a : *b;
   std::int64_t second = builder.base.id(node->input(swap ? 0 : 1));
   if (by.size() < full.size()) {
-    by.insert(by.begin(), full.size() - by.size(), 1);
+    const std::size_t ones = full.size() - by.size(), rank = by.size();
+    by.insert(by.begin(), ones, 1);
     step_record& widened = builder.add_unnamed("reshape", {second});
     widened.reshape_sizes = by;
+    widened.size_program = sizes_program(second, rank, -1, ones);
     second = widened.output;
   }
   builder.add("mul", {builder.base.id(node->input(swap ? 1 : 0)), second}, node->output());
@@ -232,7 +260,10 @@ void emit_div(step_builder& builder, const torch::jit::Node* node) {  // by a nu
 }
 
 void emit_reshape(step_builder& builder, const torch::jit::Node* node) {
-  builder.add_unary("reshape", node).reshape_sizes = known_in_region(builder, node, reshape_sizes(node), "the sizes");
+  std::optional<std::vector<std::int64_t>> program = node->inputs().size() == 2 ? program_of(builder, node->input(1)) : std::nullopt;
+  step_record& step = builder.add_unary("reshape", node);
+  step.reshape_sizes = known_in_region(builder, node, reshape_sizes(node), "the sizes");
+  step.size_program = std::move(program);
 }
 
 void emit_transpose(step_builder& builder, const torch::jit::Node* node) {  // a permute of two dimensions
@@ -254,8 +285,12 @@ void emit_unpack(step_builder& builder, const torch::jit::Node* node) {
   if (!tk::is(chunk, "aten::chunk")) return;  // numbers known at lowering
   const chunk_split split = known_in_region(builder, chunk, chunk_parts(chunk), "the chunk's parts");
   const std::int64_t from = builder.base.id(chunk->input(0));
-  for (std::size_t k = 0; k < split.parts.size(); ++k)
-    builder.add("slice", {from}, node->output(k)).slice = slice_parameters{split.dim, split.parts[k].first, split.parts[k].second};
+  const std::int64_t size = (*tk::known_sizes(chunk->input(0)))[static_cast<std::size_t>(split.dim)];
+  for (std::size_t k = 0; k < split.parts.size(); ++k) {
+    step_record& part = builder.add("slice", {from}, node->output(k));
+    part.slice = slice_parameters{split.dim, split.parts[k].first, split.parts[k].second};
+    part.size_program = sliced_size_program(size);  // the parts are of this size's chunks
+  }
 }
 
 /// select(x, dim, index): the slice [index, index + 1) along dim, then a view without dim.
@@ -266,10 +301,16 @@ void emit_select(step_builder& builder, const torch::jit::Node* node) {
   dim = dim < 0 ? dim + rank : dim;
   std::int64_t index = known_in_region(builder, node, tk::known_int(node->input(2)), "index");
   index = index < 0 ? index + sizes[static_cast<std::size_t>(dim)] : index;
-  const std::int64_t part = builder.add_unnamed("slice", {builder.base.id(node->input(0))}).output;
+  const bool from_end = known_in_region(builder, node, tk::known_int(node->input(2)), "index") < 0;
+  const std::int64_t source = builder.base.id(node->input(0));
+  const std::int64_t part = builder.add_unnamed("slice", {source}).output;
   builder.steps.back().slice = slice_parameters{dim, index, 1};
+  // x[:, 0] serves any size of that dimension; x[:, -1] the example's only (its index is from the end).
+  builder.steps.back().size_program = from_end ? sliced_size_program(sizes[static_cast<std::size_t>(dim)]) : sizes_program(source, 0);
   sizes.erase(sizes.begin() + dim);
-  builder.add("reshape", {part}, node->output()).reshape_sizes = sizes;
+  step_record& view = builder.add("reshape", {part}, node->output());
+  view.reshape_sizes = sizes;
+  view.size_program = sizes_program(source, static_cast<std::size_t>(rank), dim);
 }
 
 void emit_matmul(step_builder& builder, const torch::jit::Node* node) {
@@ -291,7 +332,9 @@ void emit_mean(step_builder& builder, const torch::jit::Node* node) {  // over H
     return;
   }
   const std::int64_t pooled = builder.add_unnamed(op, {builder.base.id(node->input(0))}).output;
-  builder.add("reshape", {pooled}, node->output()).reshape_sizes = std::vector<std::int64_t>{sizes[0], sizes[1]};
+  step_record& view = builder.add("reshape", {pooled}, node->output());
+  view.reshape_sizes = std::vector<std::int64_t>{sizes[0], sizes[1]};
+  view.size_program = tk::size_list_program({tk::size_part{builder.base.id(node->input(0)), 0}, tk::size_part{builder.base.id(node->input(0)), 1}});
 }
 
 void emit_nothing(step_builder&, const torch::jit::Node*) {}

@@ -123,6 +123,43 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
   return {std::move(region), std::move(store)};
 }
 
+namespace {
+/// The region's plan for `shapes`: the cached one, else made now (under the cache's lock: one plan
+/// per shape, weights reordered once).
+std::shared_ptr<const runnable_plan> plan_for(compiled_region& compiled, const torch_delegate::toolkit::input_shapes& shapes) {
+  plan_store& store = *compiled.plans;
+  return store.plans.get_or_make(shapes, [&] {
+    auto made = std::make_shared<runnable_plan>();
+    made->plan = make_plan(*compiled.region, store.weights, shapes);
+    store.dense.clear();  // the plans read the first one's copies now
+    return made;
+  });
+}
+}  // namespace
+
+compiled_region OnednnBackend::replan(compiled_region& compiled, const torch_delegate::given_inputs& given) {
+  const region_steps& region = *compiled.region;
+  for (std::size_t i = 0; i < region.steps.size(); ++i) {
+    const compiled_step& step = region.steps[i];
+    TORCH_CHECK(!((step.kind == step_kind::reshape || step.kind == step_kind::slice) && !step.record.size_program), "onednn: region ",
+                region.method, ": step ", i, " (", step.record.op,
+                ") holds the sizes of the shapes it was lowered for (sizes computed outside the region, or a payload before version "
+                "4): the region serves those shapes only");
+  }
+  TORCH_CHECK(static_cast<std::int64_t>(given.size()) == region.inputs, "onednn: region ", region.method, " takes ", region.inputs,
+              " inputs, given ", given.size());
+  torch_delegate::toolkit::input_shapes shapes;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    TORCH_CHECK(given[i] && given[i]->dtype == at::kFloat, "onednn: region ", region.method, ": input ", i + 1,
+                given[i] ? " is not a float tensor" : " is not a tensor");
+    shapes.push_back(given[i]->sizes);
+  }
+  // Planned now: a size that does not fit is this call's error, and the call finds its plan made.
+  // The handle shares the steps, the weights and the plans: a region holds its weights once.
+  plan_for(compiled, shapes);
+  return compiled;
+}
+
 std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch_delegate::inputs args) {
   const region_steps& region = *compiled.region;
   TORCH_CHECK(static_cast<std::int64_t>(args.size()) == region.inputs, "onednn: region ", region.method, " takes ", region.inputs,
@@ -139,14 +176,7 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch
     given[i] = tensor.contiguous();
     shapes.push_back(tensor.sizes().vec());
   }
-  // Made under the cache's lock: one plan per shape, weights reordered once.
-  plan_store& store = *compiled.plans;
-  const std::shared_ptr<const runnable_plan> runnable = store.plans.get_or_make(shapes, [&] {
-    auto made = std::make_shared<runnable_plan>();
-    made->plan = make_plan(region, store.weights, shapes);
-    store.dense.clear();  // the plans read the first one's copies now
-    return made;
-  });
+  const std::shared_ptr<const runnable_plan> runnable = plan_for(compiled, shapes);
   const execution_plan* plan = runnable->plan.get();
   std::unique_ptr<call_context> context;
   {

@@ -61,6 +61,9 @@ struct PointwiseBackend {
   // runtime side (runtime.cpp, kernels.cpp)
   static bool is_available() { return true; }
   static compiled_region compile(const std::string& payload);
+  /// Other input shapes (other_shapes::replan, automatic): the same program, which broadcasts
+  /// its operands at every call as the ops it fuses do.
+  static compiled_region replan(compiled_region& region, const torch_delegate::given_inputs&) { return region; }
   static std::vector<c10::IValue> execute(compiled_region& region, torch_delegate::inputs inputs);
   // Typed overloads for the most common regions (one result, up to three tensors in): they
   // take TorchScript's operator path, ~2 us less per call than the generic execute's.

@@ -26,10 +26,11 @@ namespace torch_delegate {
 /// What a call of a region does when its tensors do not have the dtypes and sizes recorded from
 /// the example inputs (partition_options::example_inputs).
 enum class other_shapes {
-  error,       // the input-spec error, naming the region, the argument, the expected and the given
+  error,        // the input-spec error, naming the region, the argument, the expected and the given
   torchscript,  // the region's own TorchScript runs instead (a check of sizes and dtypes per call)
-  replan        // the backend compiles the region again for the new shapes (B::replan, opt-in), and
+  replan,       // the backend compiles the region again for the new shapes (B::replan, opt-in), and
                 // keeps up to partition_options::max_replans such shapes per region
+  automatic     // replan for each region whose backend can (every shipped backend), error for the others
 };
 
 /// How far a measured lowering is (partition_options::progress): one update as each region is
@@ -78,10 +79,12 @@ struct partition_options {
   /// with it: a call with another shape is an error that names the region, the argument, the
   /// expected and the given shape (lowered_module.md, "Input specs").
   std::map<std::string, std::vector<c10::IValue>> example_inputs;
-  /// With example inputs: what a call with other dtypes or sizes does (other_shapes).
-  other_shapes on_other_shapes = other_shapes::error;
-  /// With other_shapes::replan: how many other shapes each region keeps compiled (the least
-  /// recently used is dropped beyond it, and compiled again if it comes back).
+  /// With example inputs: what a call with other dtypes or sizes does (other_shapes). By default a
+  /// region whose backend re-plans serves any shape it can plan; another's is refused.
+  other_shapes on_other_shapes = other_shapes::automatic;
+  /// With other_shapes::replan (or automatic, for a backend that re-plans): how many other shapes
+  /// each region keeps compiled (the least recently used is dropped beyond it, and compiled again
+  /// if it comes back).
   std::size_t max_replans = 4;
   /// With example inputs: time each candidate region on its backend and as TorchScript, in this
   /// process, on the values the example inputs give it (between TorchScript calls where it has

@@ -312,7 +312,8 @@ PYBIND11_MODULE(_C, m) {
   py::enum_<td::other_shapes>(m, "OtherShapes", "torch_delegate::other_shapes")
       .value("error", td::other_shapes::error)
       .value("torchscript", td::other_shapes::torchscript)
-      .value("replan", td::other_shapes::replan);
+      .value("replan", td::other_shapes::replan)
+      .value("automatic", td::other_shapes::automatic);
   py::class_<td::progress_update>(m, "ProgressUpdate", "torch_delegate::progress_update (partition.hpp)")
       .def_readonly("stage", &td::progress_update::stage)
       .def_readonly("detail", &td::progress_update::detail)

@@ -53,6 +53,7 @@ __all__ = [
     "report",
     "runtime_switches",
     "RuntimeSwitch",
+    "warm_up",
 ]
 
 __version__: str = _C.version  #: the version of torch-delegate this package and its extension are
@@ -169,6 +170,40 @@ def report(module: torch.jit.ScriptModule) -> Optional[Report]:
     None for a module that was not partially lowered."""
     data = _C.report(_script_module(module, "torch_delegate.report"))
     return None if data is None else _report_of(data)
+
+
+def warm_up(module: torch.jit.ScriptModule, *shapes: Any, method: str = "forward") -> List[float]:
+    """Plans the shapes a lowered module will serve before its first request: calls `method` once
+    per argument, without autograd, on zeros of those sizes (a size tuple, e.g. (8, 3, 224, 224),
+    or a tuple of them for a method of several tensors) or on the tensors given. Each region is
+    re-planned for a shape it has not run (on_other_shapes "automatic" or "replan"); a region that
+    cannot take it raises here, as its first call would. Returns the seconds each call took: the
+    first-call cost a server pays at start instead of on a request."""
+    import time
+    if not isinstance(module, torch.jit.ScriptModule):
+        raise TypeError(f"torch_delegate.warm_up: module must be a lowered torch.jit.ScriptModule, got {type(module).__name__}")
+    if not hasattr(module, method):
+        raise ValueError(f"torch_delegate.warm_up: the module has no method {method!r}")
+    run = getattr(module, method)
+
+    def arguments(shape: Any, where: str) -> tuple:
+        if isinstance(shape, torch.Tensor):
+            return (shape,)
+        if isinstance(shape, (tuple, list, torch.Size)) and all(isinstance(size, int) for size in shape):
+            return (torch.zeros(tuple(shape)),)
+        if isinstance(shape, (tuple, list)) and shape:
+            return tuple(arguments(part, f"{where}[{k}]")[0] for k, part in enumerate(shape))
+        raise TypeError(f"torch_delegate.warm_up: {where} must be a tensor's sizes (a tuple of ints), a tensor, or a tuple "
+                        f"of them for a method of several tensors; got {shape!r}")
+
+    seconds = []
+    with torch.no_grad():
+        for k, shape in enumerate(shapes):
+            given = arguments(shape, f"shape {k + 1}")
+            start = time.perf_counter()
+            run(*given)
+            seconds.append(time.perf_counter() - start)
+    return seconds
 
 
 def load(path: str, map_location: Optional[Union[str, torch.device]] = None, *,

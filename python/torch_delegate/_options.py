@@ -47,11 +47,12 @@ class LowerOptions:
     #: runs once on them while lowering; every region's tensors get their dtype, sizes and memory
     #: format, which preprocess sees and which a call is checked against
     example_inputs: Optional[Union[torch.Tensor, Sequence[Any], Mapping[str, Sequence[Any]]]] = None
-    #: with example_inputs, what a call with other dtypes or sizes does: "error" (the input-spec
-    #: error; the default), "torchscript" (the region's TorchScript runs) or "replan" (the backend
-    #: compiles the region again for them, for a backend that can: xnnpack)
+    #: with example_inputs, what a call with other dtypes or sizes does: "automatic" (the default:
+    #: "replan" where the region's backend can, as every shipped one can, else "error"), "error"
+    #: (the input-spec error), "torchscript" (the region's TorchScript runs) or "replan" (the
+    #: backend plans the region again for them; every backend must have replan)
     on_other_shapes: Optional[str] = None
-    #: with on_other_shapes="replan": how many other shapes each region keeps compiled (4)
+    #: with on_other_shapes "replan" or "automatic": how many other shapes each region keeps compiled (4)
     max_replans: Optional[int] = None
     #: with example_inputs: time each candidate region on its backend and as TorchScript and
     #: delegate it only where the backend is faster (False)

@@ -114,9 +114,10 @@ class EmptyInputs(unittest.TestCase):
                     torch.testing.assert_close(module(x), small_net()(x), rtol=1e-4, atol=1e-4)
 
     def test_fixed_shapes_refuse_them_before_the_input_spec(self):
-        # The empty tensor is named as such (not only as another shape), with the way out.
+        # The empty tensor is named as such (not only as another shape), with the way out; with
+        # on_other_shapes="error", another shape is the input spec's error (by default it re-plans).
         for backend in CNN_BACKENDS:
-            for where, module in both(lowered(backend)):
+            for where, module in both(lowered(backend, on_other_shapes="error")):
                 with self.subTest(backend=backend, where=where), torch.no_grad():
                     with self.assertRaisesRegex(RuntimeError, empty_error(backend, (0, 3, 32, 32))):
                         module(torch.randn(0, 3, 32, 32))

@@ -313,12 +313,17 @@ class Ops(unittest.TestCase):
         self.assertEqual(kept(low).get("aten::adaptive_avg_pool2d"), "unsupported kind")
         self.assertEqual(len(regions(low)), 1, kept(low))
         self.assertIn("aten::adaptive_avg_pool2d", regions(low)[0].kinds)
-        # The windows come from the example's sizes: another size is the input spec's error, or,
-        # with on_other_shapes="torchscript", the region's TorchScript (windows of 4x4 there).
+        # The windows come from the example's sizes: another size is refused (the input spec's
+        # error, or the step's when the region re-plans), or, with on_other_shapes="torchscript",
+        # the region's TorchScript runs (windows of 4x4 there). A size whose windows would give the
+        # same output (13x15 in windows of 2x2) is refused too, not pooled with the wrong windows.
         bigger = torch.rand(2, 3, 24, 28)
         with torch.no_grad():
             with self.assertRaisesRegex(Exception, r"its input spec when the method was lowered"):
-                low(bigger)
+                lowered(model, x, on_other_shapes="error")(bigger)
+            for size in ((24, 28), (13, 15)):
+                with self.assertRaisesRegex(Exception, r"was made for an input ending in \[12, 14\] \(an adaptive pool's windows"):
+                    low(torch.rand(2, 3, *size))
             elsewhere = lowered(model, x, on_other_shapes="torchscript")
             for got, want in zip(elsewhere(bigger), model(bigger)):
                 self.assertLess(relative_error(got, want), 1e-5)
@@ -601,6 +606,75 @@ class Models(unittest.TestCase):
         self.assertNotIn("aten::__contains__", kept(low))
         with torch.no_grad():
             self.assertLess(relative_error(low(x)["out"], model(x)["out"]), 1e-4)
+
+
+class OtherShapes(unittest.TestCase):
+    """on_other_shapes="replan": a region lowered at one shape plans others on their first call,
+    the sizes it holds computed again from their size programs (docs/onednn.md, Other shapes)."""
+
+    def planned_shapes(self, module):
+        return {shapes for _, shapes, _, _, _ in torch.ops.torch_delegate_onednn.plan_implementations(module._c)}
+
+    def test_torchvision_cnns_at_other_batches_and_sizes(self):
+        # Squeeze-excitation (its broadcast operand's view), the channel shuffle's views, a mean's.
+        import torchvision
+        for name in ("mobilenet_v3_small", "shufflenet_v2_x0_5", "efficientnet_b0"):
+            with self.subTest(model=name):
+                torch.manual_seed(0)
+                model = getattr(torchvision.models, name)(weights=None).eval()
+                low = lowered(model, torch.rand(1, 3, 96, 96), on_other_shapes="replan")
+                self.assertEqual(len(regions(low)), 1, kept(low))
+                for sizes in ((3, 3, 96, 96), (1, 3, 64, 128), (2, 3, 128, 96), (1, 3, 96, 96)):
+                    x = torch.rand(*sizes)
+                    with torch.no_grad():
+                        self.assertLess(relative_error(low(x), model(x)), 1e-4, sizes)
+                    self.assertIn(str(list(sizes)), self.planned_shapes(low))
+
+    def test_attention_reshapes_follow_the_batch(self):
+        # ViT: the patches' reshape from x.shape, heads split and merged, the class token x[:, 0].
+        import torchvision
+        torch.manual_seed(0)
+        model = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                                     mlp_dim=64, num_classes=10).eval()
+        low = lowered(model, torch.rand(1, 3, 32, 32), on_other_shapes="replan")
+        for batch in (3, 5, 1):
+            x = torch.rand(batch, 3, 32, 32)
+            with torch.no_grad():
+                self.assertLess(relative_error(low(x), model(x)), 1e-4, batch)
+            self.assertIn(str([batch, 3, 32, 32]), self.planned_shapes(low))
+
+    def test_warm_up_plans_the_shapes_a_server_will_see(self):
+        import torchvision
+        torch.manual_seed(0)
+        model = torchvision.models.mobilenet_v3_small(weights=None).eval()
+        low = lowered(model, torch.rand(1, 3, 96, 96))
+        seconds = torch_delegate.warm_up(low, (4, 3, 96, 96), torch.rand(1, 3, 64, 64))
+        self.assertEqual(len(seconds), 2)
+        self.assertTrue(all(s > 0 for s in seconds))
+        self.assertLessEqual({"[4, 3, 96, 96]", "[1, 3, 64, 64]"}, self.planned_shapes(low))
+        with self.assertRaisesRegex(TypeError, r"warm_up: shape 1 must be a tensor's sizes \(a tuple of ints\), a tensor, "):
+            torch_delegate.warm_up(low, "big")
+        with self.assertRaisesRegex(ValueError, r"warm_up: the module has no method 'predict'"):
+            torch_delegate.warm_up(low, (1, 3, 96, 96), method="predict")
+
+    def test_a_chunk_made_for_one_size_refuses_another(self):
+        class Halves(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+            def forward(self, x):
+                top, bottom = self.conv(x).chunk(2, dim=2)
+                return torch.relu(top) + bottom
+
+        torch.manual_seed(0)
+        model = Halves().eval()
+        low = lowered(model, torch.rand(1, 4, 8, 8), on_other_shapes="replan")
+        with torch.no_grad():
+            x = torch.rand(2, 4, 8, 8)  # another batch: the chunk's dimension is the same
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+            with self.assertRaisesRegex(RuntimeError, r"a part of a chunk of dimension 2 made for size 8, given \[1, 4, 12, 8\]"):
+                low(torch.rand(1, 4, 12, 8))
 
 
 class SavedAndElsewhere(unittest.TestCase):

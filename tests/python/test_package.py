@@ -500,7 +500,7 @@ class Options(unittest.TestCase):
     def test_each_knob_is_checked_once_where_it_is_given(self):
         cases = [
             ({"on_other_shapes": "sometimes"}, ValueError,
-             "on_other_shapes must be one of 'error', 'torchscript', 'replan', got 'sometimes'"),
+             "on_other_shapes must be one of 'error', 'torchscript', 'replan', 'automatic', got 'sometimes'"),
             ({"partial": 1}, TypeError, "partial must be True or False, got 1"),
             ({"min_region_size": -1}, ValueError, "min_region_size must be an int >= 0, got -1"),
             ({"max_replans": 0}, ValueError, "max_replans must be an int >= 1, got 0"),
@@ -527,7 +527,7 @@ class Options(unittest.TestCase):
                         call(self.scripted, "pointwise_fusion", **knobs)
                     self.assertEqual(str(raised.exception), f"torch_delegate.{call.__name__}: {text}")
         # the allowed strings are the C++ enum's
-        self.assertEqual(list(td._C.OtherShapes.__members__), ["error", "torchscript", "replan"])
+        self.assertEqual(list(td._C.OtherShapes.__members__), ["error", "torchscript", "replan", "automatic"])
         # names are normalised once: one name, or names, as a tuple
         self.assertEqual(td.LowerOptions(keep_kinds="aten::mul", methods=["forward"]),
                          td.LowerOptions(keep_kinds=("aten::mul",), methods="forward"))
@@ -538,7 +538,7 @@ class Options(unittest.TestCase):
                           defaults.on_other_shapes, defaults.max_replans, defaults.measure, defaults.min_gain,
                           defaults.choose_order, defaults.replay, defaults.fallback_when_unavailable, defaults.example_inputs,
                           defaults.fold_shapes, defaults.measure_time_limit_s),
-                         (["forward"], 0, set(), False, td._C.OtherShapes.error, 4, False, 0.01, False, None, False, {}, True,
+                         (["forward"], 0, set(), False, td._C.OtherShapes.automatic, 4, False, 0.01, False, None, False, {}, True,
                           20.0))
         x = torch.randn(2, 16)
         planned = td.plan(self.scripted, "pointwise_fusion")

@@ -55,6 +55,9 @@ inline std::int64_t output_count_of(const c10::TypePtr& type) {
 TORCH_DELEGATE_INTERNAL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count);
 /// Whether a call's arguments match the method's input specs (check_input_specs raises otherwise).
 TORCH_DELEGATE_INTERNAL bool input_specs_match(const method_info& method, const c10::IValue* args, std::size_t count);
+/// Whether the arguments that have input specs differ from them in sizes or layout alone (the same
+/// dtypes and ranks): what a re-plan may serve; another dtype or rank is the input-spec error.
+TORCH_DELEGATE_INTERNAL bool only_sizes_differ(const method_info& method, const c10::IValue* args, std::size_t count);
 
 [[noreturn]] TORCH_DELEGATE_DECL void fail_argument_type(const method_info& method, std::size_t index, std::string_view expected,
                                             const c10::IValue& given);

@@ -29,6 +29,17 @@ TORCH_DELEGATE_INTERNAL bool input_specs_match(const method_info& method, const 
   return true;
 }
 
+TORCH_DELEGATE_INTERNAL bool only_sizes_differ(const method_info& method, const c10::IValue* args, std::size_t count) {
+  for (std::size_t i = 0; i < count && i < method.input_specs.size(); ++i) {
+    const std::optional<tensor_spec>& spec = method.input_specs[i];
+    if (!spec) continue;
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) return false;
+    const at::Tensor& tensor = args[i].toTensor();
+    if (tensor.scalar_type() != spec->dtype || static_cast<std::size_t>(tensor.dim()) != spec->sizes.size()) return false;
+  }
+  return true;
+}
+
 TORCH_DELEGATE_INTERNAL void check_input_specs(const method_info& method, const c10::IValue* args, std::size_t count) {
   for (std::size_t i = 0; i < count && i < method.input_specs.size(); ++i) {
     const std::optional<tensor_spec>& spec = method.input_specs[i];

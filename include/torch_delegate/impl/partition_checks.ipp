@@ -83,7 +83,8 @@ inline void check_option_values(const backend_list& backends, const partition_op
   if (options.measure && options.example_inputs.empty())
     fail({first.name(), {}}, "measure times each candidate region on the values example_inputs give it, and none are "
                              "given: give example_inputs (the arguments of each method to time), or leave measure off");
-  if (options.on_other_shapes != other_shapes::error && options.example_inputs.empty())
+  if (options.on_other_shapes != other_shapes::error && options.on_other_shapes != other_shapes::automatic &&
+      options.example_inputs.empty())
     fail({first.name(), {}}, "on_other_shapes: it applies to the shapes recorded from example_inputs, and none are given");
   for (const backend_lowering* backend : backends)
     if (options.on_other_shapes == other_shapes::replan && !backend->runtime->replan)

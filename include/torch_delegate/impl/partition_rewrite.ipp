@@ -263,8 +263,6 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module build_partitioned(const backend_list&
   // its regions on them.
   std::vector<std::string> attributes;
   for (std::size_t k = 0; k < backends.size(); ++k) attributes.push_back(names::delegate_attribute_of(k, backends[k]->name()));
-  const std::int64_t max_replans =
-      options.on_other_shapes == other_shapes::replan ? static_cast<std::int64_t>(options.max_replans) : 0;
   input_specs recorded_all;  // every backend's regions' specs, for on_other_shapes = torchscript
   for (std::size_t k = 0; k < backends.size(); ++k) {
     const backend_lowering& lowering = *backends[k];
@@ -284,6 +282,11 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module build_partitioned(const backend_list&
         if (!options.example_inputs.count(p.method)) continue;
         if (auto specs_of_region = recorded_specs(p.regions[i])) recorded.emplace(name, std::move(*specs_of_region));
       }
+    // Re-planned: under other_shapes::replan (every backend has replan: partition_checks), and under
+    // other_shapes::automatic where this backend has it.
+    const bool replans = options.on_other_shapes == other_shapes::replan ||
+                         (options.on_other_shapes == other_shapes::automatic && lowering.runtime->replan);
+    const std::int64_t max_replans = replans ? static_cast<std::int64_t>(options.max_replans) : 0;
     if (!method_of_region.empty())
       result.register_module(attributes[k], lower_regions(lowering, child, method_of_region, specs[k],
                                                           options.fallback_when_unavailable, recorded, max_replans));

@@ -51,7 +51,8 @@ TORCH_DELEGATE_INTERNAL c10::intrusive_ptr<backend_instance> backend_instance_of
 TORCH_DELEGATE_DECL void* handle_for_call(compiled_method& method, const c10::IValue* args, std::size_t count,
                                           std::shared_ptr<void>& keep) {
   if (input_specs_match(method.info, args, count)) return method.handle;
-  if (method.info.max_replans <= 0) check_input_specs(method.info, args, count);  // raises
+  // Re-planned for other sizes only: another dtype or rank is the input-spec error (raises).
+  if (method.info.max_replans <= 0 || !only_sizes_differ(method.info, args, count)) check_input_specs(method.info, args, count);
   given_inputs given;
   for (std::size_t i = 0; i < count; ++i)
     given.push_back(args[i].isTensor() && args[i].toTensor().defined() ? std::optional(tensor_spec::like(args[i].toTensor()))
