@@ -1,8 +1,9 @@
 """A model lowered once, served at every shape: torch-delegate against ONNX Runtime with dynamic axes.
 
 Each model is lowered once at its example shape (batch 1) as the README's recipe lowers it
-(lower(scripted, ["onednn", "xnnpack", "pointwise_fusion"], partial=True, example_inputs=(x,)),
-with the default on_other_shapes="automatic"), and exported once to ONNX (opset 14) with its
+(lower(scripted, ["onednn", "xnnpack", "pointwise_fusion"], partial=True, example_inputs=(x,),
+measure=True, choose_order=True), with the default on_other_shapes="automatic"; the memory
+children find the parent's measurements in the timing cache), and exported once to ONNX (opset 14) with its
 batch, image or sequence axes dynamic, run by ONNX Runtime in a process of its own
 (bench/ort_runner.js). Then, per shape: both outputs compared with eager's, the first call of
 ours at that shape (it plans the shape) against its steady time, and the steady times of ours and
@@ -82,6 +83,11 @@ def model_and_shapes(name):
     return model, shapes, axes
 
 
+def recipe(model, example):
+    return torch_delegate.lower(torch.jit.script(model), RECIPE, partial=True, example_inputs=(example,), measure=True,
+                                choose_order=True)
+
+
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -90,7 +96,7 @@ def memory_child(name, mode):
     """In a fresh process: lower `name`, then run ours at the largest shape only ("one") or through
     every shape 10 times ("all"); the peak RSS (MB)."""
     model, shapes, _ = model_and_shapes(name)
-    low = torch_delegate.lower(torch.jit.script(model), RECIPE, partial=True, example_inputs=(torch.rand(*shapes[0]),))
+    low = recipe(model, torch.rand(*shapes[0]))
     del model
     largest = max(shapes, key=math.prod)
     inputs = {shape: torch.rand(*shape) for shape in shapes}
@@ -191,7 +197,7 @@ def relative_error(got, want):
 def run_model(name, ort):
     model, shapes, axes = model_and_shapes(name)
     example = torch.rand(*shapes[0])
-    low = torch_delegate.lower(torch.jit.script(model), RECIPE, partial=True, example_inputs=(example,))
+    low = recipe(model, example)
     if not ort.error:
         ort.load(name, model, example, axes)
     rows = []
