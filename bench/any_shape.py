@@ -11,10 +11,12 @@ ORT's interleaved as bench/ort_models.py interleaves them (round after round, th
 anew, each block's first call dropped; medians). Same threads (2 unless TD_BENCH_THREADS).
 
 Memory: per model, two fresh processes lower it and run ours alone, one at the largest shape only,
-one cycling through every shape 10 times; their peak RSS (ru_maxrss) are compared: what keeping
-a plan per shape costs beyond what the largest shape needs.
+one cycling through every shape 10 times; their peak RSS while serving (VmHWM, reset after the
+lowering: /proc/self/clear_refs) are compared: what keeping a plan per shape costs beyond what
+the largest shape needs.
 
 Usage: PYTHONPATH=<build>/python bench/any_shape.py <build> [<doc.md>] [--quick] [--models a,b,...] [--json out.json]
+                                                   [--rows run.json]  (a saved run's times: memory measured again)
 (the table goes between the doc's `<!-- any shape table -->` and `<!-- end any shape table -->` lines)
 ORT is looked for in $TD_ORT_NODE_MODULES, else <build>/ort/node_modules (npm install
 --ignore-scripts onnxruntime-node there).
@@ -30,7 +32,7 @@ import time
 
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 options = sys.argv[1:]
-VALUED = ("--models", "--json", "--memory")
+VALUED = ("--models", "--json", "--memory", "--mode", "--rows")
 args = [a for i, a in enumerate(options) if not a.startswith("--") and (i == 0 or options[i - 1] not in VALUED)]
 
 
@@ -88,7 +90,15 @@ def recipe(model, example):
                                 choose_order=True)
 
 
+def reset_peak_rss():
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # VmHWM := VmRSS (Linux 4.0 and later)
+
+
 def peak_rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -100,6 +110,9 @@ def memory_child(name, mode):
     del model
     largest = max(shapes, key=math.prod)
     inputs = {shape: torch.rand(*shape) for shape in shapes}
+    import gc
+    gc.collect()
+    reset_peak_rss()  # what serving takes, not what measuring the partition took
     with torch.no_grad():
         for _ in range(10):
             for shape in ([largest] if mode == "one" else shapes):
@@ -258,8 +271,12 @@ def main():
     print(f"# {models.machine_line()}; {threads} threads; torch {torch.__version__}; "
           f"ORT: {ort.error or 'onnxruntime-node'}", flush=True)
     rows, memories = [], {}
+    run = json.load(open(option("--rows"))) if option("--rows") else None
+    saved = run["rows"] if run else None
+    if run:
+        ort.version = run["ort"]
     for name in names:
-        rows.extend(run_model(name, ort))
+        rows.extend([row for row in saved if row["model"] == name] if saved is not None else run_model(name, ort))
         memories[name] = memory(name)
         m = memories[name]
         print(f"{name}: peak RSS {m['all_mb']:.0f} MB after every shape 10 times, {m['one_mb']:.0f} MB after the largest alone "
