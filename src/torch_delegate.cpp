@@ -36,6 +36,7 @@
 #include <torch_delegate/impl/runtime_switches.ipp>
 #include <torch_delegate/impl/shape_folding.ipp>
 #include <torch_delegate/impl/shape_folding_analysis.ipp>
+#include <torch_delegate/impl/shape_ranges.ipp>
 #include <torch_delegate/impl/signature.ipp>
 #include <torch_delegate/impl/tuning.ipp>
 #include <torch_delegate/impl/tuning_lowering.ipp>

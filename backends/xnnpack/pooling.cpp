@@ -47,16 +47,15 @@ void emit_adaptive_pooling(subgraph_builder& builder, const torch::jit::Node* no
     builder.add_node(global_avg_pool2d, unary_record{input, builder.define(output)}, range);
     return;
   }
-  // To a size that divides the input's (toolkit::adaptive_pool_window): fixed windows at that
-  // stride, an average pooling without padding; to the input's own size, a copy (a clamp to the
-  // activation folded into it, if any: XNNPACK's pooling takes no window of one).
+  // To a size that divides the input's (toolkit::adaptive_pool_window): windows of input / output
+  // at that stride, an average pooling without padding (a copy where they are of one), with the
+  // output size kept, so that a re-plan computes the windows again for another input size.
   const std::vector<std::int64_t> window = *toolkit::adaptive_pool_window(node);
-  if (window[0] == 1 && window[1] == 1) {
-    builder.add_node(clamp, unary_record{input, builder.define(output)}, range);
-    return;
-  }
-  builder.add_node(avg_pool2d, average_pooling_record{input, builder.define(output), 0, 0, 0, 0, window[0], window[1], window[0], window[1]},
-                   range);
+  const std::vector<std::int64_t> size = *toolkit::constant_ints(node->input(1));
+  builder.add_node(
+      avg_pool2d,
+      average_pooling_record{input, builder.define(output), 0, 0, 0, 0, window[0], window[1], window[0], window[1], size[0], size[1]},
+      range);
 }
 
 bool define_pooling(const definition_context& context, const node_record& node) {
@@ -75,6 +74,10 @@ bool define_pooling(const definition_context& context, const node_record& node) 
     }
     case avg_pool2d: {
       const auto r = read_node<average_pooling_record>(node);
+      if (r.kernel_height == 1 && r.kernel_width == 1) {  // an adaptive pool to the input's own size: a copy
+        check(xnn_define_clamp(context.subgraph, min, max, context.id(r.input), context.id(r.output), 0), "xnn_define_clamp");
+        return true;
+      }
       check(xnn_define_average_pooling_2d(context.subgraph, n(r.padding_top), n(r.padding_right), n(r.padding_bottom),
                                           n(r.padding_left), n(r.kernel_height), n(r.kernel_width), n(r.stride_height),
                                           n(r.stride_width), min, max, context.id(r.input), context.id(r.output), 0),

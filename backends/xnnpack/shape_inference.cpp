@@ -70,6 +70,19 @@ std::vector<std::int64_t> broadcast_dims(const std::vector<std::int64_t>& a, con
   return out;
 }
 
+average_pooling_record adaptive_windows(average_pooling_record r, const std::vector<std::int64_t>& input) {
+  if (r.adaptive_height <= 0 || r.adaptive_width <= 0) return r;  // an avg_pool2d: its windows are its own
+  require_rank(input, 4, "adaptive_avg_pool2d");
+  const std::int64_t height = input[1], width = input[2];
+  if (height % r.adaptive_height != 0 || width % r.adaptive_width != 0)
+    throw cannot_replan("its adaptive_avg_pool2d to " + std::to_string(r.adaptive_height) + "x" + std::to_string(r.adaptive_width) +
+                        " is given " + std::to_string(height) + "x" + std::to_string(width) +
+                        ": windows of unequal sizes, which XNNPACK's pooling does not run");
+  r.kernel_height = r.stride_height = height / r.adaptive_height;
+  r.kernel_width = r.stride_width = width / r.adaptive_width;
+  return r;
+}
+
 std::vector<std::int64_t> global_pool_dims(const std::vector<std::int64_t>& input) {
   require_rank(input, 4, "adaptive_avg_pool2d");
   return {input[0], 1, 1, input[3]};
@@ -138,9 +151,11 @@ void infer_node_dims(region_payload& payload, const region_payload& recorded) {
         break;
       }
       case avg_pool2d: {
-        const auto r = read_node<average_pooling_record>(node);
+        const auto planned = read_node<average_pooling_record>(node);
+        const auto r = adaptive_windows(planned, dims(planned.input));
         const std::vector<std::int64_t>& in = dims(r.input);
         dims(r.output) = window_output_dims(in, window_of(r), in.at(3));
+        node.ints = toolkit::record_ints(r);
         break;
       }
       case global_avg_pool2d: {

@@ -89,11 +89,16 @@ struct max_pooling_record {
   std::int64_t ceil_mode = -1;
   static constexpr std::size_t oldest_fields = 12;
 };
-/// avg_pool2d (no padding in PyTorch's terms; XNNPACK's is kept for the format).
+/// avg_pool2d (no padding in PyTorch's terms; XNNPACK's is kept for the format). An
+/// adaptive_avg_pool2d to a size that divides the input's is one too, with its output size
+/// (appended later: 0 in older payloads, whose windows stay as planned): a re-plan computes its
+/// windows again from the new input, and a window of one is a copy.
 struct average_pooling_record {
   std::int64_t input = 0, output = 0;
   std::int64_t padding_top = 0, padding_right = 0, padding_bottom = 0, padding_left = 0;
   std::int64_t kernel_height = 1, kernel_width = 1, stride_height = 1, stride_width = 1;
+  std::int64_t adaptive_height = 0, adaptive_width = 0;
+  static constexpr std::size_t oldest_fields = 10;
 };
 /// clamp, sigmoid, hardswish, softmax, global_avg_pool2d: one value in, one out.
 struct unary_record {
@@ -121,8 +126,8 @@ BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::fully_connected_record, input, filter,
 BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::max_pooling_record, input, output, padding_top, padding_right, padding_bottom,
                         padding_left, kernel_height, kernel_width, stride_height, stride_width, dilation_height, dilation_width,
                         ceil_mode);
-BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::average_pooling_record, input, output, padding_top, padding_right, padding_bottom,
-                        padding_left, kernel_height, kernel_width, stride_height, stride_width);
+BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::average_pooling_record, input, output, padding_top, padding_right, padding_bottom, padding_left,
+                        kernel_height, kernel_width, stride_height, stride_width, adaptive_height, adaptive_width);
 BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::unary_record, input, output);
 BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::binary_record, first, second, output);
 BOOST_HANA_ADAPT_STRUCT(xnnpack_delegate::reshape_record, input, output, shape);
@@ -261,6 +266,9 @@ std::vector<std::int64_t> window_output_dims(const std::vector<std::int64_t>& in
 /// A max pooling's bottom and right padding for NHWC `input` in ceil mode (PyTorch's output size;
 /// max pooling ignores padding, so this is exact); the record as it is otherwise.
 max_pooling_record with_ceil_mode_padding(max_pooling_record record, const std::vector<std::int64_t>& input);
+/// An adaptive pool's windows for a new input (NHWC dims), from its output size; an avg_pool2d as
+/// it is. Throws cannot_replan where the output size does not divide the input's.
+average_pooling_record adaptive_windows(average_pooling_record record, const std::vector<std::int64_t>& input);
 /// A fully-connected's output dims: the input's, the last one `output_features`.
 std::vector<std::int64_t> fully_connected_dims(std::vector<std::int64_t> input, std::int64_t output_features);
 /// The dims of a binary op's output: numpy broadcasting.

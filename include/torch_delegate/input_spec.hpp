@@ -46,6 +46,33 @@ struct tensor_spec {
   TORCH_DELEGATE_DECL static std::string describe(c10::ScalarType dtype, c10::IntArrayRef sizes);
 };
 
+/// The sizes one tensor argument may take (Torch-TensorRT's `Input(min_shape, opt_shape,
+/// max_shape)`): each dimension from `min` to `max`, both included. The example input given for
+/// the argument is the typical shape between them (the "opt" shape: measured partitioning times
+/// there). partition_options::shape_ranges declares them.
+struct shape_range {
+  std::vector<std::int64_t> min;
+  std::vector<std::int64_t> max;
+  bool operator==(const shape_range&) const = default;
+
+  /// Whether `sizes` has this many dimensions, each within its bounds.
+  bool contains(c10::IntArrayRef sizes) const {
+    if (sizes.size() != min.size() || sizes.size() != max.size()) return false;
+    for (std::size_t d = 0; d < sizes.size(); ++d)
+      if (sizes[d] < min[d] || sizes[d] > max[d]) return false;
+    return true;
+  }
+  /// "[1..32, 3, 224, 224]": a dimension whose bounds are equal shows its one size.
+  std::string to_string() const {
+    std::string text = "[";
+    for (std::size_t d = 0; d < min.size() && d < max.size(); ++d) {
+      text += (d ? ", " : "") + std::to_string(min[d]);
+      if (max[d] != min[d]) text += ".." + std::to_string(max[d]);
+    }
+    return text + "]";
+  }
+};
+
 /// Per method, one entry per argument (`self` excluded): a tensor_spec for a Tensor argument,
 /// std::nullopt for an argument left unchecked (any type).
 using input_specs = std::map<std::string, std::vector<std::optional<tensor_spec>>>;

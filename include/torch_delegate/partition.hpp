@@ -86,6 +86,17 @@ struct partition_options {
   /// each region keeps compiled (the least recently used is dropped beyond it, and compiled again
   /// if it comes back).
   std::size_t max_replans = 4;
+  /// With example inputs: the sizes each tensor argument of a method will take, per method, one
+  /// entry per argument in order (nullopt: not declared). Each example input is its range's
+  /// typical shape. At lowering the lowered method runs at the ranges' ends (every declared
+  /// argument at its `min`, then at its `max`) and is compared with the original method: a region
+  /// that cannot plan an end, or a result further than 1e-3 of the largest magnitude from the
+  /// original's, is an error that names the end. The plans made there are kept (a first call at
+  /// an end plans nothing). Calls within the ranges are re-planned, whatever on_other_shapes says;
+  /// a call outside them is an error under other_shapes::error (a check at the method's entry,
+  /// saved with it) and is served as on_other_shapes says otherwise (other_shapes::torchscript is
+  /// refused: a declared range is served by the backends). docs/onednn.md, "Other shapes".
+  std::map<std::string, std::vector<std::optional<shape_range>>> shape_ranges;
   /// With example inputs: time each candidate region on its backend and as TorchScript, in this
   /// process, on the values the example inputs give it (between TorchScript calls where it has
   /// computing neighbours, in blocks otherwise; medians), and delegate it only where the backend

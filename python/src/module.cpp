@@ -325,6 +325,15 @@ PYBIND11_MODULE(_C, m) {
                py::repr(py::str(self.detail)).cast<std::string>() + ", step=" + std::to_string(self.step) +
                ", steps=" + std::to_string(self.steps) + ", elapsed_s=" + std::to_string(self.elapsed_s) + ")";
       });
+  py::class_<td::shape_range>(m, "ShapeRange", "torch_delegate::shape_range (input_spec.hpp)")
+      .def(py::init([](std::vector<std::int64_t> min, std::vector<std::int64_t> max) {
+             return td::shape_range{std::move(min), std::move(max)};
+           }),
+           py::arg("min"), py::arg("max"))
+      .def_readwrite("min", &td::shape_range::min)
+      .def_readwrite("max", &td::shape_range::max)
+      .def("contains", [](const td::shape_range& self, const std::vector<std::int64_t>& sizes) { return self.contains(sizes); })
+      .def("__repr__", [](const td::shape_range& self) { return "ShapeRange(" + self.to_string() + ")"; });
   using td::partition_options;
   py::class_<partition_options>(m, "PartitionOptions", "torch_delegate::partition_options (partition.hpp)")
       .def(py::init<>())
@@ -336,6 +345,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("require_full", &partition_options::require_full)
       .def_readwrite("example_inputs", &partition_options::example_inputs)
       .def_readwrite("on_other_shapes", &partition_options::on_other_shapes)
+      .def_readwrite("shape_ranges", &partition_options::shape_ranges)
       .def_readwrite("max_replans", &partition_options::max_replans)
       .def_readwrite("measure", &partition_options::measure)
       .def_readwrite("min_gain", &partition_options::min_gain)
@@ -345,9 +355,7 @@ PYBIND11_MODULE(_C, m) {
       // A torch_delegate.Report (or None) in; its data (as report() gives) out.
       .def_property(
           "replay",
-          [](const partition_options& self) -> py::object {
-            return self.replay ? py::object(report_data(*self.replay)) : py::none();
-          },
+          [](const partition_options& self) -> py::object { return self.replay ? py::object(report_data(*self.replay)) : py::none(); },
           [](partition_options& self, const py::object& report) {
             self.replay = report.is_none() ? std::nullopt : std::optional(report_of(report));
           })

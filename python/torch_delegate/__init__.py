@@ -23,7 +23,7 @@ import torch
 from . import _C
 from ._backends import ENTRY_POINT_GROUP, InstalledBackend, available_backends, installed_backends, load_backend
 from ._backends import require_registered as _require_registered
-from ._options import LowerOptions, _backend_names, _input_specs, _options, _PARTIAL_KNOBS, _partition_options, _script_module, _specs
+from ._options import Input, LowerOptions, _backend_names, _input_specs, _options, _PARTIAL_KNOBS, _partition_options, _script_module, _specs
 from ._report import Backend, BackendReason, KeptNode, MethodReport, OptionInfo, Region, Report, TensorSpec, _report_of
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Error",
     "InstalledBackend",
     "KeptNode",
+    "Input",
     "LowerOptions",
     "MethodReport",
     "OptionInfo",

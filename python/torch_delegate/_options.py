@@ -15,6 +15,43 @@ from ._report import Report, TensorSpec
 
 
 @dataclasses.dataclass(frozen=True)
+class Input:
+    """An example input given by the sizes it will take (Torch-TensorRT's Input): each dimension
+    from min_shape to max_shape, opt_shape the typical one. In example_inputs in place of a
+    tensor: lowering runs the method on a tensor of opt_shape (random normal values; integers
+    and bools: zeros), times there when measuring, and checks the lowered method against the
+    original at min_shape and at max_shape (C++: partition_options::shape_ranges). Calls within
+    the range are re-planned whatever on_other_shapes says; on_other_shapes="error" refuses the
+    shapes outside it, "automatic" serves them too."""
+
+    min_shape: Sequence[int]
+    opt_shape: Sequence[int]
+    max_shape: Sequence[int]
+    dtype: torch.dtype = torch.float32
+
+    def __post_init__(self):
+        shapes = [self.min_shape, self.opt_shape, self.max_shape]
+        for name, shape in zip(("min_shape", "opt_shape", "max_shape"), shapes):
+            if not isinstance(shape, (tuple, list, torch.Size)) or not all(
+                    isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape):
+                raise TypeError(f"torch_delegate.Input: {name} must be sizes (a tuple of ints >= 0), got {shape!r}")
+        if not len(self.min_shape) == len(self.opt_shape) == len(self.max_shape):
+            raise ValueError(f"torch_delegate.Input: min_shape, opt_shape and max_shape must have as many dimensions, got "
+                             f"{tuple(self.min_shape)}, {tuple(self.opt_shape)}, {tuple(self.max_shape)}")
+        if not all(low <= opt <= high for low, opt, high in zip(*shapes)):
+            raise ValueError(f"torch_delegate.Input: each dimension must have min <= opt <= max, got min {tuple(self.min_shape)}, "
+                             f"opt {tuple(self.opt_shape)}, max {tuple(self.max_shape)}")
+        if not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"torch_delegate.Input: dtype must be a torch.dtype, got {self.dtype!r}")
+
+    def example(self) -> torch.Tensor:
+        """The tensor lowering runs the method on: opt_shape, random normal (zeros for integers and bools)."""
+        if self.dtype.is_floating_point or self.dtype.is_complex:
+            return torch.randn(tuple(self.opt_shape), generator=torch.Generator().manual_seed(0), dtype=self.dtype)
+        return torch.zeros(tuple(self.opt_shape), dtype=self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
 class LowerOptions:
     """The knobs of lower() and plan(), one object for both. Every knob is None unless given:
     None is "not given" (the C++ default of partition_options applies: its value is in the comment).
@@ -163,7 +200,7 @@ def _knob(knob: str, value: Any, who: str) -> Any:
 
 def _example_inputs_form(example_inputs, who):
     """example_inputs as a tuple of one call's arguments (for the first method) or {method: tuple}."""
-    if isinstance(example_inputs, torch.Tensor):
+    if isinstance(example_inputs, (torch.Tensor, Input)):
         return (example_inputs,)
     if isinstance(example_inputs, (tuple, list)):
         return tuple(example_inputs)
@@ -211,6 +248,11 @@ def _partition_options(options: LowerOptions, methods: List[str], who: str) -> "
     if "example_inputs" in given:
         inputs = given.pop("example_inputs")
         by_method = inputs if isinstance(inputs, Mapping) else {methods[0]: inputs}
+        ranges = {method: [_C.ShapeRange(list(a.min_shape), list(a.max_shape)) if isinstance(a, Input) else None for a in arguments]
+                  for method, arguments in by_method.items() if any(isinstance(a, Input) for a in arguments)}
+        by_method = {method: [a.example() if isinstance(a, Input) else a for a in arguments] for method, arguments in by_method.items()}
+        if ranges:
+            converted.shape_ranges = ranges
         try:
             converted.example_inputs = {method: list(arguments) for method, arguments in by_method.items()}
         except TypeError:

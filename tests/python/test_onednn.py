@@ -676,6 +676,79 @@ class OtherShapes(unittest.TestCase):
             with self.assertRaisesRegex(RuntimeError, r"a part of a chunk of dimension 2 made for size 8, given \[1, 4, 12, 8\]"):
                 low(torch.rand(1, 4, 12, 8))
 
+    def test_declared_ranges_are_served_checked_at_their_ends_and_saved(self):
+        import torchvision
+        torch.manual_seed(0)
+        model = torchvision.models.mobilenet_v3_small(weights=None).eval()
+        shape = torch_delegate.Input(min_shape=(1, 3, 64, 64), opt_shape=(2, 3, 96, 96), max_shape=(4, 3, 128, 128))
+        low = lowered(model, shape, on_other_shapes="error")
+        # The ends were planned (and checked against the original) at lowering: their plans stay.
+        self.assertLessEqual({"[1, 3, 64, 64]", "[2, 3, 96, 96]", "[4, 3, 128, 128]"}, self.planned_shapes(low))
+        outside = r"method 'forward': argument 'x' has sizes \[5, 3, 96, 96\], outside those it was lowered for: " \
+                  r"\[1..4, 3, 64..128, 64..128\] \(partition_options::shape_ranges; on_other_shapes = error refuses the others\)"
+        saved = os.path.join(os.environ.get("TD_WORKDIR", "."), f"ranges_{os.getpid()}.pt")
+        low.save(saved)
+        loaded = torch_delegate.load(saved)
+        os.remove(saved)
+        for module in (low, loaded):
+            with torch.no_grad():
+                for sizes in ((3, 3, 80, 112), (1, 3, 128, 64)):  # within the range: re-planned, not refused
+                    x = torch.rand(*sizes)
+                    self.assertLess(relative_error(module(x), model(x)), 1e-4, sizes)
+                with self.assertRaisesRegex(torch.jit.Error, "torch-delegate: " + outside):
+                    module(torch.rand(5, 3, 96, 96))
+                with self.assertRaisesRegex(torch.jit.Error, r"has sizes \[1, 3, 96\], outside"):
+                    module(torch.rand(1, 3, 96))
+        # "automatic": the range is checked at lowering, and the shapes outside it are served too.
+        served = lowered(model, shape)
+        with torch.no_grad():
+            x = torch.rand(5, 3, 96, 96)
+            self.assertLess(relative_error(served(x), model(x)), 1e-4)
+
+    def test_a_range_a_region_cannot_serve_is_refused_at_lowering(self):
+        class Halves(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+            def forward(self, x):
+                top, bottom = self.conv(x).chunk(2, dim=2)
+                return torch.relu(top) + bottom
+
+        model = Halves().eval()
+        batches = torch_delegate.Input((1, 4, 8, 8), (2, 4, 8, 8), (8, 4, 8, 8))
+        low = lowered(model, batches, on_other_shapes="error")  # the chunk's dimension does not vary
+        with torch.no_grad():
+            x = torch.rand(8, 4, 8, 8)
+            self.assertLess(relative_error(low(x), model(x)), 1e-4)
+        heights = torch_delegate.Input((1, 4, 8, 8), (1, 4, 8, 8), (1, 4, 12, 8))
+        with self.assertRaisesRegex(RuntimeError, r"(?s)method 'forward': shape_ranges: at the ranges' max \(argument 0 "
+                                                  r"\[1, 4, 12, 8\]\), the lowered method fails \(narrow the range, or keep the "
+                                                  r"region that cannot take it in TorchScript\): .*a part of a chunk of dimension 2 "
+                                                  r"made for size 8, given \[1, 4, 12, 8\]"):
+            lowered(model, heights)
+        with self.assertRaisesRegex(RuntimeError, r"shape_ranges are served by the backends .* give other_shapes::automatic"):
+            lowered(model, batches, on_other_shapes="torchscript")
+        with self.assertRaisesRegex(ValueError, r"torch_delegate.Input: each dimension must have min <= opt <= max, got "
+                                                r"min \(2, 4, 8, 8\), opt \(1, 4, 8, 8\)"):
+            torch_delegate.Input((2, 4, 8, 8), (1, 4, 8, 8), (4, 4, 8, 8))
+        with self.assertRaisesRegex(TypeError, r"torch_delegate.Input: max_shape must be sizes"):
+            torch_delegate.Input((1, 4), (1, 4), "big")
+        # C++'s checks, through the options the package fills.
+        options = torch_delegate._C.PartitionOptions()
+        options.example_inputs = {"forward": [torch.rand(1, 4, 8, 8)]}
+        for ranges, error in (({"forward": [torch_delegate._C.ShapeRange([1, 4, 8], [2, 4, 8])]},
+                               r"shape_ranges: argument 0: min \[1, 4, 8\] and max \[2, 4, 8\] must have the example's 4 "
+                               r"dimensions \(its sizes: \[1, 4, 8, 8\]\)"),
+                              ({"forward": [torch_delegate._C.ShapeRange([2, 4, 8, 8], [4, 4, 8, 8])]},
+                               r"the example's sizes \[1, 4, 8, 8\] must lie within the range \[2..4, 4, 8, 8\]"),
+                              ({"predict": [None]}, r"method 'predict': shape_ranges: the method has no example_inputs"),
+                              ({"forward": [None, None]}, r"shape_ranges: 2 given, the method takes 1 arguments")):
+            with self.subTest(ranges=ranges):
+                options.shape_ranges = ranges
+                with self.assertRaisesRegex(RuntimeError, error):
+                    torch_delegate._C.lower_partially(torch.jit.script(model)._c, ["onednn"], [{}], options)
+
 
 class SavedAndElsewhere(unittest.TestCase):
     def test_a_module_saved_by_an_earlier_main_loads(self):

@@ -956,6 +956,7 @@ def state(keep):
     tensor = torch.empty(BLOCK, dtype=torch.uint8).fill_(1)
     mapped_while_alive = libc.mallinfo2().hblkhd
     del tensor
+    held_after_free = libc.mallinfo2().fordblks  # free bytes the heap keeps
     # The fewest faults of three blocks in turn: one cycle can fault a kept block's pages in again
     # when the kernel reclaimed them meanwhile (seen once, with the whole test suite beside it).
     fewest = None
@@ -965,7 +966,7 @@ def state(keep):
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         del again
         fewest = faults if fewest is None else min(fewest, faults)
-    return {"mapped_while_alive": mapped_while_alive, "faults_again": fewest}
+    return {"mapped_while_alive": mapped_while_alive, "held_after_free": held_after_free, "faults_again": fewest}
 
 
 before = state(False)
@@ -985,10 +986,16 @@ class KeepFreedMemory(unittest.TestCase):
         self.assertTrue(got["kept"])
         # glibc's defaults: a block of 64 MiB gets a mapping of its own, given back when freed.
         self.assertGreaterEqual(got["before"]["mapped_while_alive"], block)
-        # Kept: it comes from the heap, the heap keeps it when it is freed, and the next block of
-        # that size reuses those pages instead of faulting new ones in (16,384 of 4 KiB).
+        # Kept: it comes from the heap, and the heap keeps it when it is freed (so the next block of
+        # that size reuses those pages: 0 faults where it took 16,384 of 4 KiB). What is asserted is
+        # glibc's part, which is deterministic; the faults are the kernel's, which may reclaim kept
+        # pages when the machine is busy (all 16,384 faulted again, seen twice with the whole suite
+        # beside it), so they are only printed.
         self.assertLess(got["after"]["mapped_while_alive"], block)
-        self.assertLess(got["after"]["faults_again"], 1000)
+        self.assertGreaterEqual(got["after"]["held_after_free"], block, got)
+        self.assertLess(got["before"]["held_after_free"], block, got)  # by default glibc unmaps it
+        print(f"faults for a {block >> 20} MiB block after one was freed: {got['before']['faults_again']} by default, "
+              f"{got['after']['faults_again']} with keep_freed_memory")
 
     def test_bad_values(self):
         allowed = "bytes must be 33554432 (32 MiB) to 2147483647 (glibc's mallopt takes an int)"

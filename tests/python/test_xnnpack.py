@@ -326,6 +326,25 @@ class SavedAndElsewhere(unittest.TestCase):
                         with torch.no_grad():
                             self.assertLess(relative_error(module(other), model(other)), 1e-4, shape)
 
+    def test_adaptive_pools_follow_a_new_input_size(self):
+        # The region ends at the pool: its output is the pool's size at every input size (windows
+        # of 2 at 12x12, 3 at 18x18; a copy at 6x6); a size it does not divide is refused, named.
+        torch.manual_seed(3)
+        for size, shapes in [((6, 6), [(2, 3, 14, 14), (1, 3, 20, 26), (1, 3, 8, 8)]), ((12, 12), [(2, 3, 14, 14), (1, 3, 26, 38)])]:
+            with self.subTest(size=size):
+                model = nn.Sequential(nn.Conv2d(3, 5, 3), nn.AdaptiveAvgPool2d(size), nn.ReLU()).eval()
+                low = lowered(model, torch.randn(1, 3, 14, 14), on_other_shapes="replan")
+                self.assertNotIn("aten::adaptive_avg_pool2d", kept_kinds(low))
+                for shape in shapes:
+                    x = torch.randn(*shape)
+                    with torch.no_grad():
+                        got, want = low(x), model(x)
+                    self.assertEqual(got.shape, want.shape, shape)
+                    self.assertLess(relative_error(got, want), 1e-4, shape)
+                with self.assertRaisesRegex(RuntimeError, r"adaptive_avg_pool2d to %dx%d is given 13x13: windows of unequal sizes"
+                                                          % size):
+                    low(torch.randn(1, 3, 15, 15))
+
     def test_another_rank_is_never_replanned(self):
         # Re-planning serves other sizes; another rank (or dtype) is the input spec's error, which
         # names the region (the backend's own refusals: tests/xnnpack_shape_inference.cpp).

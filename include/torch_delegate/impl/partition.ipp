@@ -12,6 +12,7 @@
 #include <torch_delegate/detail/partition_assign.hpp>
 #include <torch_delegate/detail/partition_checks.hpp>
 #include <torch_delegate/detail/partition_rewrite.hpp>
+#include <torch_delegate/detail/shape_ranges.hpp>
 #include <torch_delegate/detail/tuning.hpp>
 
 namespace torch_delegate::detail {
@@ -75,9 +76,15 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
   const partition_options options = with_default_example_inputs(module, given);
   check_partition_request(backends, module, options, &specs);
   const assigned_attributes_kept kept(module, options);
-  if (options.measure && !options.replay) return kept.restored(lower_measured(backends, module, options, specs));
-  clock_timing timing;  // nothing is timed: the rules decide, or a replayed report
-  return kept.restored(lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing)));
+  torch::jit::Module lowered;
+  if (options.measure && !options.replay) {
+    lowered = lower_measured(backends, module, options, specs);
+  } else {
+    clock_timing timing;  // nothing is timed: the rules decide, or a replayed report
+    lowered = lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
+  }
+  if (!options.shape_ranges.empty()) check_at_range_ends(backends.front()->name(), module, lowered, options);
+  return kept.restored(std::move(lowered));
 }
 
 TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with(const backend_lowering& lowering, const torch::jit::Module& module,

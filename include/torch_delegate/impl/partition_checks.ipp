@@ -4,6 +4,7 @@
 #include <torch_delegate/detail/partition_checks.hpp>
 #include <torch_delegate/detail/errors.hpp>
 #include <torch_delegate/detail/lowering_plan.hpp>
+#include <torch_delegate/detail/shape_ranges.hpp>
 #include <torch_delegate/partition.hpp>
 
 #include <algorithm>
@@ -132,6 +133,7 @@ TORCH_DELEGATE_INTERNAL void check_partition_request(const backend_list& backend
     fail({first.name(), {}}, "choose_order compares measured lowerings: set measure (with example_inputs) too");
   check_submodule_paths(first, module, options);
   check_option_values(backends, options);
+  check_shape_ranges(first.name(), options);
   for (const auto& [method, inputs] : options.example_inputs)
     check_given_for_partitioned(first.name(), "example_inputs are", method, options);
   for (const std::string& method : options.methods) schema_of(module, method, {first.name(), method});

@@ -7,6 +7,7 @@
 #include <torch_delegate/detail/partition_extract.hpp>
 #include <torch_delegate/detail/partition_layouts.hpp>
 #include <torch_delegate/detail/shape_folding.hpp>
+#include <torch_delegate/detail/shape_ranges.hpp>
 #include <torch_delegate/impl/shape_folding.ipp>  // inputs_match, the guard both build on
 #include <torch_delegate/partition.hpp>
 #include <torch_delegate/report_format.hpp>
@@ -236,6 +237,8 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
   const c10::FunctionSchema schema = result.get_method(method).function().getSchema();
   for (std::size_t i = 0; i < method_graph->inputs().size() && i < schema.arguments().size(); ++i)
     method_graph->inputs()[i]->setDebugName(schema.arguments()[i].name());
+  // Declared ranges under other_shapes::error: the shapes outside them refused at the entry.
+  insert_range_check(*method_graph, schema, method, options);
   const c10::QualifiedName name(*result.type()->name(), method);
   result.type()->unsafeRemoveMethod(method);
   result._ivalue()->compilation_unit()->unsafeRemoveMethod(name);
@@ -283,9 +286,11 @@ TORCH_DELEGATE_INTERNAL torch::jit::Module build_partitioned(const backend_list&
         if (auto specs_of_region = recorded_specs(p.regions[i])) recorded.emplace(name, std::move(*specs_of_region));
       }
     // Re-planned: under other_shapes::replan (every backend has replan: partition_checks), and under
-    // other_shapes::automatic where this backend has it.
+    // other_shapes::automatic where this backend has it; so under other_shapes::error with declared
+    // ranges (each method's entry check refuses the shapes outside them).
     const bool replans = options.on_other_shapes == other_shapes::replan ||
-                         (options.on_other_shapes == other_shapes::automatic && lowering.runtime->replan);
+                         ((options.on_other_shapes == other_shapes::automatic || ranges_replanned_under_error(options)) &&
+                          lowering.runtime->replan);
     const std::int64_t max_replans = replans ? static_cast<std::int64_t>(options.max_replans) : 0;
     if (!method_of_region.empty())
       result.register_module(attributes[k], lower_regions(lowering, child, method_of_region, specs[k],
