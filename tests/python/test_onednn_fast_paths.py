@@ -537,7 +537,7 @@ class WindowAttention(unittest.TestCase):
             return sum(1 + sum(nodes(inner) for inner in node.blocks()) for node in block.nodes())
 
         torch.manual_seed(0)
-        model = SwinTransformer(patch_size=[4, 4], embed_dim=24, depths=[2, 2, 6, 2], num_heads=[1, 2, 4, 8], window_size=[7, 7],
+        model = SwinTransformer(patch_size=[4, 4], embed_dim=24, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8], window_size=[7, 7],
                                 stochastic_depth_prob=0.0).eval()
         x = torch.randn(1, 3, 96, 96)
         folded = torch_delegate.lower(torch.jit.script(model), "onednn", partial=True, example_inputs=(x,),
