@@ -372,6 +372,7 @@ PYBIND11_MODULE(_C, m) {
     kept_reasons.append(py::make_tuple(std::string(td::detail::token_of(td::kept_reason(reason))),
                                        std::string(td::to_string(td::kept_reason(reason)))));
   m.attr("kept_reasons") = kept_reasons;
+  m.attr("shape_ranges_attribute") = td::detail::names::shape_ranges_attribute;
 
   // backends: a priority list (one name for one backend); specs: one {method: options} per backend.
   m.def("lower_partially",

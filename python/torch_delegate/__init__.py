@@ -179,7 +179,11 @@ def warm_up(module: torch.jit.ScriptModule, *shapes: Any, method: str = "forward
     or a tuple of them for a method of several tensors) or on the tensors given. Each region is
     re-planned for a shape it has not run (on_other_shapes "automatic" or "replan"); a region that
     cannot take it raises here, as its first call would. Returns the seconds each call took: the
-    first-call cost a server pays at start instead of on a request."""
+    first-call cost a server pays at start instead of on a request.
+
+    Without shapes: the ranges the module was lowered with (torch_delegate.Input), at their
+    min_shape, opt_shape and max_shape, as lowering planned them; a module loaded from a file
+    plans them again here."""
     import time
     if not isinstance(module, torch.jit.ScriptModule):
         raise TypeError(f"torch_delegate.warm_up: module must be a lowered torch.jit.ScriptModule, got {type(module).__name__}")
@@ -197,6 +201,8 @@ def warm_up(module: torch.jit.ScriptModule, *shapes: Any, method: str = "forward
         raise TypeError(f"torch_delegate.warm_up: {where} must be a tensor's sizes (a tuple of ints), a tensor, or a tuple "
                         f"of them for a method of several tensors; got {shape!r}")
 
+    if not shapes:
+        shapes = _declared_shapes(module, method)
     seconds = []
     with torch.no_grad():
         for k, shape in enumerate(shapes):
@@ -205,6 +211,19 @@ def warm_up(module: torch.jit.ScriptModule, *shapes: Any, method: str = "forward
             run(*given)
             seconds.append(time.perf_counter() - start)
     return seconds
+
+
+def _declared_shapes(module: torch.jit.ScriptModule, method: str) -> list:
+    """The min, typical and max shapes of `method`'s declared ranges, as warm_up takes them."""
+    ranges = getattr(module, _C.shape_ranges_attribute, None) if hasattr(module, _C.shape_ranges_attribute) else None
+    if not ranges or method not in ranges:
+        raise ValueError(f"torch_delegate.warm_up: no shapes given, and {method!r} was lowered without declared ranges "
+                         f"(torch_delegate.Input in example_inputs): give the shapes to plan")
+    arguments = ranges[method]
+    if not all(arguments):
+        raise ValueError(f"torch_delegate.warm_up: no shapes given, and only some arguments of {method!r} have declared "
+                         f"ranges: give the shapes to plan (a tuple of sizes or tensors per call)")
+    return [tuple(tuple(ends[k]) for ends in arguments) if len(arguments) > 1 else tuple(arguments[0][k]) for k in range(3)]
 
 
 def load(path: str, map_location: Optional[Union[str, torch.device]] = None, *,

@@ -690,6 +690,9 @@ class OtherShapes(unittest.TestCase):
         low.save(saved)
         loaded = torch_delegate.load(saved)
         os.remove(saved)
+        # A loaded module plans its ranges on the first calls, or at start: warm_up() reads them.
+        self.assertEqual(len(torch_delegate.warm_up(loaded)), 3)
+        self.assertLessEqual({"[1, 3, 64, 64]", "[2, 3, 96, 96]", "[4, 3, 128, 128]"}, self.planned_shapes(loaded))
         for module in (low, loaded):
             with torch.no_grad():
                 for sizes in ((3, 3, 80, 112), (1, 3, 128, 64)):  # within the range: re-planned, not refused
@@ -704,6 +707,8 @@ class OtherShapes(unittest.TestCase):
         with torch.no_grad():
             x = torch.rand(5, 3, 96, 96)
             self.assertLess(relative_error(served(x), model(x)), 1e-4)
+        with self.assertRaisesRegex(ValueError, r"warm_up: no shapes given, and 'forward' was lowered without declared ranges"):
+            torch_delegate.warm_up(lowered(model, torch.rand(1, 3, 96, 96)))
 
     def test_a_range_a_region_cannot_serve_is_refused_at_lowering(self):
         class Halves(nn.Module):

@@ -15,6 +15,9 @@ namespace torch_delegate::detail::names {
 /// The delegation report as text, and as data (report.hpp names them for users).
 inline constexpr const char* report_attribute = "_torch_delegate_report";
 inline constexpr const char* report_data_attribute = "_torch_delegate_report_data";
+/// The declared shape ranges (partition_options::shape_ranges), where some were:
+/// Dict[str, List[Optional[List[List[int]]]]], per method one entry per argument, [min, typical, max].
+inline constexpr const char* shape_ranges_attribute = "_torch_delegate_shape_ranges";
 
 // -- TorchBind classes ---------------------------------------------------------------------------
 /// What the qualified name of every TorchBind class starts with (LibTorch's).

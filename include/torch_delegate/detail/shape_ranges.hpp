@@ -34,6 +34,10 @@ TORCH_DELEGATE_INTERNAL bool ranges_replanned_under_error(const partition_option
 TORCH_DELEGATE_INTERNAL void insert_range_check(torch::jit::Graph& graph, const c10::FunctionSchema& schema, const std::string& method,
                                                 const partition_options& options);
 
+/// The lowered module's record of the declared ranges (names::shape_ranges_attribute), which
+/// torch_delegate.warm_up reads to plan them again after a load; nothing where none was declared.
+TORCH_DELEGATE_INTERNAL void record_shape_ranges(torch::jit::Module& lowered, const partition_options& options);
+
 /// Each method with declared ranges, lowered (`lowered`), run at the ranges' ends (every declared
 /// argument at its min, then at its max; the others as their examples) against `module`'s method
 /// on the same values: an error naming the end where a region cannot plan it, or where a result

@@ -83,7 +83,10 @@ TORCH_DELEGATE_DECL torch::jit::Module lower_partially_with_all(const backend_li
     clock_timing timing;  // nothing is timed: the rules decide, or a replayed report
     lowered = lower_partitioned(backends, module, options, specs, *decider_for(options, &specs, timing));
   }
-  if (!options.shape_ranges.empty()) check_at_range_ends(backends.front()->name(), module, lowered, options);
+  if (!options.shape_ranges.empty()) {
+    record_shape_ranges(lowered, options);
+    check_at_range_ends(backends.front()->name(), module, lowered, options);
+  }
   return kept.restored(std::move(lowered));
 }
 

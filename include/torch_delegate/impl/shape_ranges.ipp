@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch_delegate/detail/errors.hpp>
+#include <torch_delegate/detail/names.hpp>
 #include <torch_delegate/detail/shape_ranges.hpp>
 #include <torch_delegate/input_spec.hpp>
 #include <torch_delegate/partition.hpp>
@@ -182,6 +183,31 @@ TORCH_DELEGATE_INTERNAL void insert_range_check(torch::jit::Graph& graph, const 
   std::shared_ptr<torch::jit::Graph> check = torch::jit::toGraphFunction(unit.get_function("check")).graph();
   torch::jit::WithInsertPoint at(graph.block()->param_node()->next());
   torch::jit::insertGraph(graph, *check, checked);
+}
+
+TORCH_DELEGATE_INTERNAL void record_shape_ranges(torch::jit::Module& lowered, const partition_options& options) {
+  if (options.shape_ranges.empty()) return;
+  const c10::TypePtr sizes = c10::ListType::ofInts();
+  const c10::TypePtr entry = c10::OptionalType::create(c10::ListType::create(sizes));
+  const c10::TypePtr per_method = c10::ListType::create(entry);
+  c10::impl::GenericDict record(c10::StringType::get(), per_method);
+  for (const auto& [method, ranges] : options.shape_ranges) {
+    const std::vector<c10::IValue>& examples = options.example_inputs.at(method);
+    c10::impl::GenericList arguments(entry);
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      if (!ranges[i]) {
+        arguments.push_back(c10::IValue());
+        continue;
+      }
+      c10::impl::GenericList ends(sizes);
+      ends.push_back(c10::IValue(ranges[i]->min));
+      ends.push_back(c10::IValue(examples[i].toTensor().sizes().vec()));
+      ends.push_back(c10::IValue(ranges[i]->max));
+      arguments.push_back(c10::IValue(ends));
+    }
+    record.insert(method, arguments);
+  }
+  lowered.register_attribute(names::shape_ranges_attribute, c10::DictType::create(c10::StringType::get(), per_method), record);
 }
 
 TORCH_DELEGATE_INTERNAL void check_at_range_ends(std::string_view backend, const torch::jit::Module& module,
