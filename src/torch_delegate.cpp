@@ -15,6 +15,7 @@
 #include <torch_delegate/impl/dispatch.ipp>
 #include <torch_delegate/impl/load.ipp>
 #include <torch_delegate/impl/locations.ipp>
+#include <torch_delegate/impl/lowering_conditions.ipp>
 #include <torch_delegate/impl/lowering_plan.ipp>
 #include <torch_delegate/impl/input_spec.ipp>
 #include <torch_delegate/impl/lower.ipp>

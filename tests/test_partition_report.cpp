@@ -105,20 +105,41 @@ TEST_CASE("report format: versions 1 to 6 read back; anything else is nullopt, n
   using namespace torch_delegate::detail;
   using torch_delegate::kept_reason;
   const torch_delegate::delegation_report report{
-      "a, b", "__torch__.M",
+      "a, b",
+      "__torch__.M",
       {{"forward",
-        {{"forward_region_0", 3, {"aten::add", "aten::mul"}, "model.py:3", 0, "encoder",
+        {{"forward_region_0",
+          3,
+          {"aten::add", "aten::mul"},
+          "model.py:3",
+          0,
+          "encoder",
           {"input 0 (method argument x): to channels_last on entry", "output 0: to contiguous before aten::conv2d"},
-          "b", 1.5, 2.25, "faster on b: 8 of 8 rounds by more than 3 % (0 the other way), sign test p = 0.0078"}},
-        {{"aten::relu", kept_reason::slower_on_backend, "0.5 ms on a, 0.25 ms in TorchScript", "model.py:4", 1, "encoder.block",
+          "b",
+          1.5,
+          2.25,
+          "faster on b: 8 of 8 rounds by more than 3 % (0 the other way), sign test p = 0.0078"}},
+        {{"aten::relu",
+          kept_reason::slower_on_backend,
+          "0.5 ms on a, 0.25 ms in TorchScript",
+          "model.py:4",
+          1,
+          "encoder.block",
           {{"a", kept_reason::slower_on_backend, "0.5 ms on a, 0.25 ms in TorchScript"}, {"b", kept_reason::unsupported_kind, ""}}},
-         {"aten::sub", kept_reason::outside_selection, "", "model.py:5", 0, "",
+         {"aten::sub",
+          kept_reason::outside_selection,
+          "",
+          "model.py:5",
+          0,
+          "",
           {{"a", kept_reason::outside_selection, ""}, {"b", kept_reason::outside_selection, ""}}},
-         {"aten::mul", kept_reason::control_flow, "", "", 0, ""}}}}};  // per_backend empty: made by hand
+         {"aten::mul", kept_reason::control_flow, "", "", 0, ""}},  // per_backend empty: made by hand
+        {{"mask is None", "True", "the example", "model.py:2"}}}}};
   const c10::IValue saved = encode_report(report);
   CHECK(saved.toTupleRef().elements()[0].toInt() == report_format_version);
-  CHECK(report_format_version == 7);
+  CHECK(report_format_version == 8);
   CHECK(decode_report(saved) == report);
+  CHECK(contains(report.to_string(), "    decided mask is None = True (the example) at model.py:2\n"));
   // The reason is saved as its token, not its label.
   const auto kept = saved.toTupleRef().elements()[3].toListRef()[0].toTupleRef().elements()[2].toListRef();
   CHECK(kept[1].toTupleRef().elements()[1].toStringRef() == "outside_selection");
@@ -168,6 +189,7 @@ TEST_CASE("report format: versions 1 to 6 read back; anything else is nullopt, n
     REQUIRE(read);
     CHECK(read->methods[0].regions[0].backend_ms == 0.5);
     CHECK(read->methods[0].regions[0].decision.empty());
+    CHECK(read->methods[0].decided.empty());  // before version 8: nothing decided
     CHECK(contains(read->to_string(), ": 0.5 ms on x, 0.75 ms in TorchScript\n"));
     // Version 7 writes the decision, and its text shows it.
     torch_delegate::delegation_report decided = *read;

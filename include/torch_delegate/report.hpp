@@ -106,11 +106,24 @@ TORCH_DELEGATE_DECL int progress_of(kept_reason reason);
 /// far; nullptr for an empty list.
 TORCH_DELEGATE_DECL const backend_reason* primary_reason(const std::vector<backend_reason>& per_backend);
 
+/// A condition of the method's control flow that lowering decided (partitioning.md, "Conditions
+/// decided at lowering"): the method runs specialized for it behind a check at its entry.
+struct decided_condition {
+  std::string test;      // "src_mask is None", "src.is_nested", "torch.is_autocast_enabled()"
+  std::string value;     // "True", "False", "cpu"
+  std::string basis;     // "the example", "the process at lowering", "no argument requires grad; the backends own the parameters"
+  std::string location;  // the model's line that tests it, as kept_node::location
+
+  bool operator==(const decided_condition&) const = default;
+};
+
 /// What partial lowering does (or did) with one method.
 struct method_delegation {
   std::string method;
   std::vector<region_report> regions;
   std::vector<kept_node> kept;
+  /// The conditions lowering decided (none: the method runs as written around its regions).
+  std::vector<decided_condition> decided = {};
   std::size_t delegated_nodes() const {
     std::size_t count = 0;
     for (const region_report& region : regions) count += region.node_count;

@@ -2,7 +2,10 @@
 // `_torch_delegate_report_data`): this header owns that format, as payload_format.hpp owns the
 // processed payload. Nothing else encodes or decodes it.
 //
-//   version 7: (7, backend, module, [(method, [region], [kept])])
+//   version 8: (8, backend, module, [(method, [region], [kept], [decided])])
+//       region, kept: as 7
+//       decided: (test, value, basis, location): a condition decided at lowering
+//   version 7: as 8 without the decided conditions: (7, backend, module, [(method, [region], [kept])])
 //       region: (name, node_count, [kind], location, depth, submodule, [conversion], backend,
 //                backend_ms, torchscript_ms, decision)
 //       kept:   (kind, reason token, detail, location, depth, submodule,
@@ -46,7 +49,7 @@
 
 namespace torch_delegate::detail {
 
-inline constexpr std::int64_t report_format_version = 7;
+inline constexpr std::int64_t report_format_version = 8;
 
 /// The stable token a reason is saved as: "unsupported_kind", ...
 TORCH_DELEGATE_DECL std::string_view token_of(kept_reason reason);

@@ -183,6 +183,12 @@ td::delegation_report report_of(py::handle given) {
                                          .submodule = node.attr("submodule").cast<std::string>(),
                                          .per_backend = std::move(per_backend)});
     }
+    if (py::hasattr(method, "decided"))
+      for (py::handle condition : method.attr("decided"))
+        entry.decided.push_back(td::decided_condition{.test = condition.attr("test").cast<std::string>(),
+                                                      .value = condition.attr("value").cast<std::string>(),
+                                                      .basis = condition.attr("basis").cast<std::string>(),
+                                                      .location = condition.attr("location").cast<std::string>()});
     report.methods.push_back(std::move(entry));
   }
   return report;
@@ -223,7 +229,12 @@ py::dict report_data(const td::delegation_report& report) {
                            py::arg("submodule") = node.submodule, py::arg("per_backend") = per_backend,
                            py::arg("reason_token") = std::string(td::detail::token_of(node.reason))));
     }
-    methods.append(py::dict(py::arg("method") = method.method, py::arg("regions") = regions, py::arg("kept") = kept));
+    py::list decided;
+    for (const td::decided_condition& condition : method.decided)
+      decided.append(py::dict(py::arg("test") = condition.test, py::arg("value") = condition.value, py::arg("basis") = condition.basis,
+                              py::arg("location") = condition.location));
+    methods.append(
+        py::dict(py::arg("method") = method.method, py::arg("regions") = regions, py::arg("kept") = kept, py::arg("decided") = decided));
   }
   return py::dict(py::arg("backends") = backend_names(report.backend), py::arg("module") = report.module,
                   py::arg("methods") = methods, py::arg("text") = report.to_string());

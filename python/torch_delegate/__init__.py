@@ -24,7 +24,7 @@ from . import _C
 from ._backends import ENTRY_POINT_GROUP, InstalledBackend, available_backends, installed_backends, load_backend
 from ._backends import require_registered as _require_registered
 from ._options import Input, LowerOptions, _backend_names, _input_specs, _options, _PARTIAL_KNOBS, _partition_options, _script_module, _specs
-from ._report import Backend, BackendReason, KeptNode, MethodReport, OptionInfo, Region, Report, TensorSpec, _report_of
+from ._report import Backend, BackendReason, DecidedCondition, KeptNode, MethodReport, OptionInfo, Region, Report, TensorSpec, _report_of
 
 __all__ = [
     "Backend",
@@ -32,6 +32,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Error",
     "InstalledBackend",
+    "DecidedCondition",
     "KeptNode",
     "Input",
     "LowerOptions",

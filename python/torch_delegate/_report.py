@@ -108,12 +108,25 @@ class KeptNode:
 
 
 @dataclasses.dataclass(frozen=True)
+class DecidedCondition:
+    """A condition of the method's control flow decided at lowering (checked at the method's entry;
+    a call for which it does not hold runs the method as written)."""
+
+    test: str  #: "src_mask is None", "src.is_nested", "torch.is_autocast_enabled()"
+    value: str  #: "True", "False", "cpu"
+    basis: str  #: "the example", "the process at lowering", ...
+    location: str  #: the model's line that tests it, or ""
+
+
+@dataclasses.dataclass(frozen=True)
 class MethodReport:
     """What partial lowering does (or did) with one method."""
 
     method: str
     regions: List[Region]
     kept: List[KeptNode]
+    #: the conditions lowering decided (docs/partitioning.md, "Conditions decided at lowering")
+    decided: List[DecidedCondition] = dataclasses.field(default_factory=list)
 
     @property
     def delegated_nodes(self) -> int:
@@ -186,7 +199,8 @@ def _report_of(data: dict) -> Report:
     methods = [
         MethodReport(method["method"], [Region(**region) for region in method["regions"]],
                      [KeptNode(**dict(kept, per_backend=[BackendReason(**each) for each in kept["per_backend"]]))
-                      for kept in method["kept"]])
+                      for kept in method["kept"]],
+                     [DecidedCondition(**decided) for decided in method.get("decided", [])])
         for method in data["methods"]
     ]
     return Report(data["backends"], data["module"], methods, data["text"])

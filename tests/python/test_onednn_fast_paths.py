@@ -1014,5 +1014,83 @@ class SavedByAnEarlierMain(unittest.TestCase):
                 self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
 
 
+
+class PyTorchTransformerLayers(unittest.TestCase):
+    """nn.TransformerEncoder(Layer) as users write it: the fast-path checks (masks given or None,
+    nested tensors, autocast, devices, requires_grad) decided at lowering behind a check at the
+    method's entry, the fused layer spelled as what it computes and delegated; any call the check
+    refuses runs the method as it was."""
+
+    def encoder(self, norm_first=False, activation="gelu", layers=2):
+        torch.manual_seed(3)
+        layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, activation=activation, norm_first=norm_first)
+        return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+
+    def test_the_encoder_is_delegated_with_its_conditions_decided(self):
+        for norm_first, activation in ((False, "gelu"), (True, "relu")):
+            with self.subTest(norm_first=norm_first, activation=activation):
+                model = self.encoder(norm_first, activation)
+                x = torch.randn(2, 10, 32)
+                low = lowered(model, x)
+                method = torch_delegate.report(low).methods[0]
+                delegated = sum(region.node_count for region in method.regions)
+                # One region a layer; what stays is the encoder's own bookkeeping (its fast-path
+                # message, an unused grad-mode read), no tensor operator.
+                self.assertEqual(len(method.regions), 2, str(torch_delegate.report(low)))
+                self.assertGreaterEqual(delegated, 60, str(torch_delegate.report(low)))
+                bookkeeping = {"aten::format", "aten::len", "aten::gt", "aten::__not__", "prim::If", "aten::is_grad_enabled"}
+                self.assertLessEqual(set(kept(low)), bookkeeping, str(torch_delegate.report(low)))
+                decided = {condition.test: condition.value for condition in method.decided}
+                self.assertEqual(decided.get("mask is None"), "True", decided)
+                self.assertEqual(decided.get("src_key_padding_mask is None"), "True", decided)
+                self.assertEqual(decided.get("torch.is_autocast_enabled()"), "False", decided)
+                self.assertIn("decided mask is None = True (the example)", str(torch_delegate.report(low)))
+                with torch.no_grad():
+                    self.assertLess(relative_error(low(x), model(x)), 1e-5)
+                    # Another batch and length: the regions re-plan, the conditions still hold.
+                    y = torch.randn(3, 7, 32)
+                    self.assertLess(relative_error(low(y), model(y)), 1e-5)
+                self.assertLess(relative_error(low(x), model(x).detach()), 1e-5)  # grad mode on: the same
+                path = os.path.join(os.environ["TD_WORKDIR"], "transformer_encoder_lowered.pt")
+                torch.jit.save(low, path)
+                loaded = torch.jit.load(path)
+                with torch.no_grad():
+                    self.assertLess(relative_error(loaded(x), model(x)), 1e-5)
+                saved = torch_delegate.report(loaded).methods[0].decided
+                self.assertEqual([c.test for c in saved], [c.test for c in method.decided])
+
+    def test_a_call_the_conditions_do_not_hold_for_runs_the_method_as_it_was(self):
+        model = self.encoder()
+        x = torch.randn(2, 10, 32)
+        low = lowered(model, x)
+        padding = torch.zeros(2, 10, dtype=torch.bool)
+        padding[:, 7:] = True
+        causal = torch.triu(torch.full((10, 10), float("-inf")), diagonal=1)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x, src_key_padding_mask=padding), model(x, src_key_padding_mask=padding)), 1e-5)
+            self.assertLess(relative_error(low(x, mask=causal), model(x, mask=causal)), 1e-5)
+            # Under autocast the method runs as written (its canonical graph, whose self-attention
+            # is spelled out: LibTorch 1.13's scripted layer itself fails there on a dtype mismatch).
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                under_autocast = low(x)
+            self.assertLess(relative_error(under_autocast.float(), model(x)), 3e-2)
+        needs_grad = x.clone().requires_grad_()
+        out = low(needs_grad)
+        self.assertTrue(out.requires_grad)
+        out.sum().backward()
+        self.assertIsNotNone(needs_grad.grad)
+
+    def test_a_key_padding_mask_in_the_example_keeps_the_fused_layer(self):
+        # The fused layer with a mask is not spelled out yet: it stays in TorchScript, correct.
+        model = self.encoder()
+        x = torch.randn(2, 10, 32)
+        padding = torch.zeros(2, 10, dtype=torch.bool)
+        padding[:, 8:] = True
+        low = lowered(model, x, None, padding)
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x, None, padding), model(x, src_key_padding_mask=padding)), 1e-5)
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -36,6 +36,12 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_at
 TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<torch::jit::Graph>& graph,
                                                         std::vector<torch::jit::Node*>& matmuls);
 
+/// Each aten::_transformer_encoder_layer_fwd (nn.TransformerEncoderLayer's fast path, which no
+/// backend takes) without a mask, whose sizes and switches are constants, becomes what it computes:
+/// layer norms, a residual add, an aten::_native_multi_head_attention (for decompose_native_attention),
+/// the feed-forward Linears and activation. Returns how many.
+TORCH_DELEGATE_INTERNAL std::size_t decompose_encoder_layers(const std::shared_ptr<torch::jit::Graph>& graph);
+
 }  // namespace torch_delegate::detail
 
 #if TORCH_DELEGATE_HEADER_ONLY

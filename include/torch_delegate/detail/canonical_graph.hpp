@@ -3,6 +3,7 @@
 #pragma once
 
 #include <torch_delegate/detail/config.hpp>
+#include <torch_delegate/detail/lowering_conditions.hpp>
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -29,6 +30,9 @@ namespace torch_delegate::detail {
 /// (whether one of the lowering's backends takes a node), nn.MultiheadAttention's self-attention
 /// is spelled as straight-line attention (attention_calls.hpp) when a backend takes its matmuls,
 /// and left as the module computes it otherwise.
+/// With example inputs and `conditions`, control flow whose condition lowering knows is decided
+/// (lowering_conditions.hpp): the checks the method must make, what the report says and the graph
+/// before go to `conditions`.
 /// Whether `node` is an ATen operator whose results are tensors and whose schema marks none of
 /// them as an alias (not a view, not in place): each result is a new tensor. A later write to such a result writes what
 /// a region's call would return, a new tensor too (partial-lowering.md): the same either way, so
@@ -51,9 +55,11 @@ inline bool makes_new_tensors(const torch::jit::Node* node) {
                       [](const c10::Argument& result) { return result.alias_info() != nullptr; });
 }
 
-TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(
-    const torch::jit::Module& module, const std::string& method, const std::vector<c10::IValue>* example_inputs = nullptr,
-    std::string_view backend = {}, bool fold_attributes = false, const std::function<bool(const torch::jit::Node*)>& takes = {});
+TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method,
+                                                                           const std::vector<c10::IValue>* example_inputs = nullptr,
+                                                                           std::string_view backend = {}, bool fold_attributes = false,
+                                                                           const std::function<bool(const torch::jit::Node*)>& takes = {},
+                                                                           lowering_conditions* conditions = nullptr);
 
 }  // namespace torch_delegate::detail
 

@@ -8,6 +8,7 @@
 
 #include <torch_delegate/detail/backend_lowering.hpp>
 #include <torch_delegate/detail/config.hpp>
+#include <torch_delegate/detail/lowering_conditions.hpp>
 #include <torch_delegate/detail/regions.hpp>
 #include <torch_delegate/report.hpp>
 
@@ -74,6 +75,7 @@ struct partitioned_method {
   std::vector<region> regions;
   std::vector<std::size_t> backend_of;
   method_delegation entry;
+  lowering_conditions conditions;  // what the graph was specialized for (empty: nothing)
 };
 
 /// What the plan and the lowering both do, per method of `options.methods` (the request checked

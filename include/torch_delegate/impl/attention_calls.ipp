@@ -283,4 +283,66 @@ TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<to
   }
 }
 
+TORCH_DELEGATE_INTERNAL std::size_t decompose_encoder_layers(const std::shared_ptr<torch::jit::Graph>& graph) {
+  const c10::Symbol layer = c10::Symbol::fromQualString("aten::_transformer_encoder_layer_fwd");
+  std::vector<torch::jit::Node*> found;
+  std::vector<torch::jit::Block*> blocks{graph->block()};
+  while (!blocks.empty()) {
+    torch::jit::Block* block = blocks.back();
+    blocks.pop_back();
+    for (torch::jit::Node* node : block->nodes()) {
+      if (node->kind() == layer) found.push_back(node);
+      for (torch::jit::Block* nested : node->blocks()) blocks.push_back(nested);
+    }
+  }
+  std::size_t done = 0;
+  for (torch::jit::Node* node : found) {
+    // (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first,
+    //  eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1,
+    //  ffn_weight_2, ffn_bias_2, mask, mask_type) -> Tensor
+    if (node->inputs().size() != 20 || !is_none(node->input(18))) continue;
+    const c10::optional<c10::IValue> embed = torch::jit::toIValue(node->input(1)), gelu = torch::jit::toIValue(node->input(7)),
+                                     norm_first = torch::jit::toIValue(node->input(8)), eps = torch::jit::toIValue(node->input(9));
+    if (!embed || !embed->isInt() || !gelu || !gelu->isBool() || !norm_first || !norm_first->isBool() || !eps || !eps->isDouble())
+      continue;
+    torch::jit::Node* before = node->prev();
+    torch::jit::Value* out = nullptr;
+    {
+      torch::jit::WithInsertPoint here(node);
+      torch::jit::Graph& g = *graph;
+      torch::jit::Value* normalized = g.insertConstant(std::vector<std::int64_t>{embed->toInt()});
+      const auto norm = [&](torch::jit::Value* x, std::size_t weight) {
+        return g.insert(c10::aten::layer_norm, {x, normalized, node->input(weight), node->input(weight + 1), node->input(9), false});
+      };
+      const auto attend = [&](torch::jit::Value* x) {
+        torch::jit::Node* attention = g.insertNode(g.create(c10::aten::_native_multi_head_attention,
+            {x, x, x, node->input(1), node->input(2), node->input(3), node->input(4), node->input(5), node->input(6),
+             g.insertConstant(c10::IValue()), g.insertConstant(false), g.insertConstant(true), g.insertConstant(c10::IValue())}, 2));
+        attention->output(0)->setType(c10::TensorType::get());
+        attention->output(1)->setType(c10::TensorType::get());
+        return attention->output(0);
+      };
+      const auto feed_forward = [&](torch::jit::Value* x) {
+        torch::jit::Value* hidden = g.insert(c10::aten::linear, {x, node->input(14), node->input(15)});
+        hidden = gelu->toBool() ? g.insert(c10::aten::gelu, {hidden}) : g.insert(c10::aten::relu, {hidden});
+        return g.insert(c10::aten::linear, {hidden, node->input(16), node->input(17)});
+      };
+      torch::jit::Value* src = node->input(0);
+      if (norm_first->toBool()) {
+        torch::jit::Value* x = g.insert(c10::aten::add, {src, attend(norm(src, 10))});
+        out = g.insert(c10::aten::add, {x, feed_forward(norm(x, 12))});
+      } else {
+        torch::jit::Value* x = norm(g.insert(c10::aten::add, {src, attend(src)}), 10);
+        out = norm(g.insert(c10::aten::add, {x, feed_forward(x)}), 12);
+      }
+    }
+    place_as(before->next(), node, node);
+    out->setType(node->output()->type());
+    node->output()->replaceAllUsesWith(out);
+    node->destroy();
+    ++done;
+  }
+  return done;
+}
+
 }  // namespace torch_delegate::detail

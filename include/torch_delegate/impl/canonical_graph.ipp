@@ -4,6 +4,8 @@
 #include <torch_delegate/detail/attention_calls.hpp>
 #include <torch_delegate/detail/canonical_graph.hpp>
 #include <torch_delegate/detail/lowering_plan.hpp>
+#include <torch_delegate/detail/lowering_conditions.hpp>
+#include <torch_delegate/impl/lowering_conditions.ipp>
 #include <torch_delegate/impl/in_place_ops.ipp>
 #include <torch_delegate/impl/numbers_to_readers.ipp>
 #include <torch_delegate/impl/traced_graph.ipp>
@@ -331,7 +333,8 @@ inline void snapshot_appended_lists(torch::jit::Graph& graph) {
 inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::Module& module, const std::string& method,
                                                              const std::vector<c10::IValue>* example_inputs,
                                                              std::string_view backend, bool fold_attributes, bool attention,
-                                                             std::vector<torch::jit::Node*>& matmuls) {
+                                                             std::vector<torch::jit::Node*>& matmuls,
+                                                             lowering_conditions* conditions) {
   // nn.MultiheadAttention's self-attention calls become straight-line attention behind a rank
   // check that the example ranks fold.
   const bool calls = attention && example_inputs && has_multihead_attention(module);
@@ -350,13 +353,31 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
   if (example_inputs) {
     // With attention calls, again while ranks fold: a folded check (TransformerEncoderLayer's
     // `src.dim() == 3`) brings the branch holding an attention's own rank check to the top level.
-    for (int round = 0; round < (calls ? 4 : 1); ++round) {
+    // With conditions, again while conditions are decided: a decided branch brings others to light
+    // (TransformerEncoder's layers, each behind the checks of its fast path).
+    for (int round = 0; round < 12; ++round) {
       record_example_types(backend, module, method, graph, *example_inputs);
-      const std::size_t folded = fold_known_ranks(graph);
+      std::size_t folded = fold_known_ranks(graph);
+      const std::size_t decided = conditions ? decide_known_conditions(graph, *example_inputs, fold_attributes, *conditions) : 0;
+      if (decided) torch::jit::RemoveListMutation(graph);  // `all(x.is_cuda for x in tensors)`: a list of decided values
       torch::jit::ConstantPropagationImmutableTypes(graph);
+      if (decided) {
+        folded += decided;
+        for (int again = 0; again < 8; ++again) {  // what the simplified nodes decide in turn
+          const std::size_t simplified = remove_uniform_ifs(graph->block());
+          if (simplified == 0) break;
+          torch::jit::ConstantPropagationImmutableTypes(graph);
+        }
+      }
       if (calls) torch::jit::LowerSimpleTuples(graph);  // the attention's (output, None), unpacked by its caller
       torch::jit::EliminateDeadCode(graph);
-      if (folded == 0) break;
+      // A fast path decided (nn.TransformerEncoderLayer's fused layer), spelled as what it computes.
+      if (attention && decompose_encoder_layers(graph)) {
+        decompose_native_attention(graph, matmuls);
+        torch::jit::EliminateDeadCode(graph);
+      }
+      // Without attention calls, one round unless conditions were decided; with them, up to four.
+      if (folded == 0 || (decided == 0 && (!calls || round >= 3))) break;
     }
   }
   // A list built by appends as a list construct per use, where nothing else can see the list
@@ -376,10 +397,13 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const torch::jit::Module& module, const std::string& method,
                                                                        const std::vector<c10::IValue>* example_inputs,
                                                                        std::string_view backend, bool fold_attributes,
-                                                                       const std::function<bool(const torch::jit::Node*)>& takes) {
+                                                                       const std::function<bool(const torch::jit::Node*)>& takes,
+                                                                       lowering_conditions* conditions) {
   std::vector<torch::jit::Node*> matmuls;
   const bool attention = fold_attributes && takes;
-  std::shared_ptr<torch::jit::Graph> graph = canonical_graph_of(module, method, example_inputs, backend, fold_attributes, attention, matmuls);
+  if (conditions) *conditions = {};
+  std::shared_ptr<torch::jit::Graph> graph =
+      canonical_graph_of(module, method, example_inputs, backend, fold_attributes, attention, matmuls, conditions);
   // With example inputs the numbers sizes give are known at lowering: each reader a backend takes
   // computes its own (at most as many copies as the graph has nodes).
   const auto own_numbers = [&](std::shared_ptr<torch::jit::Graph> g) {
@@ -400,7 +424,8 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> canonical_graph(const
   if (std::any_of(matmuls.begin(), matmuls.end(), [&](const torch::jit::Node* node) { return live.count(node) && takes(node); }))
     return own_numbers(graph);
   matmuls.clear();
-  return own_numbers(canonical_graph_of(module, method, example_inputs, backend, fold_attributes, false, matmuls));
+  if (conditions) *conditions = {};
+  return own_numbers(canonical_graph_of(module, method, example_inputs, backend, fold_attributes, false, matmuls, conditions));
 }
 
 }  // namespace torch_delegate::detail

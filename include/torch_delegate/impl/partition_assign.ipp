@@ -58,10 +58,11 @@ TORCH_DELEGATE_INTERNAL std::vector<partitioned_method> partition_methods(const 
       return std::any_of(backends.begin(), backends.end(),
                          [&](const backend_lowering* backend) { return backend->partition.supports && backend->partition.supports(node); });
     };
+    lowering_conditions conditions;
     std::shared_ptr<torch::jit::Graph> graph =
         canonical_graph(module, method, examples == options.example_inputs.end() ? nullptr : &examples->second, first.name(),
-                        owns_parameters, takes);
-    partitioned_method p{method, graph, {}, {}, method_delegation{method, {}, {}}};
+                        owns_parameters, takes, &conditions);
+    partitioned_method p{method, graph, {}, {}, method_delegation{method, {}, {}, conditions.decided}, conditions};
     // What shape folding will compute at lowering stays out of regions.
     std::unordered_set<const torch::jit::Node*> computed;
     if (options.fold_shapes && examples != options.example_inputs.end()) computed = computed_at_lowering(graph, min_folded_nodes);
@@ -72,7 +73,7 @@ TORCH_DELEGATE_INTERNAL std::vector<partitioned_method> partition_methods(const 
     std::unordered_map<const torch::jit::Node*, std::vector<backend_reason>> reasons_of;
     std::vector<const torch::jit::Node*> last_kept;  // the node of each of the last pass's kept entries
     for (std::size_t k = 0; k < backends.size(); ++k) {
-      method_delegation pass{method, {}, {}};
+      method_delegation pass{method, {}, {}, {}};
       std::vector<const torch::jit::Node*> kept_nodes;  // the node of each entry of pass.kept
       std::vector<region> regions =
           form_regions(*backends[k], options, graph, method, pass, backends.size() > 1 ? &taken : nullptr, &kept_nodes,
@@ -129,6 +130,11 @@ TORCH_DELEGATE_INTERNAL std::vector<partitioned_method> partition_methods(const 
       drop_owned_reads(owning, graph, p.entry);
     }
     check_full(options, first, p.entry);
+    // Without a region the method stays as written: nothing was specialized.
+    if (p.regions.empty()) {
+      p.entry.decided.clear();
+      p.conditions = {};
+    }
     partitioned.push_back(std::move(p));
   }
   return partitioned;

@@ -229,6 +229,8 @@ inline void rewrite_method(torch::jit::Module& result, const partitioned_method&
   if (options.fold_shapes && options.example_inputs.count(method)) {
     if (std::shared_ptr<torch::jit::Graph> folded = fold_shapes(graph, choices, min_folded_nodes)) method_graph = folded;
   }
+  // Conditions decided at lowering: checked at the entry; where one fails, the method as it was.
+  if (!p.conditions.empty()) method_graph = guard_conditions(method_graph, p.conditions);
   // Shapes recorded from example inputs were for the regions: the method is typed as written.
   torch::jit::EraseShapeInformation(method_graph);
 

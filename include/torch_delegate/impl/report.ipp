@@ -74,6 +74,10 @@ TORCH_DELEGATE_DECL std::string delegation_report::to_string() const {
   for (const method_delegation& method : methods) {
     out << "  " << method.method << ": " << method.regions.size() << (method.regions.size() == 1 ? " region, " : " regions, ")
         << method.delegated_nodes() << " nodes delegated, " << method.kept.size() << " kept in TorchScript\n";
+    // What the method was specialized for (checked at its entry; else it runs as written).
+    for (const decided_condition& condition : method.decided)
+      out << "    decided " << condition.test << " = " << condition.value << " (" << condition.basis << ")"
+          << (condition.location.empty() ? "" : " at " + condition.location) << "\n";
     for (const region_report& region : method.regions) {
       out << "    region " << region.name << ": " << region.node_count << " nodes (";
       out << detail::comma_separated(region.kinds);

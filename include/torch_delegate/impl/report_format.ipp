@@ -86,7 +86,15 @@ inline std::string last_backend(const std::string& backends) {
   return comma == std::string::npos ? backends : backends.substr(comma + 2);
 }
 
+/// A decided condition: (test, value, basis, location).
+inline c10::TypePtr decided_data_type() {
+  return c10::TupleType::create({c10::StringType::get(), c10::StringType::get(), c10::StringType::get(), c10::StringType::get()});
+}
+
 TORCH_DELEGATE_DECL c10::TypePtr method_data_type(std::int64_t version) {
+  if (version >= 8)
+    return c10::TupleType::create({c10::StringType::get(), c10::ListType::create(region_data_type(version)),
+                                   c10::ListType::create(kept_data_type(version)), c10::ListType::create(decided_data_type())});
   return c10::TupleType::create(
       {c10::StringType::get(), c10::ListType::create(region_data_type(version)), c10::ListType::create(kept_data_type(version))});
 }
@@ -116,7 +124,10 @@ TORCH_DELEGATE_DECL c10::IValue encode_report(const delegation_report& report) {
                                                  static_cast<std::int64_t>(node.depth), node.submodule,
                                                  std::move(per_backend)}));
     }
-    methods.push_back(c10::ivalue::Tuple::create({method.method, std::move(regions), std::move(kept)}));
+    c10::impl::GenericList decided(decided_data_type());
+    for (const decided_condition& condition : method.decided)
+      decided.push_back(c10::ivalue::Tuple::create({condition.test, condition.value, condition.basis, condition.location}));
+    methods.push_back(c10::ivalue::Tuple::create({method.method, std::move(regions), std::move(kept), std::move(decided)}));
   }
   return c10::ivalue::Tuple::create({version, report.backend, report.module, std::move(methods)});
 }
@@ -144,7 +155,7 @@ inline std::optional<delegation_report> decode_report_checked(const c10::IValue&
   for (const c10::IValue& method_value : top[3].toListRef()) {
     if (!is_tuple_of(method_value, method_type)) return std::nullopt;
     const auto method = method_value.toTupleRef().elements().vec();
-    method_delegation entry{method[0].toStringRef(), {}, {}};
+    method_delegation entry{method[0].toStringRef(), {}, {}, {}};
     for (const c10::IValue& region_value : method[1].toListRef()) {
       if (!is_tuple_of(region_value, region_type)) return std::nullopt;
       const auto region = region_value.toTupleRef().elements().vec();
@@ -207,6 +218,13 @@ inline std::optional<delegation_report> decode_report_checked(const c10::IValue&
       entry.kept.push_back({kept[0].toStringRef(), *reason, std::move(detail), kept[3].toStringRef(),
                             static_cast<int>(kept[4].toInt()), version >= 2 ? kept[5].toStringRef() : std::string(),
                             std::move(per_backend)});
+    }
+    if (version >= 8) {
+      for (const c10::IValue& decided_value : method[3].toListRef()) {
+        if (!is_tuple_of(decided_value, decided_data_type())) return std::nullopt;
+        const auto decided = decided_value.toTupleRef().elements().vec();
+        entry.decided.push_back({decided[0].toStringRef(), decided[1].toStringRef(), decided[2].toStringRef(), decided[3].toStringRef()});
+      }
     }
     report.methods.push_back(std::move(entry));
   }
