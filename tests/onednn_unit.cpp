@@ -270,11 +270,30 @@ TEST_CASE("plan cache in onednn: a region keeps OnednnBackend::max_plans plans, 
   call(5);                                                  // 6 is now the least recently used
   call(5 + static_cast<std::int64_t>(OnednnBackend::max_plans));  // the (N+1)th shape
   CHECK(region.plans->plans.size() == OnednnBackend::max_plans);
-  CHECK(region.plans->plans.contains({{1, 4, 5, 5}}));
-  CHECK(!region.plans->plans.contains({{1, 4, 6, 6}}));
+  CHECK(region.plans->plans.contains(plan_key{{{1, 4, 5, 5}}, planning_threads()}));
+  CHECK(!region.plans->plans.contains(plan_key{{{1, 4, 6, 6}}, planning_threads()}));
   const at::Tensor x = torch::rand({1, 4, 6, 6});  // planned again, right
   const std::vector<c10::IValue> inputs{x};
   CHECK(equal_to_rounding(OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor(), residual_reference(x, weights), residual_terms));
+}
+
+TEST_CASE("plan cache in onednn: a plan per thread count, so torch.set_num_threads after the first call takes effect") {
+  std::map<std::string, at::Tensor> weights;
+  compiled_region region = compile_region(residual_payload(weights), weights);
+  const int saved = at::get_num_threads();
+  const at::Tensor x = torch::rand({1, 4, 7, 7});
+  const std::vector<c10::IValue> inputs{x};
+  for (const int threads : {1, 2, 1}) {
+    at::set_num_threads(threads);
+    CHECK(equal_to_rounding(OnednnBackend().execute(region, torch_delegate::inputs(inputs))[0].toTensor(), residual_reference(x, weights),
+                            residual_terms));
+  }
+  at::set_num_threads(saved);
+#ifdef _OPENMP
+  CHECK(region.plans->plans.size() == 2);  // one thread's plan reused, not made again
+  CHECK(region.plans->plans.contains(plan_key{{{1, 4, 7, 7}}, 1}));
+  CHECK(region.plans->plans.contains(plan_key{{{1, 4, 7, 7}}, 2}));
+#endif
 }
 
 TEST_CASE("payload: version 1's relu flags read as relu steps, which fusion folds back") {

@@ -101,11 +101,24 @@ struct runnable_plan {
   mutable std::vector<std::unique_ptr<call_context>> idle;
 };
 
-/// A region's plans, the last OnednnBackend::max_plans input shapes (least recently used out), and
-/// the weights new plans reorder from (the dense tensors until the first plan is made). Planning
-/// runs under the cache's lock.
+/// What a plan is made for: the input shapes, and the thread count (OpenMP's, the calling thread's:
+/// torch.set_num_threads) it was made under. oneDNN fixes a primitive's split among threads when it
+/// makes it, so a plan made for one thread runs on one thread whatever the count later: a module
+/// loaded (or first called) at one thread and then given two would otherwise keep one.
+struct plan_key {
+  torch_delegate::toolkit::input_shapes shapes;
+  int threads = 1;
+  bool operator==(const plan_key&) const = default;
+};
+
+/// The thread count plans are made and looked up for: omp_get_max_threads() of the calling thread.
+int planning_threads();
+
+/// A region's plans, the last OnednnBackend::max_plans (input shapes, thread count) pairs (least
+/// recently used out), and the weights new plans reorder from (the dense tensors until the first
+/// plan is made). Planning runs under the cache's lock.
 struct plan_store {
-  torch_delegate::toolkit::plan_cache<runnable_plan> plans{OnednnBackend::max_plans};
+  torch_delegate::toolkit::plan_cache<runnable_plan, plan_key> plans{OnednnBackend::max_plans};
   weight_store weights;
   std::vector<at::Tensor> dense;  // what the first plan reads, dropped once it is made
 };

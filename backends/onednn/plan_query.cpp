@@ -9,7 +9,7 @@ namespace onednn_delegate {
 std::vector<plan_implementation> plan_implementations(const torch::jit::Module& module) {
   std::vector<plan_implementation> listed;
   torch_delegate::for_each_compiled<OnednnBackend>(module, [&](const std::string&, const compiled_region& region) {
-    region.plans->plans.for_each([&](const torch_delegate::toolkit::input_shapes&, const runnable_plan& made) {
+    region.plans->plans.for_each([&](const plan_key&, const runnable_plan& made) {
       listed.insert(listed.end(), made.plan->implementations.begin(), made.plan->implementations.end());
     });
   });

@@ -123,12 +123,20 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
   return {std::move(region), std::move(store)};
 }
 
+int planning_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 namespace {
-/// The region's plan for `shapes`: the cached one, else made now (under the cache's lock: one plan
-/// per shape, weights reordered once).
+/// The region's plan for `shapes` at this thread's thread count: the cached one, else made now
+/// (under the cache's lock: one plan per shape and thread count, weights reordered once).
 std::shared_ptr<const runnable_plan> plan_for(compiled_region& compiled, const torch_delegate::toolkit::input_shapes& shapes) {
   plan_store& store = *compiled.plans;
-  return store.plans.get_or_make(shapes, [&] {
+  return store.plans.get_or_make(plan_key{shapes, planning_threads()}, [&] {
     auto made = std::make_shared<runnable_plan>();
     made->plan = make_plan(*compiled.region, store.weights, shapes);
     store.dense.clear();  // the plans read the first one's copies now
