@@ -1,6 +1,7 @@
 // Conditions decided at lowering: control flow whose condition lowering knows (an optional
-// argument given or None, an argument's nested-ness, device or requires_grad, autocast's state, a
-// parameter's requires_grad where the backends own the parameters) is specialized for what the
+// argument given or None, an argument's nested-ness, device or requires_grad, whether two tensors
+// are the same one, autocast's state, a parameter's requires_grad where the backends own the
+// parameters) is specialized for what the
 // example inputs and the process showed, behind one check at the method's entry; a call for which
 // the check fails runs the method as it was. PyTorch's fast-path checks (nn.TransformerEncoderLayer,
 // nn.MultiheadAttention) are what this takes out of the way of regions. docs/partitioning.md,
@@ -22,11 +23,13 @@ namespace torch_delegate::detail {
 /// One check the specialized method makes at its entry: argument `argument` (an index into the
 /// graph's inputs, self at 0) is None or not (`property` prim::Uninitialized stands for "is None"),
 /// or one of its properties (prim::is_nested, prim::requires_grad, prim::device, ...) has `value`;
-/// or, for an `argument` of 0, a process state (aten::is_autocast_enabled, ...) has `value`.
+/// or, for an `argument` of 0, a process state (aten::is_autocast_enabled, ...) has `value`; or,
+/// with `property` aten::__is__, whether the argument is the same tensor as argument `other`.
 struct condition_check {
   std::size_t argument = 0;
   c10::Symbol property;
   c10::IValue value;
+  std::size_t other = 0;
 };
 
 /// What lowering decided of a method: the checks, what the report says of them, and the method

@@ -6,8 +6,10 @@
 #include <torch_delegate/detail/lowering_plan.hpp>
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/jit.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
 
 #include <algorithm>
 #include <cmath>
@@ -81,22 +83,28 @@ inline bool is_constant(const torch::jit::Value* value, bool expected) {
   return known && known->isBool() && known->toBool() == expected;
 }
 
-/// The sizes of an nn.MultiheadAttention call that can be straight-line self-attention:
+/// Which of query, key and value an nn.MultiheadAttention call passes as one value: all three
+/// (self-attention: one projection of the packed weights, chunked), key and value (attention to a
+/// memory, a decoder's: the query's projection and the key's and value's), or none.
+enum class attention_form : std::int64_t { self = 0, shared_key_value = 1, separate = 2 };
+
+/// What a call of nn.MultiheadAttention's forward needs to be written as straight-line attention:
 /// `forward(self, query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights)`
-/// with one value for query, key and value, masks that may be None, need_weights that may be
-/// False, on a module in eval mode without bias_k/bias_v, add_zero_attn or separate Q/K/V sizes.
+/// on a module in eval mode without bias_k/bias_v, add_zero_attn or separate Q/K/V sizes.
 struct attention_call {
   std::int64_t embed = 0, heads = 0;
   bool batch_first = false;
+  attention_form form = attention_form::self;
+  at::Tensor in_weight, in_bias;  // the packed projections ([3E, E], [3E] or undefined)
 };
 inline std::optional<attention_call> self_attention_call(const torch::jit::Module& root, const torch::jit::Node* call) {
   if (call->kind() != c10::prim::CallMethod || call->s(c10::attr::name) != "forward" || call->inputs().size() != 8) return std::nullopt;
   if (!is_multihead_attention(call->input(0)->type()->cast<c10::ClassType>())) return std::nullopt;
-  if (call->input(1) != call->input(2) || call->input(2) != call->input(3)) return std::nullopt;
-  // Masks and need_weights are checked by the `if` (they fold where they are constants, as
-  // TransformerEncoderLayer's None masks are once its own checks fold); here only what cannot
-  // pass: a mask that is a tensor for certain, weights asked for for certain.
-  if (!may_be_none(call->input(4)) || !may_be_none(call->input(6)) || is_constant(call->input(5), true)) return std::nullopt;
+  const attention_form form = call->input(1) == call->input(2) && call->input(2) == call->input(3) ? attention_form::self
+                              : call->input(2) == call->input(3)                                   ? attention_form::shared_key_value
+                                                                                                   : attention_form::separate;
+  // The masks, need_weights and the ranks are the `if`'s to check (they fold where lowering knows
+  // them, as TransformerEncoderLayer's None masks do once its own checks fold).
   const std::optional<c10::IValue> object = attribute_value(root, call->input(0));
   if (!object || !object->isObject()) return std::nullopt;
   const torch::jit::Module module(object->toObject());
@@ -112,7 +120,113 @@ inline std::optional<attention_call> self_attention_call(const torch::jit::Modul
     return std::nullopt;
   const c10::IValue embed = module.attr("embed_dim"), heads = module.attr("num_heads");
   if (!embed.isInt() || !heads.isInt() || heads.toInt() <= 0 || embed.toInt() % heads.toInt() != 0) return std::nullopt;
-  return attention_call{embed.toInt(), heads.toInt(), flag("batch_first")};
+  const at::Tensor in_weight = module.attr("in_proj_weight").toTensor();
+  const c10::IValue in_bias = module.attr("in_proj_bias");
+  if (in_weight.dim() != 2 || in_weight.size(0) != 3 * embed.toInt() || (in_bias.isTensor() && in_bias.toTensor().numel() != in_weight.size(0)))
+    return std::nullopt;
+  return attention_call{embed.toInt(), heads.toInt(), flag("batch_first"), form, in_weight,
+                        in_bias.isTensor() ? in_bias.toTensor() : at::Tensor()};
+}
+
+/// F.multi_head_attention_forward in eval mode, as plain operators, in TorchScript: `applies`
+/// says whether a call's arguments are ones it computes for (batched, masks of a rank and dtype
+/// it takes), `attend` computes it. The projections come as the packed weights (self-attention)
+/// or as the query's, key's and value's parts; a boolean mask becomes an additive one (-inf where
+/// True), which a region adds to the scores; the weights are computed only where asked for. With
+/// `padding_as_bool` (aten::_native_multi_head_attention's), a key padding mask that is not bool
+/// masks where it is not zero.
+inline const char* attention_source() {
+  return R"TS(
+def applies(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor]) -> bool:
+    if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+        return False
+    if attn_mask is not None:
+        if attn_mask.dtype != BOOL and not attn_mask.is_floating_point():
+            return False
+        if attn_mask.dim() != 2 and attn_mask.dim() != 3:
+            return False
+    if key_padding_mask is not None:
+        if key_padding_mask.dim() != 2:
+            return False
+        if key_padding_mask.dtype != BOOL and not (key_padding_mask.is_floating_point() and attn_mask is None):
+            return False
+    return True
+
+def additive(mask: Tensor, like: Tensor) -> Tensor:
+    if mask.dtype == BOOL:
+        return torch.zeros_like(mask, dtype=like.dtype).masked_fill(mask, float("-inf"))
+    return mask
+
+def attend(query: Tensor, key: Tensor, value: Tensor, w_in: Tensor, b_in: Optional[Tensor], w_q: Tensor, b_q: Optional[Tensor],
+           w_k: Tensor, b_k: Optional[Tensor], w_v: Tensor, b_v: Optional[Tensor], w_out: Tensor, b_out: Optional[Tensor],
+           attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor], need_weights: bool, average_attn_weights: bool,
+           heads: int, size: int, embed: int, batch_first: bool, form: int, scale: float,
+           padding_as_bool: bool) -> Tuple[Tensor, Optional[Tensor]]:
+    if not batch_first:
+        query = query.transpose(0, 1)
+        key = key.transpose(0, 1)
+        value = value.transpose(0, 1)
+    batch = query.size(0)
+    tokens = query.size(1)
+    sources = key.size(1)
+    # The masks first, as the additive masks the scores take: they come before the attention's
+    # nodes, which then follow one another.
+    mask: Optional[Tensor] = None
+    if attn_mask is not None:
+        mask = additive(attn_mask, query)
+        if mask.dim() == 3:
+            mask = mask.reshape([batch, heads, tokens, sources])
+        else:
+            mask = mask.unsqueeze(0).unsqueeze(0)
+    padding: Optional[Tensor] = None
+    if key_padding_mask is not None:
+        padded = key_padding_mask
+        if padding_as_bool and padded.dtype != BOOL:
+            padded = padded != 0
+        padding = additive(padded, query).reshape([batch, 1, 1, sources])
+    if form == 0:
+        q, k, v = torch.linear(query, w_in, b_in).chunk(3, -1)
+    elif form == 1:
+        q = torch.linear(query, w_q, b_q)
+        k, v = torch.linear(key, w_k, b_k).chunk(2, -1)
+    else:
+        q = torch.linear(query, w_q, b_q)
+        k = torch.linear(key, w_k, b_k)
+        v = torch.linear(value, w_v, b_v)
+    q = q.reshape([batch, tokens, heads, size]).transpose(1, 2)
+    k = k.reshape([batch, sources, heads, size]).transpose(1, 2)
+    v = v.reshape([batch, sources, heads, size]).transpose(1, 2)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores + mask
+    if padding is not None:
+        scores = scores + padding
+    weights = torch.softmax(scores, -1)
+    out = torch.matmul(weights, v).transpose(1, 2).reshape([batch, tokens, embed])
+    out = torch.linear(out, w_out, b_out)
+    if not batch_first:
+        out = out.transpose(0, 1)
+    if need_weights:
+        if average_attn_weights:
+            return out, weights.mean(1)
+        return out, weights
+    return out, None
+)TS";
+}
+
+/// The graph of `attention_source()`'s function `name`, with its calls inlined.
+inline std::shared_ptr<torch::jit::Graph> attention_function(const std::string& name) {
+  // BOOL: torch.bool's number (a dtype is an int in TorchScript; compiled outside Python, `torch.bool`
+  // does not resolve).
+  static const std::shared_ptr<torch::jit::CompilationUnit> unit = [] {
+    std::string source = attention_source();
+    const std::string number = std::to_string(static_cast<int>(at::kBool));
+    for (std::size_t at = source.find("BOOL"); at != std::string::npos; at = source.find("BOOL", at)) source.replace(at, 4, number);
+    return torch::jit::compile(source);
+  }();
+  std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(unit->get_function(name)).graph()->copy();
+  torch::jit::Inline(*graph);
+  return graph;
 }
 
 /// `inner`'s frames under `outer`'s: [o1 -> ... -> ok -> i1 -> ...] (outermost first).
@@ -144,9 +258,9 @@ inline void place_as(torch::jit::Node* first, torch::jit::Node* end, const torch
   }
 }
 
-/// Replaces `call` (self_attention_call said yes) by `if query.dim() == 3 and key_padding_mask is
-/// None and attn_mask is None and not need_weights: <attention> else: <call>`; returns the call of
-/// the else branch, still to be inlined.
+/// Replaces `call` (self_attention_call said yes) by `if applies(query, key, value, attn_mask,
+/// key_padding_mask): attend(...) else: <call>` (attention_source()); returns the call of the else
+/// branch, still to be inlined.
 inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const attention_call& sizes,
                                                 std::vector<torch::jit::Node*>& matmuls) {
   torch::jit::Graph& graph = *call->owningGraph();
@@ -157,39 +271,70 @@ inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const at
   for (const torch::jit::Value* input : call->inputs()) parameters.push_back(body->addInput()->setType(input->type()));
   torch::jit::Value* self = parameters[0];
   torch::jit::Value* out_projection = body->insertGetAttr(self, "out_proj");
-  const attention_projections with{body->insertGetAttr(self, "in_proj_weight"), body->insertGetAttr(self, "in_proj_bias"),
-                                   body->insertGetAttr(out_projection, "weight"), body->insertGetAttr(out_projection, "bias")};
-  torch::jit::Value* out = insert_self_attention(*body, parameters[1], sizes.embed, sizes.heads, sizes.batch_first, with);
-  body->registerOutput(body->insertNode(body->createTuple({out, body->insertConstant(c10::IValue())}))->output());
+  torch::jit::Value* in_weight = body->insertGetAttr(self, "in_proj_weight");
+  torch::jit::Value* in_bias = body->insertGetAttr(self, "in_proj_bias");
+  // The query's, key's and value's projections, where they are not one: slices of the packed
+  // weights, constants of the lowering (the backends take them as they take the module's).
+  const std::int64_t e = sizes.embed;
+  const auto rows = [&](const at::Tensor& tensor, std::int64_t from, std::int64_t to) -> torch::jit::Value* {
+    if (!tensor.defined()) return body->insertConstant(c10::IValue());
+    return body->insertConstant(tensor.slice(0, from, to).detach().clone());
+  };
+  const bool packed = sizes.form == attention_form::self;
+  torch::jit::Value* w_q = packed ? in_weight : rows(sizes.in_weight, 0, e);
+  torch::jit::Value* b_q = packed ? in_bias : rows(sizes.in_bias, 0, e);
+  const std::int64_t k_end = sizes.form == attention_form::shared_key_value ? 3 * e : 2 * e;
+  torch::jit::Value* w_k = packed ? in_weight : rows(sizes.in_weight, e, k_end);
+  torch::jit::Value* b_k = packed ? in_bias : rows(sizes.in_bias, e, k_end);
+  const bool separate = sizes.form == attention_form::separate;
+  torch::jit::Value* w_v = separate ? rows(sizes.in_weight, 2 * e, 3 * e) : in_weight;
+  torch::jit::Value* b_v = separate ? rows(sizes.in_bias, 2 * e, 3 * e) : in_bias;
+  {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(sizes.embed / sizes.heads));
+    const std::vector<torch::jit::Value*> arguments{
+        parameters[1], parameters[2], parameters[3], in_weight, in_bias, w_q, b_q, w_k, b_k, w_v, b_v,
+        body->insertGetAttr(out_projection, "weight"), body->insertGetAttr(out_projection, "bias"), parameters[6], parameters[4],
+        parameters[5], parameters[7], body->insertConstant(sizes.heads),
+        body->insertConstant(sizes.embed / sizes.heads), body->insertConstant(sizes.embed), body->insertConstant(sizes.batch_first),
+        body->insertConstant(static_cast<std::int64_t>(sizes.form)), body->insertConstant(scale), body->insertConstant(false)};
+    const std::vector<torch::jit::Value*> outputs = torch::jit::insertGraph(*body, *attention_function("attend"), arguments);
+    body->registerOutput(outputs.at(0));
+  }
 
   torch::jit::Node* before = call->prev();
-  torch::jit::Value* rank = nullptr;
   torch::jit::Node* branch = nullptr;
   {
     torch::jit::WithInsertPoint here(call);
-    rank = graph.insert(c10::aten::dim, {call->input(1)});
-    torch::jit::Value* none = graph.insertConstant(c10::IValue());
-    torch::jit::Value* taken = graph.insert(c10::aten::eq, {rank, c10::IValue(std::int64_t{3})});
-    for (torch::jit::Value* also : {graph.insert(c10::aten::__is__, {call->input(4), none}),
-                                    graph.insert(c10::aten::__is__, {call->input(6), none}),
-                                    graph.insert(c10::aten::__not__, {call->input(5)})})
-      taken = graph.insert(c10::aten::__and__, {taken, also});
-    branch = graph.create(c10::prim::If, {taken}, 1);
+    const std::vector<torch::jit::Value*> taken = torch::jit::insertGraph(
+        graph, *attention_function("applies"), {call->input(1), call->input(2), call->input(3), call->input(6), call->input(4)});
+    branch = graph.create(c10::prim::If, {taken.at(0)}, 1);
   }
   branch->insertBefore(call);
   branch->output()->setType(call->output()->type());
   const auto same = [](torch::jit::Value* value) { return value; };
-  torch::jit::Block* three_d = branch->addBlock();
-  torch::jit::Node* inlined = three_d->appendNode(graph.createClone(call, same));
+  torch::jit::Block* straight = branch->addBlock();
+  torch::jit::Node* inlined = straight->appendNode(graph.createClone(call, same));
   auto& forward = *torch::jit::tryToGraphFunction(call->input(0)->type()->expect<c10::ClassType>()->getMethod("forward"));
-  three_d->registerOutput(torch::jit::inlineCallTo(inlined, &forward, body.get()).at(0));
-  put_under(three_d->nodes().front(), three_d->return_node(), call->callstack());
-  for (torch::jit::Node* node : three_d->nodes())
-    if (node->kind() == c10::aten::matmul) matmuls.push_back(node);
+  torch::jit::Value* result = torch::jit::inlineCallTo(inlined, &forward, body.get()).at(0);
+  if (result->type() != call->output()->type()) {  // (Tensor, Optional[Tensor]) as the call's (Tensor, Tensor?)
+    torch::jit::WithInsertPoint at(straight->return_node());
+    torch::jit::Node* parts = graph.insertNode(graph.createTupleUnpack(result));
+    result = graph.insertNode(graph.createTuple(parts->outputs()))->output();
+    result->setType(call->output()->type());
+  }
+  straight->registerOutput(result);
+  put_under(straight->nodes().front(), straight->return_node(), call->callstack());
+  const std::function<void(torch::jit::Block*)> collect = [&](torch::jit::Block* block) {
+    for (torch::jit::Node* node : block->nodes()) {
+      if (node->kind() == c10::aten::matmul) matmuls.push_back(node);
+      for (torch::jit::Block* nested : node->blocks()) collect(nested);
+    }
+  };
+  collect(straight);
   torch::jit::Block* other = branch->addBlock();
   torch::jit::Node* kept = other->appendNode(graph.createClone(call, same));
   other->registerOutput(kept->output());
-  place_as(before->next(), branch, call);  // the rank check
+  place_as(before->next(), branch, call);  // the checks
   branch->setSourceRange(call->sourceRange());
   if (call->callstack()) branch->setCallStack(*call->callstack());
   call->output()->replaceAllUsesWith(branch->output());
@@ -267,15 +412,50 @@ TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<to
     // (query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask,
     //  need_weights, average_attn_weights, mask_type) -> (output, weights)
     if (node->inputs().size() != 13 || node->outputs().size() != 2 || node->output(1)->hasUses()) continue;
-    if (node->input(0) != node->input(1) || node->input(1) != node->input(2) || !is_none(node->input(9))) continue;
+    if (node->input(0) != node->input(1) || node->input(1) != node->input(2)) continue;
     const c10::optional<c10::IValue> embed = torch::jit::toIValue(node->input(3)), heads = torch::jit::toIValue(node->input(4));
     if (!embed || !heads || !embed->isInt() || !heads->isInt() || heads->toInt() <= 0 || embed->toInt() % heads->toInt() != 0) continue;
+    // A mask: a key padding mask (mask_type 1) of [batch, keys] (the fused encoder layer's
+    // src_key_padding_mask), as its recorded type shows; other masks keep the fused op.
+    torch::jit::Value* mask = node->input(9);
+    if (!is_none(mask)) {
+      const c10::optional<c10::IValue> type = torch::jit::toIValue(node->input(12));
+      const auto tensor = mask->type()->cast<c10::TensorType>();
+      if (!type || !type->isInt() || type->toInt() != 1 || !tensor || !tensor->dim() || *tensor->dim() != 2) continue;
+    }
     torch::jit::Node* before = node->prev();
     torch::jit::Value* out = nullptr;
     {
       torch::jit::WithInsertPoint here(node);
-      out = insert_self_attention(*graph, node->input(0), embed->toInt(), heads->toInt(), true,
-                                  {node->input(5), node->input(6), node->input(7), node->input(8)}, &matmuls);
+      if (is_none(mask)) {
+        out = insert_self_attention(*graph, node->input(0), embed->toInt(), heads->toInt(), true,
+                                    {node->input(5), node->input(6), node->input(7), node->input(8)}, &matmuls);
+      } else {
+        torch::jit::Graph& g = *graph;
+        torch::jit::Value* none = g.insertConstant(c10::IValue());
+        torch::jit::Value* x = node->input(0);
+        const std::int64_t e = embed->toInt(), h = heads->toInt();
+        const std::vector<torch::jit::Value*> arguments{
+            x, x, x, node->input(5), node->input(6), node->input(5), node->input(6), node->input(5), node->input(6), node->input(5),
+            node->input(6), node->input(7), node->input(8), none, mask, g.insertConstant(false), g.insertConstant(true),
+            g.insertConstant(h), g.insertConstant(e / h), g.insertConstant(e), g.insertConstant(true),
+            g.insertConstant(static_cast<std::int64_t>(attention_form::self)), g.insertConstant(1.0 / std::sqrt(static_cast<double>(e / h))),
+            g.insertConstant(true)};
+        out = torch::jit::insertGraph(g, *attention_function("attend"), arguments).at(0);
+        torch::jit::Node* result = out->node();
+        if (result->kind() == c10::prim::TupleConstruct) out = result->input(0);
+        else out = g.insertNode(g.createTupleUnpack(out))->output(0);
+        const std::function<void(torch::jit::Block*)> collect = [&](torch::jit::Block* block) {
+          for (torch::jit::Node* n : block->nodes()) {
+            if (n->kind() == c10::aten::matmul) matmuls.push_back(n);
+            for (torch::jit::Block* nested : n->blocks()) collect(nested);
+          }
+        };
+        for (torch::jit::Node* n = before->next(); n != node; n = n->next()) {
+          if (n->kind() == c10::aten::matmul) matmuls.push_back(n);
+          for (torch::jit::Block* nested : n->blocks()) collect(nested);
+        }
+      }
     }
     place_as(before->next(), node, node);
     node->output(0)->replaceAllUsesWith(out);
@@ -300,7 +480,10 @@ TORCH_DELEGATE_INTERNAL std::size_t decompose_encoder_layers(const std::shared_p
     // (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first,
     //  eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1,
     //  ffn_weight_2, ffn_bias_2, mask, mask_type) -> Tensor
-    if (node->inputs().size() != 20 || !is_none(node->input(18))) continue;
+    if (node->inputs().size() != 20) continue;
+    // With a mask: a key padding mask (mask_type 1), for decompose_native_attention.
+    const c10::optional<c10::IValue> mask_type = torch::jit::toIValue(node->input(19));
+    if (!is_none(node->input(18)) && (!mask_type || !mask_type->isInt() || mask_type->toInt() != 1)) continue;
     const c10::optional<c10::IValue> embed = torch::jit::toIValue(node->input(1)), gelu = torch::jit::toIValue(node->input(7)),
                                      norm_first = torch::jit::toIValue(node->input(8)), eps = torch::jit::toIValue(node->input(9));
     if (!embed || !embed->isInt() || !gelu || !gelu->isBool() || !norm_first || !norm_first->isBool() || !eps || !eps->isDouble())
@@ -317,7 +500,7 @@ TORCH_DELEGATE_INTERNAL std::size_t decompose_encoder_layers(const std::shared_p
       const auto attend = [&](torch::jit::Value* x) {
         torch::jit::Node* attention = g.insertNode(g.create(c10::aten::_native_multi_head_attention,
             {x, x, x, node->input(1), node->input(2), node->input(3), node->input(4), node->input(5), node->input(6),
-             g.insertConstant(c10::IValue()), g.insertConstant(false), g.insertConstant(true), g.insertConstant(c10::IValue())}, 2));
+             node->input(18), g.insertConstant(false), g.insertConstant(true), node->input(19)}, 2));
         attention->output(0)->setType(c10::TensorType::get());
         attention->output(1)->setType(c10::TensorType::get());
         return attention->output(0);

@@ -273,6 +273,22 @@ inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& gr
       }
       continue;
     }
+    // A format of constants (nn.TransformerEncoder's "... was not TransformerEncoderLayer" message,
+    // whose length decides its fast path): constant propagation leaves aten::format.
+    if (node->kind() == c10::aten::format && node->outputs().size() == 1) {
+      torch::jit::Stack stack;
+      for (const torch::jit::Value* input : node->inputs())
+        if (const c10::optional<c10::IValue> constant = torch::jit::toIValue(input)) stack.push_back(*constant);
+      if (stack.size() != node->inputs().size() || node->inputs().empty()) continue;
+      // A vararg operator (runNodeIfInputsAreConstant declines those): its count on top.
+      stack.emplace_back(static_cast<std::int64_t>(node->inputs().size()));
+      node->getOperation()(stack);
+      if (stack.size() != 1 || !stack.front().isString()) continue;
+      torch::jit::WithInsertPoint here(node);
+      node->output()->replaceAllUsesWith(graph->insertConstant(stack.front()));
+      ++folded;
+      continue;
+    }
     if (!dim && !len_of_size) continue;
     const torch::jit::Value* tensor = dim ? node->input(0) : node->input(0)->node()->input(0);
     const auto type = tensor->type()->cast<c10::TensorType>();
@@ -372,12 +388,17 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
       if (calls) torch::jit::LowerSimpleTuples(graph);  // the attention's (output, None), unpacked by its caller
       torch::jit::EliminateDeadCode(graph);
       // A fast path decided (nn.TransformerEncoderLayer's fused layer), spelled as what it computes.
-      if (attention && decompose_encoder_layers(graph)) {
-        decompose_native_attention(graph, matmuls);
-        torch::jit::EliminateDeadCode(graph);
+      if (attention) {
+        if (const std::size_t layers = decompose_encoder_layers(graph)) {
+          decompose_native_attention(graph, matmuls);
+          torch::jit::ConstantPropagationImmutableTypes(graph);  // the attention's own switches
+          torch::jit::EliminateDeadCode(graph);
+          folded += layers;  // another round: what the layer's output decides (the next layer's is_nested)
+        }
       }
-      // Without attention calls, one round unless conditions were decided; with them, up to four.
-      if (folded == 0 || (decided == 0 && (!calls || round >= 3))) break;
+      // Without attention calls, one round unless conditions were decided; with them, while ranks
+      // or dtypes fold (each exposes the next of an attention's checks: the masks' ranks, dtypes).
+      if (folded == 0 || (decided == 0 && !calls)) break;
     }
   }
   // A list built by appends as a list construct per use, where nothing else can see the list

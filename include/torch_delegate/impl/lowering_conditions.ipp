@@ -39,7 +39,7 @@ inline const std::vector<c10::Symbol>& tensor_properties() {
   static const std::vector<c10::Symbol> properties{
       c10::Symbol::fromQualString("prim::is_nested"), c10::prim::is_cuda,       c10::Symbol::fromQualString("prim::is_sparse"),
       c10::Symbol::fromQualString("prim::is_quantized"), c10::Symbol::fromQualString("prim::is_mkldnn"),
-      c10::prim::requires_grad, c10::prim::device};
+      c10::prim::requires_grad, c10::prim::device, c10::prim::dtype, c10::aten::is_floating_point};
   return properties;
 }
 
@@ -57,6 +57,8 @@ inline c10::IValue property_of(const at::Tensor& tensor, c10::Symbol property) {
   if (name == "is_quantized") return tensor.is_quantized();
   if (name == "is_mkldnn") return tensor.is_mkldnn();
   if (name == "requires_grad") return tensor.requires_grad();
+  if (name == "dtype") return static_cast<std::int64_t>(tensor.scalar_type());
+  if (name == "is_floating_point") return tensor.is_floating_point();
   return tensor.device();  // prim::device
 }
 
@@ -69,26 +71,32 @@ inline std::optional<bool> process_state(c10::Symbol kind) {
   return std::nullopt;
 }
 
-/// Whether `value` cannot be a nested tensor: a parameter or constant, or what an ATen operator
-/// that makes no nested tensor computes from tensors that are not (memoized in `known`). An
-/// argument is not decided here (its check is).
+/// Whether `value` cannot be a nested tensor: a parameter or constant, an argument for which
+/// `argument_plain(index)` says so (its check is added there), or what an ATen operator that makes
+/// no nested tensor computes from tensors that are not (memoized in `known`).
 inline bool never_nested(const torch::jit::Graph& graph, const torch::jit::Value* value,
-                         std::unordered_map<const torch::jit::Value*, bool>& known, int depth = 0) {
+                         std::unordered_map<const torch::jit::Value*, bool>& known,
+                         const std::function<bool(std::size_t)>& argument_plain, int depth = 0) {
   if (const auto found = known.find(value); found != known.end()) return found->second;
   if (depth > 400) return false;
   const torch::jit::Node* node = value->node();
   bool result = false;
   if (node->kind() == c10::prim::Constant || node->kind() == c10::prim::GetAttr) {
     result = true;
-  } else if (node->kind() == c10::prim::unchecked_cast) {
-    result = never_nested(graph, node->input(0), known, depth + 1);
-  } else if (node->kind().is_aten() && node->blocks().empty()) {
+  } else if (node->kind() == c10::prim::Param) {
+    const std::size_t argument = argument_index(graph, value);
+    result = argument != 0 && argument_plain(argument);
+  } else if (node->kind() == c10::prim::unchecked_cast || node->kind() == c10::prim::ListUnpack) {  // a chunk's parts
+    result = never_nested(graph, node->input(0), known, argument_plain, depth + 1);
+  } else if ((node->kind().is_aten() && node->blocks().empty()) || node->kind() == c10::prim::ListConstruct) {
     const std::string name = node->kind().toUnqualString();
     result = name.find("nested") == std::string::npos && node->kind() != c10::Symbol::fromQualString("aten::to_padded_tensor");
     for (const torch::jit::Value* input : node->inputs()) {
       if (!result) break;
-      if (input->type()->kind() != c10::TypeKind::TensorType) continue;
-      result = argument_index(graph, uncast(const_cast<torch::jit::Value*>(input))) == 0 && never_nested(graph, input, known, depth + 1);
+      const auto list = input->type()->cast<c10::ListType>();
+      if (input->type()->kind() != c10::TypeKind::TensorType && !(list && list->getElementType()->kind() == c10::TypeKind::TensorType))
+        continue;
+      result = never_nested(graph, input, known, argument_plain, depth + 1);
     }
   }
   known[value] = result;
@@ -122,6 +130,23 @@ inline std::unordered_set<const torch::jit::Node*> deciding_nodes(const std::vec
   return found;
 }
 
+inline bool is_tensor_or_optional(const torch::jit::Value* value) {
+  const c10::TypePtr& type = value->type();
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  const auto optional = type->cast<c10::OptionalType>();
+  return optional && optional->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+/// Whether `value` is a tensor an ATen operator makes anew: its schema says its output aliases
+/// nothing (`layer_norm`, `linear`, `add`; not `contiguous`, `to` or a view, which may return their
+/// input), so no other tensor of the method is the same one.
+inline bool made_anew(const torch::jit::Value* value) {
+  const torch::jit::Node* node = value->node();
+  if (!node->kind().is_aten() || node->outputs().size() != 1 || value->type()->kind() != c10::TypeKind::TensorType) return false;
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  return schema && schema->returns().size() == 1 && !schema->returns()[0].alias_info() && !schema->is_mutable();
+}
+
 inline std::string spelled(const c10::IValue& value) {
   if (value.isBool()) return value.toBool() ? "True" : "False";
   if (value.isDevice()) return value.toDevice().str();
@@ -150,14 +175,19 @@ TORCH_DELEGATE_INTERNAL std::size_t decide_known_conditions(const std::shared_pt
     return argument >= 1 && argument - 1 < examples.size() ? &examples[argument - 1] : nullptr;
   };
   // The plain tensor arguments: what the checks of a property derived from them name.
+  // (Optional[Tensor] ones the example gave a tensor included: their checks say not None first.)
   std::vector<std::size_t> tensor_arguments;
   for (std::size_t i = 1; i < graph->inputs().size(); ++i)
-    if (graph->inputs()[i]->type()->kind() == c10::TypeKind::TensorType && example_of(i) && example_of(i)->isTensor())
-      tensor_arguments.push_back(i);
-  const auto check = [&](std::size_t argument, c10::Symbol property, c10::IValue value) {
-    for (const condition_check& existing : conditions.checks)
-      if (existing.argument == argument && existing.property == property) return;
-    conditions.checks.push_back({argument, property, std::move(value)});
+    if (is_tensor_or_optional(graph->inputs()[i]) && example_of(i) && example_of(i)->isTensor()) tensor_arguments.push_back(i);
+  const auto check = [&](std::size_t argument, c10::Symbol property, c10::IValue value, std::size_t other = 0) {
+    const auto add = [&](std::size_t a, c10::Symbol p, c10::IValue v, std::size_t o) {
+      for (const condition_check& existing : conditions.checks)
+        if (existing.argument == a && existing.property == p && existing.other == o) return;
+      conditions.checks.push_back({a, p, std::move(v), o});
+    };
+    if (property != c10::prim::Uninitialized && argument != 0 && graph->inputs()[argument]->type()->kind() == c10::TypeKind::OptionalType)
+      add(argument, c10::prim::Uninitialized, false, 0);
+    add(argument, property, std::move(value), other);
   };
   const auto report = [&](std::string test, const c10::IValue& value, std::string basis, const torch::jit::Node* node) {
     std::string value_text = spelled(value);
@@ -208,7 +238,34 @@ TORCH_DELEGATE_INTERNAL std::size_t decide_known_conditions(const std::shared_pt
       torch::jit::Value* a = uncast(node->input(0));
       torch::jit::Value* b = uncast(node->input(1));
       if (a->type()->kind() == c10::TypeKind::NoneType) std::swap(a, b);
-      if (b->type()->kind() != c10::TypeKind::NoneType || a->type()->kind() != c10::TypeKind::OptionalType) continue;
+      if (is_tensor_or_optional(a) && is_tensor_or_optional(b)) {
+        // `query is key` of two tensors (nn.MultiheadAttention's self-attention test).
+        std::optional<bool> same;
+        std::string basis;
+        const std::size_t first = argument_index(*graph, a), second = argument_index(*graph, b);
+        if (a == b) {
+          same = true;
+          basis = "the same value";
+        } else if (first != 0 && second != 0 && example_of(first) && example_of(second)) {
+          same = example_of(first)->is(*example_of(second));
+          check(std::min(first, second), c10::aten::__is__, *same, std::max(first, second));
+          basis = "the example";
+        } else if (const torch::jit::Node* maker = made_anew(a) ? a->node() : made_anew(b) ? b->node() : nullptr) {
+          same = false;
+          basis = std::string("a tensor ") + maker->kind().toQualString() + " makes anew";
+        }
+        if (!same) continue;
+        if (a != b) report(name_of(a) + " is " + name_of(b), *same, basis, node);  // (one value: no condition of the call)
+        decisions.emplace_back(node, kind == c10::aten::__is__ ? *same : !*same);
+        continue;
+      }
+      if (b->type()->kind() != c10::TypeKind::NoneType) continue;
+      if (a->type()->kind() != c10::TypeKind::OptionalType) {
+        // A value whose type cannot be None (a tensor passed for an optional argument, once inlined).
+        if (a->type()->kind() == c10::TypeKind::NoneType || a->type()->kind() == c10::TypeKind::AnyType) continue;
+        decisions.emplace_back(node, kind == c10::aten::__isnot__);
+        continue;
+      }
       const std::size_t argument = argument_index(*graph, a);
       const c10::IValue* example = example_of(argument);
       if (!example) continue;
@@ -228,11 +285,21 @@ TORCH_DELEGATE_INTERNAL std::size_t decide_known_conditions(const std::shared_pt
         c10::IValue value = property_of(example->toTensor(), kind);
         if (tensor->type()->kind() == c10::TypeKind::OptionalType) check(argument, c10::prim::Uninitialized, false);
         check(argument, kind, value);
-        report(test, value, "the example", node);
+        report(test, kind == c10::prim::dtype ? c10::IValue(std::string(c10::toString(example->toTensor().scalar_type()))) : value,
+               "the example", node);
         decisions.emplace_back(node, std::move(value));
       } else if (std::string(kind.toUnqualString()) == "is_nested") {
-        if (!never_nested(*graph, tensor, not_nested)) continue;
-        report(test, false, "made by operators that make no nested tensor", node);
+        // Made from arguments that are not nested (as their examples, checked) by operators that
+        // make no nested tensor.
+        const auto argument_plain = [&](std::size_t argument) {
+          const c10::IValue* example = example_of(argument);
+          if (!example || !example->isTensor() || example->toTensor().is_nested()) return false;
+          if (graph->inputs()[argument]->type()->kind() == c10::TypeKind::OptionalType) check(argument, c10::prim::Uninitialized, false);
+          check(argument, kind, false);
+          return true;
+        };
+        if (!never_nested(*graph, tensor, not_nested, argument_plain)) continue;
+        report(test, false, "made by operators that make no nested tensor, from arguments that are not", node);
         decisions.emplace_back(node, false);
       } else if (kind == c10::prim::requires_grad) {
         // Once no argument requires grad, only a parameter could make a tensor that does; the
@@ -244,6 +311,17 @@ TORCH_DELEGATE_INTERNAL std::size_t decide_known_conditions(const std::shared_pt
         for (const std::size_t argument : tensor_arguments) check(argument, c10::prim::requires_grad, false);
         report(test, false, "no argument requires grad, and the backends own the parameters", node);
         decisions.emplace_back(node, false);
+      } else if (kind == c10::prim::dtype || kind == c10::aten::is_floating_point) {
+        // The dtype the example run recorded, which the arguments' dtypes (checked) determine
+        // (nn.MultiheadAttention's `query.dtype != self.in_proj_bias.dtype`).
+        const auto type = tensor->type()->cast<c10::TensorType>();
+        if (!type || !type->scalarType()) continue;
+        for (const std::size_t argument : tensor_arguments)
+          check(argument, c10::prim::dtype, static_cast<std::int64_t>(example_of(argument)->toTensor().scalar_type()));
+        const c10::ScalarType dtype = *type->scalarType();
+        c10::IValue value = kind == c10::prim::dtype ? c10::IValue(static_cast<std::int64_t>(dtype)) : c10::IValue(c10::isFloatingType(dtype));
+        report(test, kind == c10::prim::dtype ? c10::IValue(std::string(c10::toString(dtype))) : value, "the arguments' dtypes", node);
+        decisions.emplace_back(node, std::move(value));
       } else if (kind == c10::prim::device || kind == c10::prim::is_cuda) {
         // The device the example run recorded, which the arguments' devices (checked) determine.
         const auto type = tensor->type()->cast<c10::TensorType>();
@@ -264,6 +342,10 @@ TORCH_DELEGATE_INTERNAL std::size_t decide_known_conditions(const std::shared_pt
   }
   if (decisions.empty()) return nones;
   if (!conditions.general) conditions.general = graph->copy();
+  // The ranks folded beside these decisions (a mask's `dim()`), checked with them: a call with
+  // another rank runs the method as it was.
+  for (const std::size_t argument : tensor_arguments)
+    check(argument, c10::aten::dim, static_cast<std::int64_t>(example_of(argument)->toTensor().dim()));
   for (auto& [node, value] : decisions) {
     torch::jit::WithInsertPoint at(node);
     torch::jit::Value* constant = graph->insertConstant(value);
@@ -279,6 +361,14 @@ TORCH_DELEGATE_INTERNAL std::size_t remove_uniform_ifs(torch::jit::Block* block)
     torch::jit::Node* node = *it;
     ++it;
     for (torch::jit::Block* nested : node->blocks()) removed += remove_uniform_ifs(nested);
+    // A cast to what its value already is (Optional[Tensor] refined to Tensor, of a tensor once the
+    // None was decided): the value itself, so that no node stands between a region's nodes.
+    if (node->kind() == c10::prim::unchecked_cast && node->input(0)->type()->isSubtypeOf(*node->output()->type())) {
+      node->output()->replaceAllUsesWith(node->input(0));
+      node->destroy();
+      ++removed;
+      continue;
+    }
     // all() and any() of a list of decided bools (`all(x.is_cuda or ... for x in tensors)`;
     // constant propagation leaves nodes that read a list).
     if ((node->kind() == c10::aten::all || node->kind() == c10::aten::any) && node->inputs().size() == 1 &&
@@ -346,16 +436,23 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> guard_conditions(cons
       torch::jit::Value* argument = graph->inputs()[check->argument];
       if (check->property == c10::prim::Uninitialized) {
         test = graph->insert(c10::aten::__is__, {argument, graph->insertConstant(c10::IValue())});
+      } else if (check->property == c10::aten::__is__) {
+        test = graph->insert(c10::aten::__is__, {argument, graph->inputs()[check->other]});
       } else {
         if (argument->type()->kind() == c10::TypeKind::OptionalType) {
           torch::jit::Node* cast = graph->insertNode(graph->create(c10::prim::unchecked_cast, {argument}));
           cast->output()->setType(argument->type()->expectRef<c10::OptionalType>().getElementType());
           argument = cast->output();
         }
-        torch::jit::Node* read = graph->insertNode(graph->create(check->property, {argument}));
-        read->output()->setType(check->property == c10::prim::device ? c10::TypePtr(c10::DeviceObjType::get())
-                                                                      : c10::TypePtr(c10::BoolType::get()));
-        test = read->output();
+        if (check->property.is_aten()) {  // aten::dim, aten::is_floating_point
+          test = graph->insert(check->property, {argument});
+        } else {
+          torch::jit::Node* read = graph->insertNode(graph->create(check->property, {argument}));
+          read->output()->setType(check->property == c10::prim::device  ? c10::TypePtr(c10::DeviceObjType::get())
+                                  : check->property == c10::prim::dtype ? c10::TypePtr(c10::IntType::get())
+                                                                        : c10::TypePtr(c10::BoolType::get()));
+          test = read->output();
+        }
       }
     }
     torch::jit::Value* expected = graph->insertConstant(check->value);
