@@ -47,6 +47,7 @@ std::optional<std::array<const torch::jit::Node*, 4>> normalize_nodes(const torc
 
 // preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
 void emit_convolution(step_builder& builder, const torch::jit::Node* node);
+void emit_deconvolution(step_builder& builder, const torch::jit::Node* node);
 void emit_batch_norm(step_builder& builder, const torch::jit::Node* node);
 void emit_relu(step_builder& builder, const torch::jit::Node* node);
 void emit_add(step_builder& builder, const torch::jit::Node* node);

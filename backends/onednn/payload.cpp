@@ -250,21 +250,21 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
     const std::size_t window = *kind == step_kind::max_pool3d ? 3 : 2;
     const bool pooling = *kind == step_kind::max_pool2d || *kind == step_kind::max_pool3d;
     const bool parameters_fit =
-        *kind == step_kind::convolution   ? c && each(c->stride, spatial, 1) && each(c->padding, spatial, 0) &&
-                                              each(c->dilation, spatial, 1) && c->groups >= 1
-        : pooling                         ? w && each(w->kernel, window, 1) && each(w->stride, window, 1) && each(w->padding, window, 0)
-        : *kind == step_kind::activation  ? record.activation && std::find(std::begin(activation_kinds), std::end(activation_kinds),
-                                                                           record.activation->kind) != std::end(activation_kinds)
-        : *kind == step_kind::permute     ? record.permute_dims && !record.permute_dims->empty() && record.permute_dims->size() <= 6
-        : *kind == step_kind::flatten     ? record.flatten.has_value()
-        : *kind == step_kind::layer_norm  ? record.layer_norm_eps.has_value()
-        : *kind == step_kind::reshape     ? record.reshape_sizes && !record.reshape_sizes->empty() && record.reshape_sizes->size() <= 6 &&
-                                              std::all_of(record.reshape_sizes->begin(), record.reshape_sizes->end(),
-                                                          [](std::int64_t size) { return size >= 0; })
-        : *kind == step_kind::slice       ? record.slice && record.slice->dim >= 0 && record.slice->start >= 0 && record.slice->length >= 0
-        : *kind == step_kind::softmax     ? record.softmax_dim && *record.softmax_dim >= 0
-        : *kind == step_kind::scale_by    ? record.factor.has_value()
-                                          : true;
+        *kind == step_kind::convolution || *kind == step_kind::deconvolution
+            ? c && each(c->stride, spatial, 1) && each(c->padding, spatial, 0) && each(c->dilation, spatial, 1) && c->groups >= 1
+        : pooling                        ? w && each(w->kernel, window, 1) && each(w->stride, window, 1) && each(w->padding, window, 0)
+        : *kind == step_kind::activation ? record.activation && std::find(std::begin(activation_kinds), std::end(activation_kinds),
+                                                                          record.activation->kind) != std::end(activation_kinds)
+        : *kind == step_kind::permute    ? record.permute_dims && !record.permute_dims->empty() && record.permute_dims->size() <= 6
+        : *kind == step_kind::flatten    ? record.flatten.has_value()
+        : *kind == step_kind::layer_norm ? record.layer_norm_eps.has_value()
+        : *kind == step_kind::reshape
+            ? record.reshape_sizes && !record.reshape_sizes->empty() && record.reshape_sizes->size() <= 6 &&
+                  std::all_of(record.reshape_sizes->begin(), record.reshape_sizes->end(), [](std::int64_t size) { return size >= 0; })
+        : *kind == step_kind::slice    ? record.slice && record.slice->dim >= 0 && record.slice->start >= 0 && record.slice->length >= 0
+        : *kind == step_kind::softmax  ? record.softmax_dim && *record.softmax_dim >= 0
+        : *kind == step_kind::scale_by ? record.factor.has_value()
+                                       : true;
     if (!parameters_fit) fail(i, "a " + record.op + " without its parameters");
     steps.push_back({record, *kind, {}, {}});
   }

@@ -44,7 +44,9 @@ struct slice_parameters {
 /// One step: its op ("convolution", "relu", "add", "max_pool2d", "adaptive_avg_pool2d",
 /// "activation", "mul", "cat", "permute", "layer_norm", "linear", "scale", "flatten"; since
 /// version 3 "reshape", "slice", "contiguous", "matmul", "softmax", "scale_by"; then "normalize",
-/// "max_pool3d", "adaptive_avg_pool3d", and convolutions with three values of each: 3-d), the value ids it
+/// "max_pool3d", "adaptive_avg_pool3d", and convolutions with three values of each: 3-d; then
+/// "deconvolution", a transposed convolution: its convolution parameters as conv_transpose2d's,
+/// no output padding, its weight [I, O / groups, kh, kw] as PyTorch's), the value ids it
 /// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
 /// the one it makes, the parameters of its family (absent for the others), and the named-data
 /// keys of its weight and bias (convolution, linear, layer_norm; scale: its factor as the weight).

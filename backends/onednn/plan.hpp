@@ -50,6 +50,10 @@ md in_layout(const dims& sizes, tag image);
 /// A convolution's dense weights [O, I / groups, (kt,) kh, kw] as oneDNN reads them: oihw (oidhw,
 /// oiw), or goihw (goidhw, goiw) over [groups, O / groups, ...] when grouped.
 md plain_weights(const std::vector<std::int64_t>& weight, std::int64_t groups);
+/// A transposed convolution's weights as PyTorch holds them, [I, O / groups, kh, kw], as oneDNN's
+/// deconvolution reads them: iohw over [O, I, kh, kw], or giohw over [groups, O / groups, I / groups,
+/// kh, kw] when grouped.
+md deconvolution_weights(const std::vector<std::int64_t>& weight, std::int64_t groups);
 /// Where our GEMM's weights are packed: [panels, I, 16] (gemm.hpp; a linear's and a 1x1
 /// convolution's, build_gemm.cpp).
 md packed_weights_desc(std::int64_t outputs, std::int64_t features);

@@ -81,6 +81,19 @@ void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
   step.bias = builder.base.store_constant(conv.bias);
 }
 
+// A transposed convolution: its parameters as conv_transpose2d takes them, its weight as PyTorch's
+// [I, O / groups, kh, kw], a zero bias where it has none.
+void emit_deconvolution(step_builder& builder, const torch::jit::Node* node) {
+  const at::Tensor weight = builder.region().argument<at::Tensor>(node, "weight").contiguous();
+  const auto bias = builder.region().argument<std::optional<at::Tensor>>(node, "bias");
+  const std::int64_t groups = *tk::known_int(node->input(6));
+  step_record& step = builder.add_unary("deconvolution", node);
+  step.convolution = convolution_parameters{*tk::constant_ints(node->input(3)), *tk::constant_ints(node->input(4)),
+                                            *tk::constant_ints(node->input(7)), groups};
+  step.weight = builder.base.store_constant(weight);
+  step.bias = builder.base.store_constant(bias ? bias->contiguous() : at::zeros({weight.size(1) * groups}));
+}
+
 /// A depthwise convolution step (groups = channels) over the 4-d (5-d) value `input` with `weight`
 /// [C, 1, kh, kw] ([C, 1, kt, kh, kw]) and `bias` [C]: how a BatchNorm that is not folded and an
 /// avg_pool2d run.

@@ -41,7 +41,9 @@ bool chains_its_1d_convolutions(std::span<const torch::jit::Node* const> region)
 
 torch_delegate::region_verdict OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   using torch_delegate::region_verdict;
-  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) { return tk::is_any(node, {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::linear"}); }))
+  if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
+        return tk::is_any(node, {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_transpose2d", "aten::linear"});
+      }))
     return region_verdict::refuse("no convolution or linear: not worth a call");
   if (!chains_its_1d_convolutions(region))
     return region_verdict::refuse(

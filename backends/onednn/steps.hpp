@@ -19,32 +19,34 @@ namespace onednn_delegate {
 // Every step kind with its name in a payload (and in the debug query), in payload order, and the
 // builder that plans it (builders.hpp, build_*.cpp): the enum, the names and the builders' table
 // are all made from this one list, so they cannot disagree.
-#define ONEDNN_STEP_KINDS(X)                                                         \
-  X(convolution, "convolution", convolution)                                         \
-  X(relu, "relu", eltwise)                                                           \
-  X(add, "add", add)                                                                 \
-  X(max_pool2d, "max_pool2d", max_pool)                                              \
-  X(global_avg_pool2d, "adaptive_avg_pool2d", global_avg_pool)                       \
-  X(activation, "activation", eltwise)                                               \
-  X(mul, "mul", mul)                                                                 \
-  X(cat, "cat", cat)                                                                 \
-  X(permute, "permute", permute)                                                     \
-  X(layer_norm, "layer_norm", layer_norm)                                            \
-  X(linear, "linear", linear)                                                        \
-  X(scale, "scale", scale)                                                           \
-  X(flatten, "flatten", flatten)                                                     \
-  /* payload version 3 */                                                            \
-  X(reshape, "reshape", reshape)                                                     \
-  X(slice, "slice", slice)                                                           \
-  X(contiguous, "contiguous", contiguous)                                            \
-  X(matmul, "matmul", matmul)                                                        \
-  X(softmax, "softmax", softmax)                                                     \
-  X(scale_by, "scale_by", eltwise)                                                   \
-  /* F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'") */ \
-  X(normalize, "normalize", normalize)                                               \
-  /* video models' poolings; an older build refuses them */                          \
-  X(max_pool3d, "max_pool3d", max_pool)                                              \
-  X(global_avg_pool3d, "adaptive_avg_pool3d", global_avg_pool)
+#define ONEDNN_STEP_KINDS(X)                                                          \
+  X(convolution, "convolution", convolution)                                          \
+  X(relu, "relu", eltwise)                                                            \
+  X(add, "add", add)                                                                  \
+  X(max_pool2d, "max_pool2d", max_pool)                                               \
+  X(global_avg_pool2d, "adaptive_avg_pool2d", global_avg_pool)                        \
+  X(activation, "activation", eltwise)                                                \
+  X(mul, "mul", mul)                                                                  \
+  X(cat, "cat", cat)                                                                  \
+  X(permute, "permute", permute)                                                      \
+  X(layer_norm, "layer_norm", layer_norm)                                             \
+  X(linear, "linear", linear)                                                         \
+  X(scale, "scale", scale)                                                            \
+  X(flatten, "flatten", flatten)                                                      \
+  /* payload version 3 */                                                             \
+  X(reshape, "reshape", reshape)                                                      \
+  X(slice, "slice", slice)                                                            \
+  X(contiguous, "contiguous", contiguous)                                             \
+  X(matmul, "matmul", matmul)                                                         \
+  X(softmax, "softmax", softmax)                                                      \
+  X(scale_by, "scale_by", eltwise)                                                    \
+  /* F.normalize(x, dim=-1); an older build refuses it ("unknown op 'normalize'") */  \
+  X(normalize, "normalize", normalize)                                                \
+  /* video models' poolings; an older build refuses them */                           \
+  X(max_pool3d, "max_pool3d", max_pool)                                               \
+  X(global_avg_pool3d, "adaptive_avg_pool3d", global_avg_pool)                        \
+  /* transposed convolutions (a decoder's upsampling); an older build refuses them */ \
+  X(deconvolution, "deconvolution", deconvolution)
 
 #define ONEDNN_STEP_KIND_ENUMERATOR(kind, name, builder) kind,
 enum class step_kind { ONEDNN_STEP_KINDS(ONEDNN_STEP_KIND_ENUMERATOR) };

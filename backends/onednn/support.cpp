@@ -95,6 +95,20 @@ bool sizes_4d_or_5d(const torch::jit::Value* value) {
 
 // conv2d, conv1d (audio models: [N, C, L]) and conv3d (video models: [N, C, T, H, W]).
 bool supports_conv(const torch::jit::Node* node) { return tk::conv_foldable(node) && float_of_op_rank_or_unknown(node); }
+/// conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation) of a
+/// 4-d float input, its weight and bias known, its lists constants, no output padding (a U-Net's
+/// `ConvTranspose2d(c, c // 2, 2, stride=2)`).
+bool supports_conv_transpose(const torch::jit::Node* node) {
+  if (node->inputs().size() != 8 || !tk::known_at_lowering(node->input(1)) || !tk::known_at_lowering(node->input(2))) return false;
+  for (const std::size_t list : {3, 4, 5, 7}) {
+    const auto values = tk::constant_ints(node->input(list));
+    if (!values || values->size() != 2) return false;
+  }
+  const auto sizes = tk::known_sizes(node->input(1));
+  const auto groups = tk::known_int(node->input(6));
+  return tk::constant_ints_all(node->input(5), 0) && groups && *groups >= 1 && sizes && sizes->size() == 4 && (*sizes)[0] % *groups == 0 &&
+         float_4d_or_unknown(node->input(0));
+}
 // Eval mode, its statistics, weight and bias known: folded into the convolution it follows, or
 // else (DenseNet's, after a cat) run as a depthwise 1x1 convolution of its per-channel scale and
 // shift, whose ReLU fusion takes as a post-op.
@@ -369,6 +383,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
   static const tk::op_table<step_builder> table = [] {
     tk::op_table<step_builder> ops;
     ops.add({"aten::conv1d", "aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
+        .add("aten::conv_transpose2d", supports_conv_transpose, emit_deconvolution)
         .add("aten::batch_norm", supports_batch_norm, emit_batch_norm)
         .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
         .add("aten::add", supports_add_any, emit_add)

@@ -1248,5 +1248,59 @@ class PyTorchAttentionModules(unittest.TestCase):
             self.assertLess(relative_error(low(x, causal), model(x, causal)), 1e-5)
 
 
+class UpBlock(nn.Module):  # a U-Net decoder's step: conv, transposed conv up, conv
+    def __init__(self, groups=1, bias=True, kernel=2, stride=2, padding=0, dilation=1):
+        super().__init__()
+        self.before = nn.Conv2d(16, 16, 3, padding=1)
+        self.up = nn.ConvTranspose2d(16, 8, kernel, stride=stride, padding=padding, groups=groups, bias=bias, dilation=dilation)
+        self.after = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.after(torch.relu(self.up(torch.relu(self.before(x)))))
+
+
+class TransposedConvolutions(unittest.TestCase):
+    """nn.ConvTranspose2d in the region, on oneDNN's deconvolution: stride 2 kernel 2 (a U-Net's),
+    kernels 3 and 4 with padding, groups, no bias, dilation; at the example's shape and another;
+    saved and loaded. Output padding is not taken (the node stays in TorchScript)."""
+
+    def test_in_the_region_on_a_deconvolution_kernel(self):
+        torch.manual_seed(6)
+        for settings in ({}, {"groups": 2}, {"bias": False}, {"kernel": 3, "padding": 1}, {"kernel": 4, "padding": 1},
+                         {"kernel": 3, "stride": 1, "padding": 1, "dilation": 2}):
+            with self.subTest(**settings):
+                model = UpBlock(**settings).eval()
+                x = torch.randn(1, 16, 20, 24)
+                low = lowered(model, x)
+                self.assertEqual(len(regions(low)), 1, str(torch_delegate.report(low)))
+                self.assertEqual(kept(low), [], str(torch_delegate.report(low)))
+                with torch.no_grad():
+                    for y in (x, torch.randn(2, 16, 13, 9)):
+                        self.assertLess(relative_error(low(y), model(y)), 1e-5)
+                kernels = [implementation for step, kind, implementation in plan(low) if step.endswith("deconvolution") and kind == "deconvolution"]
+                self.assertTrue(kernels and all(not implementation.startswith("ref") for implementation in kernels), plan(low))
+        path = os.path.join(os.environ["TD_WORKDIR"], "deconvolution_lowered.pt")
+        torch.jit.save(low, path)
+        with torch.no_grad():
+            self.assertLess(relative_error(torch.jit.load(path)(x), model(x)), 1e-5)
+
+    def test_output_padding_stays_in_torchscript(self):
+        class Padded(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.before = nn.Conv2d(16, 16, 3, padding=1)
+                self.up = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1)
+
+            def forward(self, x):
+                return self.up(torch.relu(self.before(x)))
+
+        model = Padded().eval()
+        x = torch.randn(1, 16, 10, 10)
+        low = lowered(model, x)
+        self.assertIn("aten::conv_transpose2d", kept(low))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+
+
 if __name__ == "__main__":
     unittest.main()
