@@ -1136,6 +1136,17 @@ class SeparateAttention(nn.Module):  # key and value as they are passed: one ten
         return out, weights
 
 
+class PaddedInside(nn.Module):  # the padding mask built in the method from the input's size
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        mask = torch.zeros(x.shape[0], x.shape[1], dtype=torch.bool)
+        mask[:, -x.shape[1] // 4:] = True
+        return self.encoder(x, src_key_padding_mask=mask)
+
+
 class PyTorchAttentionModules(unittest.TestCase):
     """nn.MultiheadAttention as users call it: self-attention, attention to a memory, masks (float,
     bool, 2-d, 3-d, key padding), need_weights either way, batch_first either way, and the
@@ -1234,6 +1245,18 @@ class PyTorchAttentionModules(unittest.TestCase):
                 torch.jit.save(low, path)
                 with torch.no_grad():
                     self.assertLess(relative_error(torch.jit.load(path)(x, memory, causal), model(x, memory, causal)), 1e-5)
+
+    def test_a_mask_built_in_the_method_leaves_each_layer_one_region(self):
+        # The mask's views read only the mask's sizes: the attention's own numbers stay in its region.
+        model = PaddedInside().eval()
+        x = torch.randn(2, 12, 32)
+        low = lowered(model, x)
+        report = str(torch_delegate.report(low))
+        self.assertEqual(len(regions(low)), 2, report)
+        self.assertFalse(set(kept(low)) & (self.attention - {"prim::If"}), report)
+        with torch.no_grad():
+            for y in (x, torch.randn(3, 8, 32)):
+                self.assertLess(relative_error(low(y), model(y)), 1e-5)
 
     def test_encoder_with_a_causal_mask(self):
         layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)

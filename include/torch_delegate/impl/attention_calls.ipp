@@ -166,16 +166,14 @@ def attend(query: Tensor, key: Tensor, value: Tensor, w_in: Tensor, b_in: Option
         query = query.transpose(0, 1)
         key = key.transpose(0, 1)
         value = value.transpose(0, 1)
-    batch = query.size(0)
-    tokens = query.size(1)
-    sources = key.size(1)
     # The masks first, as the additive masks the scores take: they come before the attention's
-    # nodes, which then follow one another.
+    # nodes, which then follow one another. Their views read only their own sizes: a number of the
+    # attention's (its batch, its length) read outside its region would cut the region.
     mask: Optional[Tensor] = None
     if attn_mask is not None:
         mask = additive(attn_mask, query)
         if mask.dim() == 3:
-            mask = mask.reshape([batch, heads, tokens, sources])
+            mask = mask.view([-1, heads, mask.size(1), mask.size(2)])
         else:
             mask = mask.unsqueeze(0).unsqueeze(0)
     padding: Optional[Tensor] = None
@@ -183,7 +181,10 @@ def attend(query: Tensor, key: Tensor, value: Tensor, w_in: Tensor, b_in: Option
         padded = key_padding_mask
         if padding_as_bool and padded.dtype != BOOL:
             padded = padded != 0
-        padding = additive(padded, query).reshape([batch, 1, 1, sources])
+        padding = additive(padded, query).unsqueeze(1).unsqueeze(1)
+    batch = query.size(0)
+    tokens = query.size(1)
+    sources = key.size(1)
     if form == 0:
         q, k, v = torch.linear(query, w_in, b_in).chunk(3, -1)
     elif form == 1:

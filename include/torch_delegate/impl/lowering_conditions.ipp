@@ -155,12 +155,15 @@ inline std::string spelled(const c10::IValue& value) {
   return out.str();
 }
 
-/// What the method calls the value: its argument's name or debug name, else its node's kind.
+/// What the method calls the value: its argument's name, or its debug name and the node that made
+/// it (two values of one name, `x` and `x = norm(x)`, apart), else its node's kind.
 inline std::string name_of(const torch::jit::Value* value) {
+  const bool argument = value->node()->kind() == c10::prim::Param;
   if (value->hasDebugName()) {
     std::string name = value->debugName();
     if (const auto dot = name.find('.'); dot != std::string::npos && dot > 0) name.resize(dot);
-    return name;
+    return argument || value->node()->kind() == c10::prim::unchecked_cast ? name
+                                                                          : name + " (made by " + value->node()->kind().toQualString() + ")";
   }
   return "the result of " + std::string(value->node()->kind().toQualString());
 }
