@@ -53,6 +53,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+from ort_process import OrtProcess, interleaved_medians, local_timer  # noqa: E402
 
 torch.set_num_threads(threads)
 import torch_delegate  # noqa: E402
@@ -132,75 +133,11 @@ def memory(name):
     return {"one_mb": run("one"), "all_mb": run("all")}
 
 
-class Ort:
-    """The ORT runner process (bench/ort_runner.js); `error` says why there is none."""
-
-    def __init__(self, workdir):
-        self.process, self.error, self.version, self.workdir = None, None, None, workdir
-        modules = os.environ.get("TD_ORT_NODE_MODULES", os.path.join(build, "ort", "node_modules"))
-        if not os.path.isdir(os.path.join(modules, "onnxruntime-node")):
-            self.error = f"onnxruntime-node is not installed in {modules} (npm install --ignore-scripts onnxruntime-node there)"
-            return
-        try:
-            self.process = subprocess.Popen(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort_runner.js")],
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                            env=dict(os.environ, NODE_PATH=modules))
-        except FileNotFoundError:
-            self.error = "node is not installed (Debian: nodejs)"
-
-    def ask(self, request):
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        reply = json.loads(self.process.stdout.readline() or '{"error": "the ORT runner exited"}')
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return reply
-
-    def output(self, reply):
-        import numpy
-        return torch.from_numpy(numpy.fromfile(reply["output"], dtype=numpy.float32)).reshape(reply["dims"])
-
-    def load(self, name, model, x, axes):
-        path = os.path.join(self.workdir, f"{name}.onnx")
-        torch.onnx.export(model, (x,), path, opset_version=14, input_names=["x"], dynamic_axes={"x": axes})
-        x.numpy().tofile(os.path.join(self.workdir, f"{name}.input"))
-        reply = self.ask({"load": path, "input": os.path.join(self.workdir, f"{name}.input"), "shape": list(x.shape),
-                          "threads": threads})
-        self.version = reply["version"]
-        return self.output(reply)
-
-    def feed(self, name, x):
-        path = os.path.join(self.workdir, f"{name}.{'x'.join(map(str, x.shape))}.input")
-        x.numpy().tofile(path)
-        return self.output(self.ask({"feed": path, "shape": list(x.shape)}))
-
-    def timer(self):
-        return lambda count: [ms / 1e3 for ms in self.ask({"time": count})["ms"]]
-
-
-def local_timer(function, x):
-    def calls(count):
-        times = []
-        for _ in range(count):
-            start = time.perf_counter()
-            function(x)
-            times.append(time.perf_counter() - start)
-        return times
-    return calls
-
-
-def measure(timers):
-    """Medians (s) of steady calls, interleaved (as bench/ort_models.py's measure)."""
-    with torch.no_grad():
-        slowest = max(min(timer(2)) for timer in timers.values())
-        rounds = 3 if quick else (10 if slowest < 0.1 else 6 if slowest < 0.5 else 4)
-        calls = 3 if slowest < 0.5 else 2
-        steady = {name: [] for name in timers}
-        for round_ in range(rounds):
-            for name in models.round_order(list(timers), round_):
-                time.sleep(models.SETTLE)
-                steady[name].extend(timers[name](calls)[1:])
-    return {name: statistics.median(values) for name, values in steady.items()}
+def export_dynamic(name, model, x, axes, workdir):
+    """The model exported once (opset 14) with `axes` of its input dynamic: ORT runs every shape."""
+    path = os.path.join(workdir, f"{name}.onnx")
+    torch.onnx.export(model, (x,), path, opset_version=14, input_names=["x"], dynamic_axes={"x": axes})
+    return path
 
 
 def relative_error(got, want):
@@ -212,7 +149,7 @@ def run_model(name, ort):
     example = torch.rand(*shapes[0])
     low = recipe(model, example)
     if not ort.error:
-        ort.load(name, model, example, axes)
+        ort.load(name, export_dynamic(name, model, example, axes, ort.workdir), example)
     rows = []
     for shape in shapes:
         x = torch.rand(*shape)
@@ -226,7 +163,7 @@ def run_model(name, ort):
         if not ort.error:
             row["ort_error"] = relative_error(ort.feed(name, x), want)
             timers["ort"] = ort.timer()
-        row.update({f"{k}_s": v for k, v in measure(timers).items()})
+        row.update({f"{k}_s": v for k, v in interleaved_medians(timers, quick).items()})
         rows.append(row)
         ratio = f", {row['ort_s'] / row['ours_s']:.2f}x ORT" if "ort_s" in row else ""
         print(f"{name} {list(shape)}: ours {1e3 * row['ours_s']:.1f} ms{ratio}; first call {row['first_s'] / row['ours_s']:.1f}x "
@@ -267,7 +204,7 @@ def main():
     import tempfile
     names = option("--models", ",".join(PLANS)).split(",")
     workdir = tempfile.mkdtemp(prefix="any_shape.")
-    ort = Ort(workdir)
+    ort = OrtProcess(build, workdir, threads)
     print(f"# {models.machine_line()}; {threads} threads; torch {torch.__version__}; "
           f"ORT: {ort.error or 'onnxruntime-node'}", flush=True)
     rows, memories = [], {}
@@ -293,9 +230,7 @@ def main():
         with open(option("--json"), "w") as out:
             json.dump({"machine": models.machine_line(), "threads": threads, "ort": ort.version, "rows": rows, "memory": memories},
                       out, indent=1)
-    if ort.process:
-        ort.process.stdin.close()  # the runner exits at the end of its input
-        ort.process.wait(timeout=30)
+    ort.close()
 
 
 if __name__ == "__main__":
