@@ -1017,6 +1017,17 @@ class SavedByAnEarlierMain(unittest.TestCase):
                 module = load(os.path.join(data, "onednn_payload2_by_278b26d.pt"))
                 self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
 
+    def test_payload_version_4_loads_and_serves_other_shapes(self):
+        # Saved at e41953a (tests/data/README.md): size programs, a transposed convolution and
+        # straight-line attention; another shape re-plans from the saved size programs.
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+        saved = torch.load(os.path.join(data, "onednn_payload4_by_e41953a.io.pt"))
+        for load in (torch.jit.load, torch_delegate.load):
+            with self.subTest(load=load.__module__), torch.no_grad():
+                module = load(os.path.join(data, "onednn_payload4_by_e41953a.pt"))
+                self.assertLess(relative_error(module(saved["x"]), saved["want"]), 1e-5)
+                self.assertLess(relative_error(module(saved["other"]), saved["want_other"]), 1e-5)
+
 
 
 class PyTorchTransformerLayers(unittest.TestCase):
