@@ -6,6 +6,8 @@
 
 #include "toolkit/support_rules.hpp"
 
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -73,6 +75,49 @@ void global_avg_pool(plan_context& p, std::size_t index) {
                                                  attributes(), cpu_engine());
   p.define(pool.record.output, pd.dst_desc());
   p.call(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, p.value(pool.record.output)}}, pd.scratchpad_desc());
+}
+
+void reduce(plan_context& p, std::size_t index) {
+  const compiled_step& step = p.step(index);
+  const reduction_parameters& r = *step.record.reduction;
+  const std::size_t in = p.value(step.record.inputs[0]);
+  const dims d = p.slot(in).dims();
+  dims ones = d;  // the reduced dimensions as ones
+  for (const std::int64_t dim : r.dims) {
+    if (dim >= static_cast<std::int64_t>(d.size()))
+      p.refuse("a max over dimension " + std::to_string(dim) + " of a " + std::to_string(d.size()) + "-d input (" + p.describe(step) + ")");
+    ones[static_cast<std::size_t>(dim)] = 1;
+  }
+  dims out;
+  for (std::size_t k = 0; k < d.size(); ++k)
+    if (r.keepdim || std::find(r.dims.begin(), r.dims.end(), static_cast<std::int64_t>(k)) == r.dims.end()) out.push_back(ones[k]);
+  if (out.empty()) p.refuse("a max over every dimension (" + p.describe(step) + ")");
+  const std::size_t src = p.as(in, dense(d));
+  const std::int64_t made = p.finished(index);
+  std::optional<dnnl::reduction::primitive_desc> pd;
+  try {
+    pd = dnnl::reduction::primitive_desc({dnnl::algorithm::reduction_max, dense(d), dense(ones), 0.f, 0.f}, attributes(), cpu_engine());
+  } catch (const dnnl::error&) {
+  }
+  if (pd && !is_reference(pd->impl_info_str())) {
+    p.define(made, dense(ones));
+    const std::size_t reduced = p.value(made);
+    p.call(dnnl::reduction(*pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, reduced}}, pd->scratchpad_desc());
+    if (!r.keepdim) p.bind(made, p.view(dense(out), reduced));  // the same bytes without the ones
+    return;
+  }
+  // Only a reference kernel: ATen's amax, on the dense input.
+  p.define(made, dense(out));
+  const std::vector<std::int64_t> over = r.dims;
+  const bool keepdim = r.keepdim;
+  p.call(
+      dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, p.value(made)}}, md(),
+      [d, out, over, keepdim](const std::unordered_map<int, dnnl::memory>& arguments) {
+        c10::InferenceMode inference;
+        const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), d, at::kFloat);
+        at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), out, at::kFloat).copy_(at::amax(x, over, keepdim));
+      },
+      "reduce", "aten::amax");
 }
 
 }  // namespace onednn_delegate

@@ -44,6 +44,10 @@ std::optional<double> normalize_eps(const torch::jit::Node* node);
 /// The four nodes of the F.normalize pattern (normalize_eps) that `node` is one of: div,
 /// expand_as, clamp_min, norm; nothing when it is in none.
 std::optional<std::array<const torch::jit::Node*, 4>> normalize_nodes(const torch::jit::Node* node);
+/// An amax's or max.dim's dimensions, not negative, sorted, distinct, within its input's known rank,
+/// leaving at least one unless kept; nullopt where they are not that or not known at lowering.
+std::optional<std::vector<std::int64_t>> reduced_dims(const torch::jit::Node* node);
+void emit_reduce(step_builder& builder, const torch::jit::Node* node);
 
 // preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
 void emit_convolution(step_builder& builder, const torch::jit::Node* node);
@@ -75,15 +79,18 @@ void emit_nothing(step_builder& builder, const torch::jit::Node* node);
 
 /// The payload checked and decoded (runtime.cpp): the steps with their kinds and fusions.
 std::vector<compiled_step> decode_steps(const region_payload& payload, std::string_view method);
-/// A version 1 payload (positional ints) as version 4's records (payload.cpp).
+/// A version 1 payload (positional ints) as version 5's records (payload.cpp).
 region_payload upgrade_format1(const c10::IValue& value);
-/// A version 2 payload (typed steps without version 3's fields) as version 4 (payload.cpp).
+/// A version 2 payload (typed steps without version 3's fields) as version 5 (payload.cpp).
 region_payload upgrade_format2(const c10::IValue& value);
-/// A version 3 payload (without size programs) as version 4 (payload.cpp).
+/// A version 3 payload (without size programs) as version 5 (payload.cpp).
 region_payload upgrade_format3(const c10::IValue& value);
-/// Whether `value` is a version 1 (version 3) payload's tuple.
+/// A version 4 payload (without reductions) as version 5 (payload.cpp).
+region_payload upgrade_format4(const c10::IValue& value);
+/// Whether `value` is a version 1 (version 3, version 4) payload's tuple.
 bool is_format1(const c10::IValue& value);
 bool is_format3(const c10::IValue& value);
+bool is_format4(const c10::IValue& value);
 
 /// What one call of a plan runs with: the buffer its activations and scratchpad live in, and each
 /// primitive's arguments bound to it (made once, reused by later calls; inputs rebound per call).

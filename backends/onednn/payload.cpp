@@ -1,5 +1,6 @@
-// onednn's payload on the way in: the caster that reads version 4 (payload_records.hpp), version
-// 3 (without size programs) and version 2 (without version 3's steps) as version 4, and version 1
+// onednn's payload on the way in: the caster that reads version 5 (payload_records.hpp), version 4
+// (without reductions), version 3 (without size programs) and version 2 (without version 3's steps)
+// as version 5, and version 1
 // (positional ints, converted here: a relu flagged on a convolution or an add becomes
 // the relu step it was, fusion.cpp folds it again), and the checks compile runs on every record
 // (a corrupted or foreign payload is an error, never a crash).
@@ -72,6 +73,33 @@ struct region {
 };
 }  // namespace onednn_delegate::format3
 
+namespace onednn_delegate::format4 {
+/// Version 4's step: version 5's without reduction.
+struct step {
+  std::string op;
+  std::vector<std::int64_t> inputs;
+  std::int64_t output = 0;
+  std::optional<convolution_parameters> convolution;
+  std::optional<pooling_parameters> pooling;
+  std::optional<activation_parameters> activation;
+  std::optional<std::vector<std::int64_t>> permute_dims;
+  std::optional<flatten_parameters> flatten;
+  std::optional<double> layer_norm_eps;
+  std::string weight;
+  std::string bias;
+  std::optional<std::vector<std::int64_t>> reshape_sizes;
+  std::optional<slice_parameters> slice;
+  std::optional<std::int64_t> softmax_dim;
+  std::optional<double> factor;
+  std::optional<std::vector<std::int64_t>> size_program;
+};
+struct region {
+  std::int64_t inputs = 0, values = 0;
+  std::vector<step> steps;
+  std::vector<std::int64_t> outputs;
+};
+}  // namespace onednn_delegate::format4
+
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::step, op, ints, weight, bias);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::region, inputs, values, steps, outputs);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format2::step, op, inputs, output, convolution, pooling, activation, permute_dims,
@@ -80,11 +108,15 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format2::region, inputs, values, steps,
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format3::step, op, inputs, output, convolution, pooling, activation, permute_dims,
                         flatten, layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format3::region, inputs, values, steps, outputs);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format4::step, op, inputs, output, convolution, pooling, activation, permute_dims, flatten,
+                        layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format4::region, inputs, values, steps, outputs);
 
 namespace onednn_delegate {
 
 namespace {
-using version4_caster = torch_delegate::ivalue_caster<torch_delegate::detail::hana_fields_t<region_payload>>;
+using version5_caster = torch_delegate::ivalue_caster<torch_delegate::detail::hana_fields_t<region_payload>>;
+using format4_caster = torch_delegate::ivalue_caster<format4::region>;
 using format3_caster = torch_delegate::ivalue_caster<format3::region>;
 using format2_caster = torch_delegate::ivalue_caster<format2::region>;
 using format1_caster = torch_delegate::ivalue_caster<format1::region>;
@@ -98,25 +130,42 @@ constexpr const char* activation_kinds[] = {"sigmoid", "silu", "hardswish", "har
 }  // namespace
 
 bool is_format1(const c10::IValue& value) {
-  return !version4_caster::check(value) && !format3_caster::check(value) && !format2_caster::check(value) && format1_caster::check(value);
+  return !version5_caster::check(value) && !format4_caster::check(value) && !format3_caster::check(value) &&
+         !format2_caster::check(value) && format1_caster::check(value);
 }
 
-bool is_format3(const c10::IValue& value) { return !version4_caster::check(value) && format3_caster::check(value); }
+bool is_format4(const c10::IValue& value) { return !version5_caster::check(value) && format4_caster::check(value); }
 
-/// A version 3 payload as version 4: the same steps, without size programs (each region serves
+bool is_format3(const c10::IValue& value) {
+  return !version5_caster::check(value) && !format4_caster::check(value) && format3_caster::check(value);
+}
+
+/// A version 4 payload as version 5: the same steps (it had no reductions).
+region_payload upgrade_format4(const c10::IValue& value) {
+  format4::region old = format4_caster::load(value);
+  region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
+  for (format4::step& step : old.steps)
+    payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
+                             std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
+                             std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
+                             step.softmax_dim, step.factor, std::move(step.size_program), std::nullopt});
+  return payload;
+}
+
+/// A version 3 payload as version 5: the same steps, without size programs (each region serves
 /// the shapes it was lowered for, as it did).
 region_payload upgrade_format3(const c10::IValue& value) {
   format3::region old = format3_caster::load(value);
   region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
   for (format3::step& step : old.steps)
-    payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution),
-                             std::move(step.pooling), std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten),
-                             step.layer_norm_eps, std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes),
-                             std::move(step.slice), step.softmax_dim, step.factor, std::nullopt});
+    payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
+                             std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
+                             std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
+                             step.softmax_dim, step.factor, std::nullopt, std::nullopt});
   return payload;
 }
 
-/// A version 2 payload as version 4: the same steps, the fields versions 3 and 4 added absent.
+/// A version 2 payload as version 5: the same steps, the fields versions 3 and 4 added absent.
 region_payload upgrade_format2(const c10::IValue& value) {
   format2::region old = format2_caster::load(value);
   region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
@@ -278,18 +327,20 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
 }  // namespace onednn_delegate
 
 bool torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::check(const c10::IValue& value) {
-  return onednn_delegate::version4_caster::check(value) || onednn_delegate::format3_caster::check(value) ||
-         onednn_delegate::format2_caster::check(value) || onednn_delegate::format1_caster::check(value);
+  return onednn_delegate::version5_caster::check(value) || onednn_delegate::format4_caster::check(value) ||
+         onednn_delegate::format3_caster::check(value) || onednn_delegate::format2_caster::check(value) ||
+         onednn_delegate::format1_caster::check(value);
 }
 
 onednn_delegate::region_payload torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::load(const c10::IValue& value) {
   if (onednn_delegate::is_format1(value)) return onednn_delegate::upgrade_format1(value);
+  if (onednn_delegate::is_format4(value)) return onednn_delegate::upgrade_format4(value);
   if (onednn_delegate::is_format3(value)) return onednn_delegate::upgrade_format3(value);
-  if (!onednn_delegate::version4_caster::check(value)) return onednn_delegate::upgrade_format2(value);
-  auto [inputs, values, steps, outputs] = onednn_delegate::version4_caster::load(value);
+  if (!onednn_delegate::version5_caster::check(value)) return onednn_delegate::upgrade_format2(value);
+  auto [inputs, values, steps, outputs] = onednn_delegate::version5_caster::load(value);
   return {inputs, values, std::move(steps), std::move(outputs)};
 }
 
 c10::IValue torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::cast(onednn_delegate::region_payload payload) {
-  return onednn_delegate::version4_caster::cast({payload.inputs, payload.values, std::move(payload.steps), std::move(payload.outputs)});
+  return onednn_delegate::version5_caster::cast({payload.inputs, payload.values, std::move(payload.steps), std::move(payload.outputs)});
 }

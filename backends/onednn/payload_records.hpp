@@ -1,9 +1,9 @@
-// onednn's payload (payload version 3): what preprocess writes and compile reads, as Boost.Hana
+// onednn's payload (payload version 5): what preprocess writes and compile reads, as Boost.Hana
 // structs saved as tuples of their fields. Each step names its op, the value ids it reads and the
 // one it makes, and its parameters in the record of its op family; no positional integers.
-// Version 3 added the fields after `bias` (the views and attention's steps); version 2 (without
-// them) and version 1 (positional ints per op, doubles as bit patterns) are still read:
-// payload.cpp converts them.
+// Version 3 added the fields after `bias` (the views and attention's steps), version 4 the size
+// programs, version 5 the reductions; versions 4, 3, 2 (without them) and 1 (positional ints per
+// op, doubles as bit patterns) are still read: payload.cpp converts them.
 #pragma once
 
 #include <boost/hana/adapt_struct.hpp>
@@ -36,6 +36,14 @@ struct flatten_parameters {
   std::int64_t start_dim = 0, end_dim = -1;
 };
 
+/// A reduction over dimensions (not negative) of its input: "max" (amax, max over a dimension's
+/// values), keeping them as ones or not.
+struct reduction_parameters {
+  std::string kind;
+  std::vector<std::int64_t> dims;
+  bool keepdim = false;
+};
+
 /// A slice of one dimension: `length` indices from `start` (a chunk's part).
 struct slice_parameters {
   std::int64_t dim = 0, start = 0, length = 0;
@@ -46,7 +54,8 @@ struct slice_parameters {
 /// version 3 "reshape", "slice", "contiguous", "matmul", "softmax", "scale_by"; then "normalize",
 /// "max_pool3d", "adaptive_avg_pool3d", and convolutions with three values of each: 3-d; then
 /// "deconvolution", a transposed convolution: its convolution parameters as conv_transpose2d's,
-/// no output padding, its weight [I, O / groups, kh, kw] as PyTorch's), the value ids it
+/// no output padding, its weight [I, O / groups, kh, kw] as PyTorch's; since version 5 "reduce"),
+/// the value ids it
 /// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
 /// the one it makes, the parameters of its family (absent for the others), and the named-data
 /// keys of its weight and bias (convolution, linear, layer_norm; scale: its factor as the weight).
@@ -79,6 +88,8 @@ struct step_record {
   /// Absent: a reshape or slice holds only the example's sizes, and its region serves the
   /// example's shapes (the input specs) alone; another step serves any.
   std::optional<std::vector<std::int64_t>> size_program;
+  // version 5
+  std::optional<reduction_parameters> reduction;  // "reduce": what it computes over which dimensions
 };
 
 /// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it
@@ -97,6 +108,7 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::pooling_parameters, kernel, stride, pad
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::activation_parameters, kind, low, high);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::flatten_parameters, start_dim, end_dim);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::slice_parameters, dim, start, length);
-BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims,
-                        flatten, layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::reduction_parameters, kind, dims, keepdim);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims, flatten,
+                        layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program, reduction);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);

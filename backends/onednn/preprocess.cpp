@@ -94,6 +94,14 @@ void emit_deconvolution(step_builder& builder, const torch::jit::Node* node) {
   step.bias = builder.base.store_constant(bias ? bias->contiguous() : at::zeros({weight.size(1) * groups}));
 }
 
+// amax or max.dim (its values; support.cpp took it where nothing reads its indices).
+void emit_reduce(step_builder& builder, const torch::jit::Node* node) {
+  const std::optional<std::vector<std::int64_t>> dims = reduced_dims(node);
+  if (!dims) builder.base.reject(node, "a max over dimensions not known at lowering");
+  step_record& step = builder.add("reduce", {builder.base.id(node->input(0))}, node->output(0));
+  step.reduction = reduction_parameters{"max", *dims, tk::constant_of(node->input(2))->toBool()};
+}
+
 /// A depthwise convolution step (groups = channels) over the 4-d (5-d) value `input` with `weight`
 /// [C, 1, kh, kw] ([C, 1, kt, kh, kw]) and `bias` [C]: how a BatchNorm that is not folded and an
 /// avg_pool2d run.

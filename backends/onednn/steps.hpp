@@ -46,7 +46,9 @@ namespace onednn_delegate {
   X(max_pool3d, "max_pool3d", max_pool)                                               \
   X(global_avg_pool3d, "adaptive_avg_pool3d", global_avg_pool)                        \
   /* transposed convolutions (a decoder's upsampling); an older build refuses them */ \
-  X(deconvolution, "deconvolution", deconvolution)
+  X(deconvolution, "deconvolution", deconvolution)                                    \
+  /* payload version 5: amax, max over a dimension (a text CNN's max over time) */    \
+  X(reduce, "reduce", reduce)
 
 #define ONEDNN_STEP_KIND_ENUMERATOR(kind, name, builder) kind,
 enum class step_kind { ONEDNN_STEP_KINDS(ONEDNN_STEP_KIND_ENUMERATOR) };

@@ -95,6 +95,17 @@ bool sizes_4d_or_5d(const torch::jit::Value* value) {
 
 // conv2d, conv1d (audio models: [N, C, L]) and conv3d (video models: [N, C, T, H, W]).
 bool supports_conv(const torch::jit::Node* node) { return tk::conv_foldable(node) && float_of_op_rank_or_unknown(node); }
+/// amax(x, dims, keepdim), or max(x, dim, keepdim) whose indices nothing reads, of a float tensor
+/// of known sizes, over dimensions known at lowering, leaving at least one (a text CNN's max over
+/// time).
+bool supports_reduce_max(const torch::jit::Node* node) {
+  if (node->inputs().size() != 3 || !tk::constant_of(node->input(2)).has_value()) return false;
+  const bool amax = tk::is(node, "aten::amax");
+  if (!amax && (node->outputs().size() != 2 || node->output(1)->hasUses())) return false;
+  const auto sizes = tk::float_sizes(node->input(0));
+  return sizes && !sizes->empty() && sizes->size() <= 6 && reduced_dims(node).has_value();
+}
+
 /// conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation) of a
 /// 4-d float input, its weight and bias known, its lists constants, no output padding (a U-Net's
 /// `ConvTranspose2d(c, c // 2, 2, stride=2)`).
@@ -217,14 +228,18 @@ bool supports_mul(const torch::jit::Node* node) {
   const auto a = tk::float_sizes(node->input(0)), b = tk::float_sizes(node->input(1));
   return a && b && (broadcasts_to(*b, *a) || broadcasts_to(*a, *b));
 }
-bool supports_cat(const torch::jit::Node* node) {  // 4-d (or 5-d) float tensors along the channels, listed in the region
+// Float tensors of 2 to 5 dimensions, one rank, along the channels (dimension 1), listed in the
+// region (a text CNN's [N, C] features; an image's [N, C, H, W]).
+bool supports_cat(const torch::jit::Node* node) {
   const torch::jit::Node* list = node->input(0)->node();
   if (node->inputs().size() != 2 || list->kind() != c10::prim::ListConstruct || node->input(0)->uses().size() != 1) return false;
-  if (tk::constant_int(node->input(1)) != std::optional<std::int64_t>(1)) return false;
-  return std::all_of(list->inputs().begin(), list->inputs().end(), [](const torch::jit::Value* v) {
-    const auto sizes = tk::known_sizes(v);
-    return sizes && (sizes->size() == 4 || sizes->size() == 5) && tk::is_float_of_rank_or_unknown(v, sizes->size());
-  });
+  if (tk::constant_int(node->input(1)) != std::optional<std::int64_t>(1) || list->inputs().empty()) return false;
+  const auto first = tk::known_sizes(list->input(0));
+  return first && std::all_of(list->inputs().begin(), list->inputs().end(), [&](const torch::jit::Value* v) {
+           const auto sizes = tk::known_sizes(v);
+           return sizes && sizes->size() == first->size() && sizes->size() >= 2 && sizes->size() <= 5 &&
+                  tk::is_float_of_rank_or_unknown(v, sizes->size());
+         });
 }
 bool supports_list(const torch::jit::Node* node) {  // the tensors of a cat it takes
   return node->output()->uses().size() == 1 && OnednnBackend::supports(node->output()->uses()[0].user);
@@ -340,6 +355,25 @@ bool supports_list_any(const torch::jit::Node* node) { return supports_known_sca
 
 }  // namespace
 
+std::optional<std::vector<std::int64_t>> reduced_dims(const torch::jit::Node* node) {
+  const auto sizes = tk::known_sizes(node->input(0));
+  const auto keepdim = tk::constant_of(node->input(2));
+  if (!sizes || !keepdim || !keepdim->isBool()) return std::nullopt;
+  std::optional<std::vector<std::int64_t>> dims = tk::is(node, "aten::amax") ? tk::constant_ints(node->input(1)) : std::nullopt;
+  if (!tk::is(node, "aten::amax"))
+    if (const auto dim = tk::known_int(node->input(1))) dims = std::vector<std::int64_t>{*dim};
+  const auto rank = static_cast<std::int64_t>(sizes->size());
+  if (!dims || dims->empty()) return std::nullopt;  // amax over [] is over every dimension
+  for (std::int64_t& dim : *dims) {
+    if (dim < -rank || dim >= rank) return std::nullopt;
+    if (dim < 0) dim += rank;
+  }
+  std::sort(dims->begin(), dims->end());
+  if (std::adjacent_find(dims->begin(), dims->end()) != dims->end()) return std::nullopt;
+  if (!keepdim->toBool() && static_cast<std::int64_t>(dims->size()) == rank) return std::nullopt;
+  return dims;
+}
+
 std::optional<std::array<const torch::jit::Node*, 4>> normalize_nodes(const torch::jit::Node* node) {
   const torch::jit::Node* div = node;
   for (int hops = 0; hops < 3 && div && !tk::is(div, "aten::div"); ++hops) div = only_reader(div);
@@ -384,6 +418,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
     tk::op_table<step_builder> ops;
     ops.add({"aten::conv1d", "aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
         .add("aten::conv_transpose2d", supports_conv_transpose, emit_deconvolution)
+        .add({"aten::amax", "aten::max"}, supports_reduce_max, emit_reduce)
         .add("aten::batch_norm", supports_batch_norm, emit_batch_norm)
         .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
         .add("aten::add", supports_add_any, emit_add)

@@ -1336,5 +1336,67 @@ class TransposedConvolutions(unittest.TestCase):
             self.assertLess(relative_error(low(x), model(x)), 1e-5)
 
 
+class TextCnn(nn.Module):  # Kim's sentence classifier after its embedding: Conv1d of widths 3-5, max over time
+    def __init__(self, form="amax"):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(32, 24, k) for k in (3, 4, 5)])
+        self.classifier = nn.Linear(72, 3)
+        self.form = form
+
+    def forward(self, x):
+        x = x.transpose(1, 2)
+        features = []
+        for conv in self.convs:
+            y = F.relu(conv(x))
+            if self.form == "amax":
+                features.append(y.amax(dim=2))
+            elif self.form == "max":
+                features.append(torch.max(y, dim=-1)[0])
+            else:  # kept dimension, then flattened
+                features.append(y.amax(dim=[2], keepdim=True).flatten(1))
+        return self.classifier(torch.cat(features, dim=1))
+
+
+class MaxOverTime(unittest.TestCase):
+    """A text CNN's max over time (amax, max over a dimension) and the cat of its [N, C] features
+    in the region: one region with the Conv1ds and the Linear; other lengths and batches."""
+
+    def test_a_text_cnn_is_one_region(self):
+        torch.manual_seed(9)
+        for form in ("amax", "max", "keepdim"):
+            with self.subTest(form=form):
+                model = TextCnn(form).eval()
+                x = torch.randn(2, 40, 32)
+                low = lowered(model, x)
+                report = str(torch_delegate.report(low))
+                self.assertEqual(len(regions(low)), 1, report)
+                self.assertEqual([k for k in kept(low) if k.startswith("aten::")], [], report)
+                with torch.no_grad():
+                    for y in (x, torch.randn(1, 17, 32), torch.randn(5, 64, 32)):
+                        self.assertLess(relative_error(low(y), model(y)), 1e-5)
+                kernels = [implementation for step, kind, implementation in plan(low) if step.endswith("reduce") and kind == "reduction"]
+                self.assertTrue(kernels and not any(k.startswith("ref") for k in kernels), plan(low))
+
+    def test_a_max_whose_indices_are_read_stays_in_torchscript(self):
+        class Argmax(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv1d(8, 8, 3)
+                self.head = nn.Linear(8, 2)
+
+            def forward(self, x):
+                values, indices = torch.max(self.conv(x), dim=2)
+                return self.head(values), indices
+
+        model = Argmax().eval()
+        x = torch.randn(1, 8, 20)
+        low = lowered(model, x)
+        self.assertIn("aten::max", kept(low))
+        with torch.no_grad():
+            got, want = low(x), model(x)
+            self.assertLess(relative_error(got[0], want[0]), 1e-5)
+            self.assertTrue(torch.equal(got[1], want[1]))
+
+
 if __name__ == "__main__":
     unittest.main()
