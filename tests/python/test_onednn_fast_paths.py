@@ -1398,5 +1398,63 @@ class MaxOverTime(unittest.TestCase):
             self.assertTrue(torch.equal(got[1], want[1]))
 
 
+class TinyUNet(nn.Module):  # skips kept in a Python list: appended on the way down, popped on the way up
+    def __init__(self, read="pop"):
+        super().__init__()
+        self.downs = nn.ModuleList([nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1)])
+        self.ups = nn.ModuleList([nn.ConvTranspose2d(16, 16, 2, stride=2), nn.ConvTranspose2d(32, 8, 2, stride=2)])
+        self.head = nn.Conv2d(16, 2, 1)
+        self.read = read
+
+    def forward(self, x):
+        skips = []
+        for down in self.downs:
+            x = torch.relu(down(x))
+            skips.append(x)
+            x = F.max_pool2d(x, 2)
+        for up in self.ups:
+            if self.read == "pop":
+                skip = skips.pop()
+            else:  # the last by index, then dropped
+                skip = skips[-1]
+                skips.pop(-1)
+            x = torch.cat([skip, torch.relu(up(x))], dim=1)
+        return self.head(x)
+
+
+class ListsOfTensors(unittest.TestCase):
+    """A list of tensors grown by appends and read by pops, indexing and len at the method's top
+    level (a U-Net's skips) is resolved at lowering: each pop or index is the element it gives,
+    so the list cuts no region."""
+
+    def test_a_unet_whose_skips_are_a_list_is_one_region(self):
+        torch.manual_seed(10)
+        for read in ("pop", "index"):
+            with self.subTest(read=read):
+                model = TinyUNet(read).eval()
+                x = torch.randn(1, 3, 32, 32)
+                low = lowered(model, x)
+                report = str(torch_delegate.report(low))
+                self.assertEqual(len(regions(low)), 1, report)
+                self.assertFalse({"aten::pop", "aten::append", "aten::__getitem__"} & set(kept(low)), report)
+                with torch.no_grad():
+                    for y in (x, torch.randn(2, 3, 24, 40)):
+                        self.assertLess(relative_error(low(y), model(y)), 1e-5)
+
+    def test_a_pop_of_an_empty_list_still_raises(self):
+        class Empty(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 3, 3)
+
+            def forward(self, x):
+                kept = [self.conv(x)]
+                kept.pop()
+                return self.conv(kept.pop())
+
+        with self.assertRaisesRegex(Exception, "example_inputs: running the method on them failed"):
+            lowered(Empty().eval(), torch.randn(1, 3, 8, 8))
+
+
 if __name__ == "__main__":
     unittest.main()

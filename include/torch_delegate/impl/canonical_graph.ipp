@@ -300,38 +300,74 @@ inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& gr
   return folded;
 }
 
-// A list made by a list construct and grown by appends, read only by cats, all at the top level
-// (DenseNet's `features`: each layer cats what the layers before it made, then appends its own):
-// each cat reads a list construct of the elements the list holds at that point, and the appends
-// go. LibTorch's RemoveListMutation does not take it: the list is read between its appends.
+// A list made by a list construct and grown by appends, read only by cats, pops, indexing and
+// len, all at the top level (DenseNet's `features`: each layer cats what the layers before it
+// made, then appends its own; a U-Net's `skips`: appended on the way down, popped on the way up):
+// each cat reads a list construct of the elements the list holds at that point, each pop and
+// index is the element it would give, each len the count, and the appends go. LibTorch's
+// RemoveListMutation does not take it: the list is read between its appends, and it leaves pops.
 inline void snapshot_appended_lists(torch::jit::Graph& graph) {
   torch::jit::Block* block = graph.block();
   std::vector<torch::jit::Node*> constructs;
   for (torch::jit::Node* node : block->nodes())
     if (node->kind() == c10::prim::ListConstruct) constructs.push_back(node);
+  const auto constant_index = [](const torch::jit::Node* node) -> std::optional<std::int64_t> {
+    if (node->inputs().size() < 2) return std::int64_t{-1};  // pop()'s default
+    const c10::optional<c10::IValue> index = torch::jit::toIValue(node->input(1));
+    return index && index->isInt() ? std::optional<std::int64_t>(index->toInt()) : std::nullopt;
+  };
   for (torch::jit::Node* construct : constructs) {
     torch::jit::Value* list = construct->output();
-    bool appended = false, only = true;
+    bool changed = false, only = true;
     for (const torch::jit::Use& use : list->uses()) {
       torch::jit::Node* user = use.user;
-      const bool append = user->kind() == c10::aten::append && use.offset == 0 && user->output()->uses().empty();
-      only = user->owningBlock() == block && (append || (user->kind() == c10::aten::cat && use.offset == 0));
-      appended |= append;
+      const c10::Symbol kind = user->kind();
+      const bool append = kind == c10::aten::append && use.offset == 0 && user->output()->uses().empty();
+      const bool pop = kind == c10::aten::pop && use.offset == 0 && constant_index(user);
+      const bool read = use.offset == 0 && (kind == c10::aten::cat || kind == c10::aten::len ||
+                                            (kind == c10::aten::__getitem__ && constant_index(user)));
+      only = user->owningBlock() == block && (append || pop || read);
+      changed |= append || pop;
       if (!only) break;
     }
-    if (!only || !appended) continue;
+    if (!only || !changed) continue;
+    // Every pop and index within the list as it then is (else the method raises: left as it is).
     std::vector<torch::jit::Value*> elements(construct->inputs().begin(), construct->inputs().end());
-    std::vector<torch::jit::Node*> appends;
-    for (torch::jit::Node* node = construct->next(); node != block->return_node(); node = node->next()) {
-      if (node->kind() == c10::aten::append && node->input(0) == list) {
+    std::vector<std::pair<torch::jit::Node*, torch::jit::Value*>> read_as;  // a pop's or an index's node, its element
+    std::vector<torch::jit::Node*> appends, cats, lens;
+    bool valid = true;
+    for (torch::jit::Node* node = construct->next(); valid && node != block->return_node(); node = node->next()) {
+      if (node->inputs().empty() || node->input(0) != list) continue;
+      if (node->kind() == c10::aten::append) {
         elements.push_back(node->input(1));
         appends.push_back(node);
-      } else if (node->kind() == c10::aten::cat && node->input(0) == list) {
+      } else if (node->kind() == c10::aten::pop || node->kind() == c10::aten::__getitem__) {
+        std::int64_t at = *constant_index(node);
+        if (at < 0) at += static_cast<std::int64_t>(elements.size());
+        valid = at >= 0 && at < static_cast<std::int64_t>(elements.size());
+        if (!valid) break;
+        read_as.emplace_back(node, elements[static_cast<std::size_t>(at)]);
+        if (node->kind() == c10::aten::pop) elements.erase(elements.begin() + at);
+      } else if (node->kind() == c10::aten::cat) {
         torch::jit::Node* snapshot = graph.create(c10::prim::ListConstruct, elements)->insertBefore(node);
         snapshot->output()->setType(list->type());
-        node->replaceInput(0, snapshot->output());
+        cats.push_back(snapshot);
+      } else if (node->kind() == c10::aten::len) {
+        torch::jit::WithInsertPoint here(node);
+        node->output()->replaceAllUsesWith(graph.insertConstant(static_cast<std::int64_t>(elements.size())));
+        lens.push_back(node);
       }
     }
+    if (!valid) {  // the snapshots made so far go; the list stays as it is
+      for (torch::jit::Node* snapshot : cats) snapshot->destroy();
+      continue;
+    }
+    for (torch::jit::Node* snapshot : cats) snapshot->next()->replaceInput(0, snapshot->output());
+    for (auto& [node, element] : read_as) {
+      node->output()->replaceAllUsesWith(element);
+      node->destroy();
+    }
+    for (torch::jit::Node* node : lens) node->destroy();
     for (torch::jit::Node* append : appends) append->destroy();
     if (list->uses().empty()) construct->destroy();
   }
