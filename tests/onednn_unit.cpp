@@ -372,6 +372,41 @@ TEST_CASE("payload: 3-d steps take three values of each, 2-d ones two") {
   CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) == "onednn: region forward: step 0: a convolution without its parameters");
 }
 
+TEST_CASE("payload: a reduce needs its kind and dimensions, a deconvolution its convolution's parameters") {
+  region_payload payload;
+  payload.inputs = 1;
+  payload.values = 3;
+  payload.outputs = {2};
+  step_record& up = payload.steps.emplace_back();
+  up.op = "deconvolution";
+  up.inputs = {0};
+  up.output = 1;
+  up.weight = "w";
+  up.bias = "b";
+  up.convolution = convolution_parameters{{2, 2}, {0, 0}, {1, 1}, 1};
+  step_record& max = payload.steps.emplace_back();
+  max.op = "reduce";
+  max.inputs = {1};
+  max.output = 2;
+  max.reduction = reduction_parameters{"max", {2, 3}, false};
+  const std::vector<compiled_step> decoded = decode_steps(payload, "forward");
+  CHECK(decoded[0].kind == step_kind::deconvolution);
+  CHECK(decoded[1].kind == step_kind::reduce);
+  payload.steps[1].reduction = reduction_parameters{"mean", {2}, false};  // a kind this build does not compute
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 1: a reduce without its parameters");
+  payload.steps[1].reduction = reduction_parameters{"max", {}, false};
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 1: a reduce without its parameters");
+  payload.steps[1].reduction.reset();
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 1: a reduce without its parameters");
+  payload.steps[1].reduction = reduction_parameters{"max", {2}, true};
+  payload.steps[0].convolution->stride = {0, 2};
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 0: a deconvolution without its parameters");
+}
+
 TEST_CASE("accepts_region: a region with no convolution or linear, or with part of F.normalize's pattern, is refused, saying why") {
   // F.normalize(y, dim=-1) as TorchScript scripts it: norm, clamp_min, expand_as, div.
   const torch::jit::Module module = test_helpers::script(R"(

@@ -313,7 +313,11 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
         : *kind == step_kind::slice    ? record.slice && record.slice->dim >= 0 && record.slice->start >= 0 && record.slice->length >= 0
         : *kind == step_kind::softmax  ? record.softmax_dim && *record.softmax_dim >= 0
         : *kind == step_kind::scale_by ? record.factor.has_value()
-                                       : true;
+        : *kind == step_kind::reduce   ? record.reduction && record.reduction->kind == "max" && !record.reduction->dims.empty() &&
+                                           record.reduction->dims.size() <= 6 &&
+                                           std::all_of(record.reduction->dims.begin(), record.reduction->dims.end(),
+                                                       [](std::int64_t dim) { return dim >= 0 && dim < 6; })
+                                     : true;
     if (!parameters_fit) fail(i, "a " + record.op + " without its parameters");
     steps.push_back({record, *kind, {}, {}});
   }
