@@ -372,7 +372,7 @@ TEST_CASE("payload: 3-d steps take three values of each, 2-d ones two") {
   CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) == "onednn: region forward: step 0: a convolution without its parameters");
 }
 
-TEST_CASE("payload: a reduce needs its kind and dimensions, a deconvolution its convolution's parameters") {
+TEST_CASE("payload: a reduce needs its kind and dimensions, a resample its mode and sizes, a deconvolution its convolution's parameters") {
   region_payload payload;
   payload.inputs = 1;
   payload.values = 3;
@@ -402,6 +402,16 @@ TEST_CASE("payload: a reduce needs its kind and dimensions, a deconvolution its 
   CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
         "onednn: region forward: step 1: a reduce without its parameters");
   payload.steps[1].reduction = reduction_parameters{"max", {2}, true};
+  payload.steps[1].op = "resample";  // an upsampling: a mode, and whole factors or sizes, not both
+  payload.steps[1].resampling = resampling_parameters{"bilinear", {2, 2}, {}};
+  CHECK(decode_steps(payload, "forward")[1].kind == step_kind::resample);
+  payload.steps[1].resampling = resampling_parameters{"bicubic", {2, 2}, {}};
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 1: a resample without its parameters");
+  payload.steps[1].resampling = resampling_parameters{"nearest", {2, 2}, {8, 8}};
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 1: a resample without its parameters");
+  payload.steps[1].resampling = resampling_parameters{"nearest", {}, {8, 8}};
   payload.steps[0].convolution->stride = {0, 2};
   CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
         "onednn: region forward: step 0: a deconvolution without its parameters");

@@ -120,4 +120,52 @@ void reduce(plan_context& p, std::size_t index) {
       "reduce", "aten::amax");
 }
 
+void resample(plan_context& p, std::size_t index) {
+  const compiled_step& step = p.step(index);
+  const resampling_parameters& r = *step.record.resampling;
+  const std::size_t in = p.value(step.record.inputs[0]);
+  const dims d = p.slot(in).dims();
+  if (d.size() != 4) p.refuse("an upsampling of a " + std::to_string(d.size()) + "-d input (" + p.describe(step) + "), expected 4-d");
+  const dims out{d[0], d[1], r.sizes.empty() ? d[2] * r.scales[0] : r.sizes[0], r.sizes.empty() ? d[3] * r.scales[1] : r.sizes[1]};
+  const bool nearest = r.mode == "nearest";
+  // oneDNN's nearest rounds half-pixel centres, PyTorch's floors: the same where each output size
+  // is a whole multiple of the input's.
+  const bool same_mapping = !nearest || (out[2] % d[2] == 0 && out[3] % d[3] == 0);
+  std::optional<dnnl::resampling_forward::primitive_desc> pd;
+  if (same_mapping) {
+    for (const md& src : {p.slot(in), dense(d)}) {
+      try {
+        pd = dnnl::resampling_forward::primitive_desc(
+            {dnnl::prop_kind::forward_inference, nearest ? dnnl::algorithm::resampling_nearest : dnnl::algorithm::resampling_linear, src,
+             md(out, f32, tag::any)},
+            attributes(), cpu_engine());
+      } catch (const dnnl::error&) {
+        pd.reset();
+      }
+      if (pd && !is_reference(pd->impl_info_str())) break;
+      pd.reset();
+    }
+  }
+  const std::int64_t made = p.finished(index);
+  if (pd) {
+    const std::size_t src = p.as(in, pd->src_desc());
+    p.define(made, pd->dst_desc());
+    p.call(dnnl::resampling_forward(*pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, p.value(made)}}, pd->scratchpad_desc());
+    return;
+  }
+  // Another mapping, or only a reference kernel: ATen's upsampling, on dense tensors.
+  const std::size_t src = p.as(in, dense(d));
+  p.define(made, dense(out));
+  const std::vector<std::int64_t> size{out[2], out[3]};
+  p.call(
+      dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, p.value(made)}}, md(),
+      [d, out, size, nearest](const std::unordered_map<int, dnnl::memory>& arguments) {
+        c10::InferenceMode inference;
+        const at::Tensor x = at::from_blob(arguments.at(DNNL_ARG_SRC).get_data_handle(), d, at::kFloat);
+        at::from_blob(arguments.at(DNNL_ARG_DST).get_data_handle(), out, at::kFloat)
+            .copy_(nearest ? at::upsample_nearest2d(x, size) : at::upsample_bilinear2d(x, size, false));
+      },
+      "resample", nearest ? "aten::upsample_nearest2d" : "aten::upsample_bilinear2d");
+}
+
 }  // namespace onednn_delegate

@@ -22,6 +22,7 @@ using step_planner = void (*)(plan_context& p, std::size_t index);
 void convolution(plan_context& p, std::size_t index);
 void deconvolution(plan_context& p, std::size_t index);  // a transposed convolution (build_deconvolution.cpp)
 void reduce(plan_context& p, std::size_t index);         // amax over dimensions (build_pooling.cpp)
+void resample(plan_context& p, std::size_t index);       // F.interpolate, nearest or bilinear (build_pooling.cpp)
 // build_eltwise.cpp: activations (relu, activation, scale_by), add, mul, scale, normalize
 void eltwise(plan_context& p, std::size_t index);
 void add(plan_context& p, std::size_t index);

@@ -48,6 +48,10 @@ std::optional<std::array<const torch::jit::Node*, 4>> normalize_nodes(const torc
 /// leaving at least one unless kept; nullopt where they are not that or not known at lowering.
 std::optional<std::vector<std::int64_t>> reduced_dims(const torch::jit::Node* node);
 void emit_reduce(step_builder& builder, const torch::jit::Node* node);
+/// upsample_nearest2d or upsample_bilinear2d as a resampling's parameters: whole scales, or fixed
+/// sizes; nullopt where it is not one onednn computes as PyTorch does.
+std::optional<resampling_parameters> resampling_of(const torch::jit::Node* node);
+void emit_resample(step_builder& builder, const torch::jit::Node* node);
 
 // preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
 void emit_convolution(step_builder& builder, const torch::jit::Node* node);

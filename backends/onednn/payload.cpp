@@ -148,7 +148,7 @@ region_payload upgrade_format4(const c10::IValue& value) {
     payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
                              std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
                              std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
-                             step.softmax_dim, step.factor, std::move(step.size_program), std::nullopt});
+                             step.softmax_dim, step.factor, std::move(step.size_program), std::nullopt, std::nullopt});
   return payload;
 }
 
@@ -161,7 +161,7 @@ region_payload upgrade_format3(const c10::IValue& value) {
     payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
                              std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
                              std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
-                             step.softmax_dim, step.factor, std::nullopt, std::nullopt});
+                             step.softmax_dim, step.factor, std::nullopt, std::nullopt, std::nullopt});
   return payload;
 }
 
@@ -317,7 +317,14 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
                                            record.reduction->dims.size() <= 6 &&
                                            std::all_of(record.reduction->dims.begin(), record.reduction->dims.end(),
                                                        [](std::int64_t dim) { return dim >= 0 && dim < 6; })
-                                     : true;
+        : *kind == step_kind::resample
+            ? record.resampling && (record.resampling->mode == "nearest" || record.resampling->mode == "bilinear") &&
+                  ((record.resampling->scales.size() == 2 && record.resampling->sizes.empty() &&
+                    std::all_of(record.resampling->scales.begin(), record.resampling->scales.end(),
+                                [](std::int64_t k) { return k >= 1; })) ||
+                   (record.resampling->sizes.size() == 2 && record.resampling->scales.empty() &&
+                    std::all_of(record.resampling->sizes.begin(), record.resampling->sizes.end(), [](std::int64_t k) { return k >= 1; })))
+            : true;
     if (!parameters_fit) fail(i, "a " + record.op + " without its parameters");
     steps.push_back({record, *kind, {}, {}});
   }

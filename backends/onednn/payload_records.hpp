@@ -2,7 +2,7 @@
 // structs saved as tuples of their fields. Each step names its op, the value ids it reads and the
 // one it makes, and its parameters in the record of its op family; no positional integers.
 // Version 3 added the fields after `bias` (the views and attention's steps), version 4 the size
-// programs, version 5 the reductions; versions 4, 3, 2 (without them) and 1 (positional ints per
+// programs, version 5 the reductions and resamplings; versions 4, 3, 2 (without them) and 1 (positional ints per
 // op, doubles as bit patterns) are still read: payload.cpp converts them.
 #pragma once
 
@@ -44,6 +44,14 @@ struct reduction_parameters {
   bool keepdim = false;
 };
 
+/// An upsampling of a 4-d tensor's height and width: "nearest" or "bilinear" (align_corners False),
+/// by whole `scales` (the output's size the input's times them) or to fixed `sizes`.
+struct resampling_parameters {
+  std::string mode;
+  std::vector<std::int64_t> scales;
+  std::vector<std::int64_t> sizes;
+};
+
 /// A slice of one dimension: `length` indices from `start` (a chunk's part).
 struct slice_parameters {
   std::int64_t dim = 0, start = 0, length = 0;
@@ -54,7 +62,8 @@ struct slice_parameters {
 /// version 3 "reshape", "slice", "contiguous", "matmul", "softmax", "scale_by"; then "normalize",
 /// "max_pool3d", "adaptive_avg_pool3d", and convolutions with three values of each: 3-d; then
 /// "deconvolution", a transposed convolution: its convolution parameters as conv_transpose2d's,
-/// no output padding, its weight [I, O / groups, kh, kw] as PyTorch's; since version 5 "reduce"),
+/// no output padding, its weight [I, O / groups, kh, kw] as PyTorch's; since version 5 "reduce"
+/// and "resample"),
 /// the value ids it
 /// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
 /// the one it makes, the parameters of its family (absent for the others), and the named-data
@@ -89,7 +98,8 @@ struct step_record {
   /// example's shapes (the input specs) alone; another step serves any.
   std::optional<std::vector<std::int64_t>> size_program;
   // version 5
-  std::optional<reduction_parameters> reduction;  // "reduce": what it computes over which dimensions
+  std::optional<reduction_parameters> reduction;    // "reduce": what it computes over which dimensions
+  std::optional<resampling_parameters> resampling;  // "resample": F.interpolate's mode and sizes
 };
 
 /// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it
@@ -109,6 +119,7 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::activation_parameters, kind, low, high)
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::flatten_parameters, start_dim, end_dim);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::slice_parameters, dim, start, length);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::reduction_parameters, kind, dims, keepdim);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::resampling_parameters, mode, scales, sizes);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims, flatten,
-                        layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program, reduction);
+                        layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program, reduction, resampling);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);

@@ -102,6 +102,13 @@ void emit_reduce(step_builder& builder, const torch::jit::Node* node) {
   step.reduction = reduction_parameters{"max", *dims, tk::constant_of(node->input(2))->toBool()};
 }
 
+// F.interpolate's nearest or bilinear upsampling (support.cpp's resampling_of took it).
+void emit_resample(step_builder& builder, const torch::jit::Node* node) {
+  const std::optional<resampling_parameters> resampling = resampling_of(node);
+  if (!resampling) builder.base.reject(node, "an upsampling whose sizes or factors are not known at lowering");
+  builder.add_unary("resample", node).resampling = *resampling;
+}
+
 /// A depthwise convolution step (groups = channels) over the 4-d (5-d) value `input` with `weight`
 /// [C, 1, kh, kw] ([C, 1, kt, kh, kw]) and `bias` [C]: how a BatchNorm that is not folded and an
 /// avg_pool2d run.

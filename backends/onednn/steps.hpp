@@ -48,7 +48,8 @@ namespace onednn_delegate {
   /* transposed convolutions (a decoder's upsampling); an older build refuses them */ \
   X(deconvolution, "deconvolution", deconvolution)                                    \
   /* payload version 5: amax, max over a dimension (a text CNN's max over time) */    \
-  X(reduce, "reduce", reduce)
+  X(reduce, "reduce", reduce)                                                         \
+  X(resample, "resample", resample)
 
 #define ONEDNN_STEP_KIND_ENUMERATOR(kind, name, builder) kind,
 enum class step_kind { ONEDNN_STEP_KINDS(ONEDNN_STEP_KIND_ENUMERATOR) };

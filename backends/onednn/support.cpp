@@ -13,6 +13,7 @@
 #include <ATen/Context.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <unordered_set>
 
@@ -374,6 +375,43 @@ std::optional<std::vector<std::int64_t>> reduced_dims(const torch::jit::Node* no
   return dims;
 }
 
+std::optional<resampling_parameters> resampling_of(const torch::jit::Node* node) {
+  // F.interpolate's: upsample_nearest2d.vec(input, output_size?, scale_factors?),
+  // upsample_bilinear2d.vec(input, output_size?, align_corners, scale_factors?).
+  const bool nearest = tk::is(node, "aten::upsample_nearest2d") && node->inputs().size() == 3;
+  const bool bilinear = tk::is(node, "aten::upsample_bilinear2d") && node->inputs().size() == 4;
+  if ((!nearest && !bilinear) || !float_4d_or_unknown(node->input(0))) return std::nullopt;
+  if (bilinear && !tk::constant_is(node->input(2), false)) return std::nullopt;  // align_corners=True: another mapping
+  const torch::jit::Value* scales = node->input(nearest ? 2 : 3);
+  resampling_parameters made{nearest ? "nearest" : "bilinear", {}, {}};
+  if (const auto sizes = tk::constant_ints(node->input(1)); sizes && scales->type()->kind() == c10::TypeKind::NoneType) {
+    if (sizes->size() != 2 || (*sizes)[0] < 1 || (*sizes)[1] < 1) return std::nullopt;
+    made.sizes = *sizes;
+    return made;
+  }
+  // A constant list, or a list construct of constants (`[scale_factor for _ in range(2)]` folded).
+  std::vector<double> listed;
+  if (const c10::optional<c10::IValue> factors = torch::jit::toIValue(scales); factors && factors->isDoubleList()) {
+    listed = factors->toDoubleVector();
+  } else if (scales->node()->kind() == c10::prim::ListConstruct) {
+    for (const torch::jit::Value* element : scales->node()->inputs()) {
+      const c10::optional<c10::IValue> factor = torch::jit::toIValue(element);
+      if (!factor || !factor->isDouble()) return std::nullopt;
+      listed.push_back(factor->toDouble());
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (node->input(1)->type()->kind() != c10::TypeKind::NoneType) return std::nullopt;
+  for (const double factor : listed) {
+    // Whole factors only: PyTorch maps a fractional one by the factor given, oneDNN by the sizes' ratio.
+    if (factor < 1 || factor > 64 || factor != std::floor(factor)) return std::nullopt;
+    made.scales.push_back(static_cast<std::int64_t>(factor));
+  }
+  if (made.scales.size() != 2) return std::nullopt;
+  return made;
+}
+
 std::optional<std::array<const torch::jit::Node*, 4>> normalize_nodes(const torch::jit::Node* node) {
   const torch::jit::Node* div = node;
   for (int hops = 0; hops < 3 && div && !tk::is(div, "aten::div"); ++hops) div = only_reader(div);
@@ -419,6 +457,9 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
     ops.add({"aten::conv1d", "aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
         .add("aten::conv_transpose2d", supports_conv_transpose, emit_deconvolution)
         .add({"aten::amax", "aten::max"}, supports_reduce_max, emit_reduce)
+        .add(
+            {"aten::upsample_nearest2d", "aten::upsample_bilinear2d"},
+            [](const torch::jit::Node* node) { return resampling_of(node).has_value(); }, emit_resample)
         .add("aten::batch_norm", supports_batch_norm, emit_batch_norm)
         .add({"aten::relu", "aten::relu_"}, supports_relu, emit_relu)
         .add("aten::add", supports_add_any, emit_add)

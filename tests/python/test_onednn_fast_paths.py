@@ -1456,5 +1456,53 @@ class ListsOfTensors(unittest.TestCase):
             lowered(Empty().eval(), torch.randn(1, 3, 8, 8))
 
 
+class Upsampled(nn.Module):  # a decoder step: conv, F.interpolate by a factor, conv
+    def __init__(self, mode="nearest", scale=2.0):
+        super().__init__()
+        self.before = nn.Conv2d(8, 8, 3, padding=1)
+        self.after = nn.Conv2d(8, 4, 3, padding=1)
+        self.mode = mode
+        self.scale = scale
+
+    def forward(self, x):
+        return self.after(F.interpolate(torch.relu(self.before(x)), scale_factor=self.scale, mode=self.mode))
+
+
+class Interpolation(unittest.TestCase):
+    """F.interpolate and nn.Upsample by whole factors, nearest and bilinear (align_corners False),
+    in the region on oneDNN's resampling: its checks of the input's rank and its list of factors
+    (a list comprehension over the spatial dimensions) fold at lowering. Fractional factors stay
+    in TorchScript (PyTorch maps them by the factor, oneDNN by the sizes' ratio)."""
+
+    def test_whole_factors_are_in_the_region(self):
+        torch.manual_seed(12)
+        for mode, scale in (("nearest", 2.0), ("bilinear", 2.0), ("nearest", 3.0), ("bilinear", 4.0)):
+            with self.subTest(mode=mode, scale=scale):
+                model = Upsampled(mode, scale).eval()
+                x = torch.randn(1, 8, 20, 24)
+                low = lowered(model, x)
+                report = str(torch_delegate.report(low))
+                self.assertEqual(len(regions(low)), 1, report)
+                self.assertEqual([k for k in kept(low) if k.startswith("aten::")], [], report)
+                with torch.no_grad():
+                    for y in (x, torch.randn(2, 8, 13, 9)):
+                        self.assertLess(relative_error(low(y), model(y)), 1e-5)
+                kernels = [implementation for step, kind, implementation in plan(low) if step.endswith("resample") and kind == "resampling"]
+                self.assertTrue(kernels and not any(k.startswith("ref") for k in kernels), plan(low))
+        upsample = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(8, 4, 3, padding=1)).eval()
+        low = lowered(upsample, x)
+        self.assertEqual(len(regions(low)), 1, str(torch_delegate.report(low)))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), upsample(x)), 1e-5)
+
+    def test_a_fractional_factor_stays_in_torchscript(self):
+        model = Upsampled("nearest", 1.5).eval()
+        x = torch.randn(1, 8, 20, 24)
+        low = lowered(model, x)
+        self.assertIn("aten::upsample_nearest2d", kept(low))
+        with torch.no_grad():
+            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+
+
 if __name__ == "__main__":
     unittest.main()

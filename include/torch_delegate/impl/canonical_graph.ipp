@@ -237,6 +237,54 @@ inline void fold_scalar_attributes(const torch::jit::Module& module, const std::
 
 /// `len(x.size())` and `x.dim()` of a tensor whose rank is known, and `len` of a constant list:
 /// constants. Returns how many.
+/// `[v for _ in range(n)]` with n known (F.interpolate's `scale_factors`, over the input's spatial
+/// dimensions once its rank folds): an empty list construct, then a loop of n iterations whose body
+/// only appends a value made before it, becomes the list construct of n copies of it. Returns how
+/// many (in any block).
+inline std::size_t fold_list_comprehensions(torch::jit::Block* block) {
+  std::size_t folded = 0;
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    torch::jit::Node* loop = *it;
+    ++it;
+    for (torch::jit::Block* nested : loop->blocks()) folded += fold_list_comprehensions(nested);
+    if (loop->kind() != c10::prim::Loop || loop->inputs().size() != 2 || !loop->outputs().empty()) continue;
+    const c10::optional<c10::IValue> trips = torch::jit::toIValue(loop->input(0)), go = torch::jit::toIValue(loop->input(1));
+    if (!trips || !trips->isInt() || trips->toInt() < 0 || trips->toInt() > 16 || !go || !go->isBool() || !go->toBool()) continue;
+    torch::jit::Block* body = loop->blocks()[0];
+    const auto first = body->nodes().begin();
+    if (first == body->nodes().end() || std::next(first) != body->nodes().end()) continue;
+    torch::jit::Node* append = *first;
+    if (append->kind() != c10::aten::append || append->inputs().size() != 2 || append->output()->hasUses()) continue;
+    const c10::optional<c10::IValue> again = body->outputs().size() == 1 ? torch::jit::toIValue(body->outputs()[0]) : c10::nullopt;
+    if (!again || !again->isBool() || !again->toBool()) continue;
+    torch::jit::Value* list = append->input(0);
+    torch::jit::Value* element = append->input(1);
+    torch::jit::Node* construct = list->node();
+    // The list: made empty just before the loop in its block, the element made outside the loop.
+    if (construct->kind() != c10::prim::ListConstruct || !construct->inputs().empty() || construct->owningBlock() != block ||
+        element->node()->owningBlock() == body)
+      continue;
+    bool untouched = true;  // nothing reads or writes the list between its construct and the loop
+    for (torch::jit::Node* node = construct->next(); node != loop && untouched; node = node->next())
+      for (const torch::jit::Value* input : node->inputs()) untouched &= input != list;
+    if (!untouched) continue;
+    for (std::int64_t k = 0; k < trips->toInt(); ++k) construct->addInput(element);
+    loop->destroy();
+    ++folded;
+  }
+  return folded;
+}
+
+/// Whether any block of `block` reads a tensor's rank (aten::dim).
+inline bool reads_ranks(torch::jit::Block* block) {
+  for (torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::aten::dim) return true;
+    for (torch::jit::Block* nested : node->blocks())
+      if (reads_ranks(nested)) return true;
+  }
+  return false;
+}
+
 inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& graph) {
   std::size_t folded = 0;
   std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
@@ -413,6 +461,10 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
       const std::size_t decided = conditions ? decide_known_conditions(graph, *example_inputs, fold_attributes, *conditions) : 0;
       if (decided) torch::jit::RemoveListMutation(graph);  // `all(x.is_cuda for x in tensors)`: a list of decided values
       torch::jit::ConstantPropagationImmutableTypes(graph);
+      if (const std::size_t lists = fold_list_comprehensions(graph->block())) {  // what constant propagation made known
+        folded += lists;
+        torch::jit::ConstantPropagationImmutableTypes(graph);
+      }
       if (decided) {
         folded += decided;
         for (int again = 0; again < 8; ++again) {  // what the simplified nodes decide in turn
@@ -432,9 +484,11 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
           folded += layers;  // another round: what the layer's output decides (the next layer's is_nested)
         }
       }
-      // Without attention calls, one round unless conditions were decided; with them, while ranks
-      // or dtypes fold (each exposes the next of an attention's checks: the masks' ranks, dtypes).
-      if (folded == 0 || (decided == 0 && !calls)) break;
+      // Without attention calls, one round unless conditions were decided or rank reads remain
+      // that this round's folds may have brought to the top level (F.interpolate's, behind its
+      // checks of the input's rank); with them, while ranks or dtypes fold (each exposes the next
+      // of an attention's checks: the masks' ranks, dtypes).
+      if (folded == 0 || (decided == 0 && !calls && !reads_ranks(graph->block()))) break;
     }
   }
   // A list built by appends as a list construct per use, where nothing else can see the list

@@ -188,7 +188,10 @@ TORCH_DELEGATE_INTERNAL std::size_t decide_known_conditions(const std::shared_pt
         if (existing.argument == a && existing.property == p && existing.other == o) return;
       conditions.checks.push_back({a, p, std::move(v), o});
     };
-    if (property != c10::prim::Uninitialized && argument != 0 && graph->inputs()[argument]->type()->kind() == c10::TypeKind::OptionalType)
+    // A property of an optional argument is read once it is known not None (identity is not a
+    // property: `a is b` holds of None too).
+    if (property != c10::prim::Uninitialized && property != c10::aten::__is__ && argument != 0 &&
+        graph->inputs()[argument]->type()->kind() == c10::TypeKind::OptionalType)
       add(argument, c10::prim::Uninitialized, false, 0);
     add(argument, property, std::move(value), other);
   };
