@@ -417,6 +417,38 @@ TEST_CASE("payload: a reduce needs its kind and dimensions, a resample its mode 
         "onednn: region forward: step 0: a deconvolution without its parameters");
 }
 
+TEST_CASE("payload: a recurrent layer needs its kind, layer and hidden size, and reads its input with all its states or none") {
+  region_payload payload;
+  payload.inputs = 3;
+  payload.values = 4;
+  payload.outputs = {3};
+  step_record& layer = payload.steps.emplace_back();
+  layer.op = "recurrent";
+  layer.inputs = {0, 1, 2};  // input, h0, c0
+  layer.output = 3;
+  layer.weight = "w";
+  layer.bias = "b";
+  layer.recurrent = recurrent_parameters{"lstm", 1, 2, 16, true};
+  CHECK(decode_steps(payload, "forward")[0].kind == step_kind::recurrent);
+  payload.steps[0].inputs = {0};  // no states: zeros
+  CHECK(decode_steps(payload, "forward")[0].kind == step_kind::recurrent);
+  payload.steps[0].inputs = {0, 1};  // an LSTM's h without its c
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 0: a recurrent that reads 2 values");
+  payload.steps[0].recurrent->kind = "gru";  // a GRU's h
+  CHECK(decode_steps(payload, "forward")[0].kind == step_kind::recurrent);
+  for (const recurrent_parameters& bad : {recurrent_parameters{"rnn_tanh", 0, 1, 16, false}, recurrent_parameters{"gru", 2, 2, 16, false},
+                                          recurrent_parameters{"gru", 0, 1, 0, false}, recurrent_parameters{"gru", -1, 1, 8, false}}) {
+    payload.steps[0].recurrent = bad;
+    CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+          "onednn: region forward: step 0: a recurrent without its parameters");
+  }
+  payload.steps[0].recurrent.reset();
+  payload.steps[0].inputs = {0};
+  CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+        "onednn: region forward: step 0: a recurrent without its parameters");
+}
+
 TEST_CASE("accepts_region: a region with no convolution or linear, or with part of F.normalize's pattern, is refused, saying why") {
   // F.normalize(y, dim=-1) as TorchScript scripts it: norm, clamp_min, expand_as, div.
   const torch::jit::Module module = test_helpers::script(R"(

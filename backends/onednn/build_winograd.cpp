@@ -22,7 +22,7 @@ bool own_avx2_kernels_allowed(const char* switch_variable) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto avx2 = static_cast<unsigned>(dnnl::cpu_isa::avx2);
   // oneDNN capped below AVX2 (ONEDNN_MAX_CPU_ISA): the tests' "this ISA" runs no AVX2 kernel of ours either.
-  return !switched_off(switch_variable) && winograd::cpu_supported() && (isa & avx2) == avx2;
+  return !(switch_variable && switched_off(switch_variable)) && winograd::cpu_supported() && (isa & avx2) == avx2;
 }
 
 bool onednn_runs_avx512() {

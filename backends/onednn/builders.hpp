@@ -21,6 +21,8 @@ using step_planner = void (*)(plan_context& p, std::size_t index);
 // build_convolution.cpp
 void convolution(plan_context& p, std::size_t index);
 void deconvolution(plan_context& p, std::size_t index);  // a transposed convolution (build_deconvolution.cpp)
+// build_recurrent.cpp
+void recurrent(plan_context& p, std::size_t index);      // a layer of an LSTM or GRU on oneDNN's RNN primitives
 void reduce(plan_context& p, std::size_t index);         // amax over dimensions (build_pooling.cpp)
 void resample(plan_context& p, std::size_t index);       // F.interpolate, nearest or bilinear (build_pooling.cpp)
 // build_eltwise.cpp: activations (relu, activation, scale_by), add, mul, scale, normalize

@@ -52,6 +52,14 @@ void emit_reduce(step_builder& builder, const torch::jit::Node* node);
 /// sizes; nullopt where it is not one onednn computes as PyTorch does.
 std::optional<resampling_parameters> resampling_of(const torch::jit::Node* node);
 void emit_resample(step_builder& builder, const torch::jit::Node* node);
+/// lstm.input and gru.input (an nn.LSTM's or nn.GRU's call, as lowering spells it) that onednn
+/// runs: float input of rank 3 and states of known sizes, weights known at lowering, eval mode,
+/// the states it returns read by nothing.
+bool supports_recurrent(const torch::jit::Node* node);
+/// Whether `value` is `input.new_zeros(sizes)`: a recurrent layer's initial state when the call
+/// gives none (the layer's step then reads no state).
+bool is_zero_state(const torch::jit::Value* value);
+void emit_recurrent(step_builder& builder, const torch::jit::Node* node);
 
 // preprocess.cpp: the emitters the table names (each adds the node's step to the builder).
 void emit_convolution(step_builder& builder, const torch::jit::Node* node);
@@ -83,18 +91,21 @@ void emit_nothing(step_builder& builder, const torch::jit::Node* node);
 
 /// The payload checked and decoded (runtime.cpp): the steps with their kinds and fusions.
 std::vector<compiled_step> decode_steps(const region_payload& payload, std::string_view method);
-/// A version 1 payload (positional ints) as version 5's records (payload.cpp).
+/// A version 1 payload (positional ints) as version 6's records (payload.cpp).
 region_payload upgrade_format1(const c10::IValue& value);
-/// A version 2 payload (typed steps without version 3's fields) as version 5 (payload.cpp).
+/// A version 2 payload (typed steps without version 3's fields) as version 6 (payload.cpp).
 region_payload upgrade_format2(const c10::IValue& value);
-/// A version 3 payload (without size programs) as version 5 (payload.cpp).
+/// A version 3 payload (without size programs) as version 6 (payload.cpp).
 region_payload upgrade_format3(const c10::IValue& value);
-/// A version 4 payload (without reductions) as version 5 (payload.cpp).
+/// A version 4 payload (without reductions) as version 6 (payload.cpp).
 region_payload upgrade_format4(const c10::IValue& value);
-/// Whether `value` is a version 1 (version 3, version 4) payload's tuple.
+/// A version 5 payload (without recurrent layers) as version 6 (payload.cpp).
+region_payload upgrade_format5(const c10::IValue& value);
+/// Whether `value` is a version 1 (version 3, 4, 5) payload's tuple.
 bool is_format1(const c10::IValue& value);
 bool is_format3(const c10::IValue& value);
 bool is_format4(const c10::IValue& value);
+bool is_format5(const c10::IValue& value);
 
 /// What one call of a plan runs with: the buffer its activations and scratchpad live in, and each
 /// primitive's arguments bound to it (made once, reused by later calls; inputs rebound per call).
@@ -133,6 +144,9 @@ struct plan_store {
   torch_delegate::toolkit::plan_cache<runnable_plan, plan_key> plans{OnednnBackend::max_plans};
   weight_store weights;
   std::vector<at::Tensor> dense;  // what the first plan reads, dropped once it is made
+  /// A recurrent layer's weights in oneDNN's order (weight_store::weights and ::iteration view
+  /// them): every plan reorders from them, as oneDNN's layout for them may depend on the shapes.
+  std::vector<at::Tensor> recurrent;
 };
 
 }  // namespace onednn_delegate

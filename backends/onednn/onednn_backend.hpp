@@ -63,10 +63,11 @@ struct OnednnBackend {
   static constexpr std::string_view name = "onednn";
   /// Regions take the parameters they read as constants: preprocess folds them.
   static constexpr bool owns_parameters = true;
-  /// Version 4: typed step records (payload_records.hpp) whose sizes are programs of the input
-  /// shapes (a region plans other shapes); version 3 (the example's sizes only), version 2
-  /// (without the views and attention's steps) and version 1 (positional ints) are still read.
-  static constexpr std::int64_t payload_version = 4;
+  /// Version 6: typed step records (payload_records.hpp) whose sizes are programs of the input
+  /// shapes (a region plans other shapes), with reductions and resamplings (since 5) and recurrent
+  /// layers (6); versions 5 and 4, 3 (the example's sizes only), 2 (without the views and
+  /// attention's steps) and 1 (positional ints) are still read.
+  static constexpr std::int64_t payload_version = 6;
   static constexpr std::int64_t oldest_payload_version = 1;
   /// The input shapes a region keeps plans for, least recently used dropped first (docs/onednn.md).
   static constexpr std::size_t max_plans = 16;

@@ -1,6 +1,6 @@
-// onednn's payload on the way in: the caster that reads version 5 (payload_records.hpp), version 4
-// (without reductions), version 3 (without size programs) and version 2 (without version 3's steps)
-// as version 5, and version 1
+// onednn's payload on the way in: the caster that reads version 6 (payload_records.hpp), version 5
+// (without recurrent layers), version 4 (without reductions), version 3 (without size programs) and
+// version 2 (without version 3's steps) as version 6, and version 1
 // (positional ints, converted here: a relu flagged on a convolution or an add becomes
 // the relu step it was, fusion.cpp folds it again), and the checks compile runs on every record
 // (a corrupted or foreign payload is an error, never a crash).
@@ -100,6 +100,19 @@ struct region {
 };
 }  // namespace onednn_delegate::format4
 
+namespace onednn_delegate::format5 {
+/// Version 5's step: version 6's without recurrent.
+struct step : format4::step {
+  std::optional<reduction_parameters> reduction;
+  std::optional<resampling_parameters> resampling;
+};
+struct region {
+  std::int64_t inputs = 0, values = 0;
+  std::vector<step> steps;
+  std::vector<std::int64_t> outputs;
+};
+}  // namespace onednn_delegate::format5
+
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::step, op, ints, weight, bias);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format1::region, inputs, values, steps, outputs);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format2::step, op, inputs, output, convolution, pooling, activation, permute_dims,
@@ -111,11 +124,15 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format3::region, inputs, values, steps,
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format4::step, op, inputs, output, convolution, pooling, activation, permute_dims, flatten,
                         layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format4::region, inputs, values, steps, outputs);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format5::step, op, inputs, output, convolution, pooling, activation, permute_dims, flatten,
+                        layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program, reduction, resampling);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::format5::region, inputs, values, steps, outputs);
 
 namespace onednn_delegate {
 
 namespace {
-using version5_caster = torch_delegate::ivalue_caster<torch_delegate::detail::hana_fields_t<region_payload>>;
+using version6_caster = torch_delegate::ivalue_caster<torch_delegate::detail::hana_fields_t<region_payload>>;
+using format5_caster = torch_delegate::ivalue_caster<format5::region>;
 using format4_caster = torch_delegate::ivalue_caster<format4::region>;
 using format3_caster = torch_delegate::ivalue_caster<format3::region>;
 using format2_caster = torch_delegate::ivalue_caster<format2::region>;
@@ -130,17 +147,34 @@ constexpr const char* activation_kinds[] = {"sigmoid", "silu", "hardswish", "har
 }  // namespace
 
 bool is_format1(const c10::IValue& value) {
-  return !version5_caster::check(value) && !format4_caster::check(value) && !format3_caster::check(value) &&
-         !format2_caster::check(value) && format1_caster::check(value);
+  return !version6_caster::check(value) && !format5_caster::check(value) && !format4_caster::check(value) &&
+         !format3_caster::check(value) && !format2_caster::check(value) && format1_caster::check(value);
 }
 
-bool is_format4(const c10::IValue& value) { return !version5_caster::check(value) && format4_caster::check(value); }
+bool is_format5(const c10::IValue& value) { return !version6_caster::check(value) && format5_caster::check(value); }
+
+bool is_format4(const c10::IValue& value) {
+  return !version6_caster::check(value) && !format5_caster::check(value) && format4_caster::check(value);
+}
 
 bool is_format3(const c10::IValue& value) {
-  return !version5_caster::check(value) && !format4_caster::check(value) && format3_caster::check(value);
+  return !version6_caster::check(value) && !format5_caster::check(value) && !format4_caster::check(value) && format3_caster::check(value);
 }
 
-/// A version 4 payload as version 5: the same steps (it had no reductions).
+/// A version 5 payload as version 6: the same steps (it had no recurrent layers).
+region_payload upgrade_format5(const c10::IValue& value) {
+  format5::region old = format5_caster::load(value);
+  region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
+  for (format5::step& step : old.steps)
+    payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
+                             std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
+                             std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
+                             step.softmax_dim, step.factor, std::move(step.size_program), std::move(step.reduction),
+                             std::move(step.resampling), std::nullopt});
+  return payload;
+}
+
+/// A version 4 payload as version 6: the same steps (it had no reductions).
 region_payload upgrade_format4(const c10::IValue& value) {
   format4::region old = format4_caster::load(value);
   region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
@@ -148,11 +182,11 @@ region_payload upgrade_format4(const c10::IValue& value) {
     payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
                              std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
                              std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
-                             step.softmax_dim, step.factor, std::move(step.size_program), std::nullopt, std::nullopt});
+                             step.softmax_dim, step.factor, std::move(step.size_program), std::nullopt, std::nullopt, std::nullopt});
   return payload;
 }
 
-/// A version 3 payload as version 5: the same steps, without size programs (each region serves
+/// A version 3 payload as version 6: the same steps, without size programs (each region serves
 /// the shapes it was lowered for, as it did).
 region_payload upgrade_format3(const c10::IValue& value) {
   format3::region old = format3_caster::load(value);
@@ -161,11 +195,11 @@ region_payload upgrade_format3(const c10::IValue& value) {
     payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
                              std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
                              std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
-                             step.softmax_dim, step.factor, std::nullopt, std::nullopt, std::nullopt});
+                             step.softmax_dim, step.factor, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
   return payload;
 }
 
-/// A version 2 payload as version 5: the same steps, the fields versions 3 and 4 added absent.
+/// A version 2 payload as version 6: the same steps, the fields versions 3 and 4 added absent.
 region_payload upgrade_format2(const c10::IValue& value) {
   format2::region old = format2_caster::load(value);
   region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
@@ -286,7 +320,9 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
     // A linear reads its bias as a second value when it has no bias key (computed in the call).
     const bool two = *kind == step_kind::add || *kind == step_kind::mul || *kind == step_kind::matmul ||
                      (*kind == step_kind::linear && record.bias.empty());
-    if (*kind == step_kind::cat ? reads < 1 : reads != (two ? 2u : 1u))
+    // A recurrent layer reads its input and its initial states, h (GRU), h and c (LSTM), or none (zeros).
+    const std::size_t states = *kind != step_kind::recurrent || !record.recurrent ? 0 : record.recurrent->kind == "lstm" ? 2 : 1;
+    if (*kind == step_kind::cat ? reads < 1 : reads != (two ? 2u : 1u) + states && !(states && reads == 1))
       fail(i, "a " + record.op + " that reads " + std::to_string(reads) + " values");
     for (const std::int64_t id : record.inputs)
       if (id < 0 || id >= payload.values) fail(i, "value " + std::to_string(id) + " out of range [0, " + std::to_string(payload.values) + ")");
@@ -324,6 +360,9 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
                                 [](std::int64_t k) { return k >= 1; })) ||
                    (record.resampling->sizes.size() == 2 && record.resampling->scales.empty() &&
                     std::all_of(record.resampling->sizes.begin(), record.resampling->sizes.end(), [](std::int64_t k) { return k >= 1; })))
+        : *kind == step_kind::recurrent
+            ? record.recurrent && (record.recurrent->kind == "lstm" || record.recurrent->kind == "gru") && record.recurrent->layers >= 1 &&
+                  record.recurrent->layer >= 0 && record.recurrent->layer < record.recurrent->layers && record.recurrent->hidden >= 1
             : true;
     if (!parameters_fit) fail(i, "a " + record.op + " without its parameters");
     steps.push_back({record, *kind, {}, {}});
@@ -338,20 +377,21 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
 }  // namespace onednn_delegate
 
 bool torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::check(const c10::IValue& value) {
-  return onednn_delegate::version5_caster::check(value) || onednn_delegate::format4_caster::check(value) ||
-         onednn_delegate::format3_caster::check(value) || onednn_delegate::format2_caster::check(value) ||
-         onednn_delegate::format1_caster::check(value);
+  return onednn_delegate::version6_caster::check(value) || onednn_delegate::format5_caster::check(value) ||
+         onednn_delegate::format4_caster::check(value) || onednn_delegate::format3_caster::check(value) ||
+         onednn_delegate::format2_caster::check(value) || onednn_delegate::format1_caster::check(value);
 }
 
 onednn_delegate::region_payload torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::load(const c10::IValue& value) {
   if (onednn_delegate::is_format1(value)) return onednn_delegate::upgrade_format1(value);
+  if (onednn_delegate::is_format5(value)) return onednn_delegate::upgrade_format5(value);
   if (onednn_delegate::is_format4(value)) return onednn_delegate::upgrade_format4(value);
   if (onednn_delegate::is_format3(value)) return onednn_delegate::upgrade_format3(value);
-  if (!onednn_delegate::version5_caster::check(value)) return onednn_delegate::upgrade_format2(value);
-  auto [inputs, values, steps, outputs] = onednn_delegate::version5_caster::load(value);
+  if (!onednn_delegate::version6_caster::check(value)) return onednn_delegate::upgrade_format2(value);
+  auto [inputs, values, steps, outputs] = onednn_delegate::version6_caster::load(value);
   return {inputs, values, std::move(steps), std::move(outputs)};
 }
 
 c10::IValue torch_delegate::ivalue_caster<onednn_delegate::region_payload, void>::cast(onednn_delegate::region_payload payload) {
-  return onednn_delegate::version5_caster::cast({payload.inputs, payload.values, std::move(payload.steps), std::move(payload.outputs)});
+  return onednn_delegate::version6_caster::cast({payload.inputs, payload.values, std::move(payload.steps), std::move(payload.outputs)});
 }

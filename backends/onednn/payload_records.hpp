@@ -1,9 +1,10 @@
-// onednn's payload (payload version 5): what preprocess writes and compile reads, as Boost.Hana
+// onednn's payload (payload version 6): what preprocess writes and compile reads, as Boost.Hana
 // structs saved as tuples of their fields. Each step names its op, the value ids it reads and the
 // one it makes, and its parameters in the record of its op family; no positional integers.
 // Version 3 added the fields after `bias` (the views and attention's steps), version 4 the size
-// programs, version 5 the reductions and resamplings; versions 4, 3, 2 (without them) and 1 (positional ints per
-// op, doubles as bit patterns) are still read: payload.cpp converts them.
+// programs, version 5 the reductions and resamplings, version 6 the recurrent layers; versions 5, 4,
+// 3, 2 (without them) and 1 (positional ints per op, doubles as bit patterns) are still read:
+// payload.cpp converts them.
 #pragma once
 
 #include <boost/hana/adapt_struct.hpp>
@@ -52,6 +53,19 @@ struct resampling_parameters {
   std::vector<std::int64_t> sizes;
 };
 
+/// One layer of an nn.LSTM or nn.GRU ("lstm", "gru": PyTorch's formulas, its gates in PyTorch's
+/// order): layer `layer` of `layers`, `hidden` features a direction, over [batch, time, features]
+/// when `batch_first`, else [time, batch, features]. Its weight is [directions, gates * hidden,
+/// features + hidden] (weight_ih and weight_hh side by side, each direction's), its bias
+/// [directions, 2, gates * hidden] (bias_ih, bias_hh; zeros without biases). It reads the layer's
+/// input and the initial states, [layers * directions, batch, hidden] each (h, then c for an LSTM;
+/// none: zeros), and makes the output sequence, [.., .., directions * hidden].
+struct recurrent_parameters {
+  std::string kind;
+  std::int64_t layer = 0, layers = 1, hidden = 0;
+  bool batch_first = false;
+};
+
 /// A slice of one dimension: `length` indices from `start` (a chunk's part).
 struct slice_parameters {
   std::int64_t dim = 0, start = 0, length = 0;
@@ -63,7 +77,7 @@ struct slice_parameters {
 /// "max_pool3d", "adaptive_avg_pool3d", and convolutions with three values of each: 3-d; then
 /// "deconvolution", a transposed convolution: its convolution parameters as conv_transpose2d's,
 /// no output padding, its weight [I, O / groups, kh, kw] as PyTorch's; since version 5 "reduce"
-/// and "resample"),
+/// and "resample"; since version 6 "recurrent"),
 /// the value ids it
 /// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
 /// the one it makes, the parameters of its family (absent for the others), and the named-data
@@ -100,6 +114,8 @@ struct step_record {
   // version 5
   std::optional<reduction_parameters> reduction;    // "reduce": what it computes over which dimensions
   std::optional<resampling_parameters> resampling;  // "resample": F.interpolate's mode and sizes
+  // version 6
+  std::optional<recurrent_parameters> recurrent;  // "recurrent": one layer of an LSTM or GRU
 };
 
 /// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it
@@ -120,6 +136,8 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::flatten_parameters, start_dim, end_dim)
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::slice_parameters, dim, start, length);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::reduction_parameters, kind, dims, keepdim);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::resampling_parameters, mode, scales, sizes);
+BOOST_HANA_ADAPT_STRUCT(onednn_delegate::recurrent_parameters, kind, layer, layers, hidden, batch_first);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims, flatten,
-                        layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program, reduction, resampling);
+                        layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program, reduction, resampling,
+                        recurrent);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);

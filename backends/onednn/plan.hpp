@@ -77,7 +77,8 @@ std::string switch_value(const char* variable);
 /// Declares the table (switches.cpp) to torch-delegate, once per process.
 void declare_runtime_switches();
 /// Whether plans may run AVX2 kernels of ours (build_winograd.cpp): the CPU has AVX2 and FMA,
-/// oneDNN is not capped below AVX2 (ONEDNN_MAX_CPU_ISA), and `switch_variable` is not "0".
+/// oneDNN is not capped below AVX2 (ONEDNN_MAX_CPU_ISA), and `switch_variable` is not "0" (null:
+/// no switch asked).
 bool own_avx2_kernels_allowed(const char* switch_variable);
 /// Whether oneDNN runs AVX-512 kernels here (its effective ISA, after ONEDNN_MAX_CPU_ISA, is
 /// avx512_core or above): its blocked layout is then nChw16c, and a vector holds 16 floats.
@@ -130,6 +131,10 @@ bool gemm_1x1_pays(std::int64_t pixels, std::int64_t features, std::int64_t outp
 /// took 6-8 us on 2 threads and 2-4 us on one on an AVX-512 EPYC (oneDNN's OpenMP fork and join),
 /// and its pooling and multiply likewise (docs/onednn.md).
 inline constexpr std::int64_t one_thread_work = 256 * 1024;
+/// Whether plans run LSTM and GRU layers as oneDNN's matmul over the whole sequence and our
+/// recurrence kernel (recurrence.hpp) rather than oneDNN's RNN primitive: the CPU has AVX2 and FMA,
+/// oneDNN is not capped below AVX2, and TD_ONEDNN_RECURRENCE is not 0.
+bool own_recurrence_enabled();
 /// Whether plans run SiLU on our kernel (silu.hpp, build_eltwise.cpp) rather than oneDNN's swish:
 /// on AVX2 with FMA, oneDNN not capped below AVX2 and not running AVX-512 (there its swish post-op
 /// is faster: EfficientNet-B0 6.2-6.4 ms against 6.6-6.7), and TD_ONEDNN_SILU not 0.
@@ -217,6 +222,15 @@ struct execution_plan {
 /// another), so a region holds its weights once per plan.
 struct weight_store {
   std::vector<dnnl::memory> weights, biases;  // per step (empty for a step without weights)
+  std::vector<dnnl::memory> iteration;        // per step: a recurrent layer's weights on its state (else empty)
+  /// Per step: a recurrent layer's weights as our recurrence kernel reads them (recurrence.hpp;
+  /// empty for other steps): the state's weights packed in panels per direction, each gate's bias
+  /// on the input ([directions * gates * hidden]), a GRU's new gate's bias on the state
+  /// ([directions * hidden]).
+  struct recurrence_weights {
+    dnnl::memory packed, input_bias, new_gate_bias;
+  };
+  std::vector<recurrence_weights> recurrence;
   /// Until the first plan is made, the entries view the named data's tensors (released then);
   /// after, they are plans' own copies, which a later plan shares where it takes the same layout
   /// (plan_context::constant): the plans of one region hold a layout's weights once.
@@ -302,8 +316,10 @@ class plan_context {
   void define(std::int64_t id, const md& desc) { bind(id, add_slot(desc)); }
   void bind(std::int64_t id, std::size_t slot) { slot_of_.at(static_cast<std::size_t>(id)) = slot; }
   std::size_t add_slot(const md& desc, std::size_t alias_of = no_slot);
-  /// A slot viewing the bytes of `of` (in place, at the same offset) as `desc`.
+  /// A slot viewing the bytes of `of` (in place, at the same offset) as `desc`; view_at(): from
+  /// `bytes` after where `of` starts (a layer's part of a recurrent state).
   std::size_t view(const md& desc, std::size_t of);
+  std::size_t view_at(const md& desc, std::size_t of, std::size_t bytes);
   /// The slot whose bytes `index` views (no_slot: its own), where in them, and the slot that owns them.
   std::size_t alias_of(std::size_t index) const { return plan_.aliases[index]; }
   std::size_t alias_offset(std::size_t index) const { return plan_.alias_offsets[index]; }

@@ -277,6 +277,12 @@ std::size_t plan_context::view(const md& desc, std::size_t of) {
   return made;
 }
 
+std::size_t plan_context::view_at(const md& desc, std::size_t of, std::size_t bytes) {
+  const std::size_t made = view(desc, of);
+  plan_.alias_offsets[made] += bytes;
+  return made;
+}
+
 std::string plan_context::describe(const compiled_step& described) const {
   const std::size_t slot = slot_of_.at(static_cast<std::size_t>(described.record.inputs.at(0)));
   if (slot == no_slot) return "?";

@@ -81,6 +81,48 @@ void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
   step.bias = builder.base.store_constant(conv.bias);
 }
 
+// An LSTM's or GRU's layers (supports_recurrent), a step each, the last making the node's output:
+// each layer's weights side by side per direction, its biases (zeros without), in PyTorch's order.
+void emit_recurrent(step_builder& builder, const torch::jit::Node* node) {
+  const bool lstm = tk::is(node, "aten::lstm");
+  const bool biases = tk::constant_is(node->input(3), true);
+  const std::int64_t layers = *tk::known_int(node->input(4));
+  const std::int64_t directions = tk::constant_is(node->input(7), true) ? 2 : 1;
+  const bool batch_first = tk::constant_is(node->input(8), true);
+  const torch::jit::Node* params = node->input(2)->node();
+  std::vector<std::int64_t> states;  // none where they are zeros (is_zero_state)
+  if (lstm) {
+    for (const torch::jit::Value* state : node->input(1)->node()->inputs())
+      if (!is_zero_state(state)) states.push_back(builder.base.id(state));
+  } else if (!is_zero_state(node->input(1))) {
+    states.push_back(builder.base.id(node->input(1)));
+  }
+  const std::size_t per = biases ? 4 : 2;
+  std::int64_t x = builder.base.id(node->input(0));
+  for (std::int64_t layer = 0; layer < layers; ++layer) {
+    std::vector<at::Tensor> weights, bias;
+    std::int64_t hidden = 0;
+    for (std::int64_t direction = 0; direction < directions; ++direction) {
+      const std::size_t first = static_cast<std::size_t>(layer * directions + direction) * per;
+      const at::Tensor on_input = builder.region().tensor_of(params->input(first));
+      const at::Tensor on_state = builder.region().tensor_of(params->input(first + 1));
+      hidden = on_state.size(1);
+      weights.push_back(at::cat({on_input, on_state}, 1));
+      bias.push_back(
+          biases ? at::stack({builder.region().tensor_of(params->input(first + 2)), builder.region().tensor_of(params->input(first + 3))})
+                 : at::zeros({2, on_state.size(0)}));
+    }
+    std::vector<std::int64_t> inputs{x};
+    inputs.insert(inputs.end(), states.begin(), states.end());
+    step_record& step = layer + 1 == layers ? builder.add("recurrent", std::move(inputs), node->output(0))
+                                            : builder.add_unnamed("recurrent", std::move(inputs));
+    step.recurrent = recurrent_parameters{lstm ? "lstm" : "gru", layer, layers, hidden, batch_first};
+    step.weight = builder.base.store_constant(at::stack(weights).contiguous());
+    step.bias = builder.base.store_constant(at::stack(bias).contiguous());
+    x = step.output;
+  }
+}
+
 // A transposed convolution: its parameters as conv_transpose2d takes them, its weight as PyTorch's
 // [I, O / groups, kh, kw], a zero bias where it has none.
 void emit_deconvolution(step_builder& builder, const torch::jit::Node* node) {

@@ -2,6 +2,7 @@
 // the plans) and execute (the plan for the call's input shapes, from the region's bounded cache or
 // made now, run with a call context: one buffer, the primitives' arguments bound to it).
 #include "internal.hpp"
+#include "recurrence.hpp"
 
 #include "toolkit/availability.hpp"
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,62 @@ call_context::call_context(const execution_plan& plan, std::size_t inputs)
       bound.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(call.scratchpad, cpu_engine(), base + plan.scratchpad_offset));
   }
 }
+
+namespace {
+/// A recurrent layer's weights ([directions, gates * hidden, features + hidden]: PyTorch's
+/// weight_ih and weight_hh side by side) and biases ([directions, 2, gates * hidden]) in oneDNN's
+/// order, kept in `store` for every plan: weights on the input (ldgoi over [1, directions,
+/// features, gates, hidden]) and on the state (likewise over hidden), and the bias (ldgo). A GRU's
+/// gates go from PyTorch's (reset, update, new) to oneDNN's (update, reset, new), its bias is
+/// linear-before-reset's four: the update's and reset's summed, the new gate's on the input, and
+/// on the state (PyTorch's formula: n = tanh(W_in x + b_in + r * (W_hn h + b_hn))).
+std::tuple<dnnl::memory, dnnl::memory, dnnl::memory> recurrent_weights(const torch_delegate::compile_context& context,
+                                                                       const step_record& record, plan_store& store) {
+  const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
+  const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
+  const recurrent_parameters& r = *record.recurrent;
+  const bool lstm = r.kind == "lstm";
+  const std::int64_t gates = lstm ? 4 : 3, hidden = r.hidden;
+  TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && weight.dim() == 3 && bias.dim() == 3 &&
+                  (weight.size(0) == 1 || weight.size(0) == 2) && weight.size(1) == gates * hidden && weight.size(2) > hidden &&
+                  bias.size(0) == weight.size(0) && bias.size(1) == 2 && bias.size(2) == gates * hidden,
+              "onednn: region ", context.method(), ": a recurrent layer (", r.kind, ", ", hidden, " hidden) with weight ", weight.sizes(),
+              " and bias ", bias.sizes(), " (expected float [directions (1 or 2), ", gates * hidden, ", features + ", hidden,
+              "] and [directions, 2, ", gates * hidden, "])");
+  const std::int64_t directions = weight.size(0), features = weight.size(2) - hidden;
+  const at::Tensor by_gate = weight.view({directions, gates, hidden, features + hidden});
+  at::Tensor on_input = by_gate.narrow(3, 0, features), on_state = by_gate.narrow(3, features, hidden);
+  at::Tensor b = bias.view({directions, 2, gates, hidden}), made_bias;
+  if (lstm) {
+    made_bias = b.select(1, 0) + b.select(1, 1);
+  } else {
+    const at::Tensor order = at::tensor(std::vector<std::int64_t>{1, 0, 2});
+    on_input = on_input.index_select(1, order);
+    on_state = on_state.index_select(1, order);
+    const at::Tensor i = b.select(1, 0).index_select(1, order), h = b.select(1, 1).index_select(1, order);
+    made_bias = at::cat({i.narrow(1, 0, 2) + h.narrow(1, 0, 2), i.narrow(1, 2, 1), h.narrow(1, 2, 1)}, 1);
+  }
+  on_input = on_input.contiguous();
+  on_state = on_state.contiguous();
+  made_bias = made_bias.contiguous();
+  // For our recurrence kernel: the state's weights packed (PyTorch's [gates * hidden, hidden] per
+  // direction, in oneDNN's gate order), the biases on the input, a GRU's on the state of its new gate.
+  const std::int64_t columns = gates * hidden;
+  at::Tensor packed = at::empty({directions, recurrence::padded(columns) * hidden});
+  for (std::int64_t d = 0; d < directions; ++d)
+    recurrence::pack_state_weights(on_state[d].reshape({columns, hidden}).contiguous().data_ptr<float>(), columns, hidden,
+                                   packed[d].data_ptr<float>());
+  const at::Tensor input_bias = made_bias.narrow(1, 0, gates).contiguous();
+  const at::Tensor new_gate_bias = lstm ? at::zeros({directions, hidden}) : made_bias.select(1, 3).contiguous();
+  store.recurrent.insert(store.recurrent.end(), {on_input, on_state, made_bias, packed, input_bias, new_gate_bias});
+  const auto flat = [](const at::Tensor& t) { return dnnl::memory(dense({t.numel()}), cpu_engine(), t.data_ptr()); };
+  store.weights.recurrence.push_back({flat(packed), flat(input_bias), flat(new_gate_bias)});
+  const std::int64_t bias_gates = made_bias.size(1);
+  return {dnnl::memory(md({1, directions, features, gates, hidden}, f32, tag::ldgoi), cpu_engine(), on_input.data_ptr()),
+          dnnl::memory(md({1, directions, hidden, gates, hidden}, f32, tag::ldgoi), cpu_engine(), on_state.data_ptr()),
+          dnnl::memory(md({1, directions, bias_gates, hidden}, f32, tag::ldgo), cpu_engine(), made_bias.data_ptr())};
+}
+}  // namespace
 
 compiled_region OnednnBackend::compile(const region_payload& payload, const torch_delegate::compile_context& context) {
   TORCH_CHECK(is_available(), "onednn: this LibTorch was built without oneDNN");
@@ -134,8 +192,17 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
       used.push_back(record.weight);
       used.push_back(record.bias);
     }
+    dnnl::memory iteration_memory;
+    if (kind == step_kind::recurrent) {
+      std::tie(weight_memory, iteration_memory, bias_memory) = recurrent_weights(context, record, *store);
+      step.weight_sizes = context.named_data().tensor(record.weight).sizes().vec();
+      used.push_back(record.weight);
+      used.push_back(record.bias);
+    }
     store->weights.weights.push_back(weight_memory);
     store->weights.biases.push_back(bias_memory);
+    store->weights.iteration.push_back(iteration_memory);
+    if (kind != step_kind::recurrent) store->weights.recurrence.emplace_back();
   }
   for (const std::string& key : used) context.release_named_data(key);
   return {std::move(region), std::move(store)};
@@ -220,8 +287,9 @@ std::vector<c10::IValue> OnednnBackend::execute(compiled_region& compiled, torch
       results[k] = at::empty(plan->output_dims[k], at::kFloat);
   for (std::size_t slot = 0; slot < plan->slots.size(); ++slot) {
     const std::size_t input = slot < given.size() ? slot : plan->aliases[slot];
-    if (input < given.size()) {
-      context->memory[slot].set_data_handle(given[input].data_ptr());
+    if (input < given.size()) {  // an input, or a view of one (from its offset: a layer's part of a state)
+      const std::size_t view_offset = slot < given.size() ? 0 : plan->alias_offsets[slot];
+      context->memory[slot].set_data_handle(static_cast<std::uint8_t*>(given[input].data_ptr()) + view_offset);
     } else if (plan->in_output[slot] != no_slot) {
       const std::size_t view_offset = plan->aliases[slot] == no_slot ? 0 : plan->alias_offsets[slot];
       context->memory[slot].set_data_handle(static_cast<std::uint8_t*>(results[plan->in_output[slot]].data_ptr()) + view_offset);

@@ -47,6 +47,8 @@ namespace onednn_delegate {
   X(global_avg_pool3d, "adaptive_avg_pool3d", global_avg_pool)                        \
   /* transposed convolutions (a decoder's upsampling); an older build refuses them */ \
   X(deconvolution, "deconvolution", deconvolution)                                    \
+  /* payload version 6: one layer of an LSTM or GRU */                                \
+  X(recurrent, "recurrent", recurrent)                                                \
   /* payload version 5: amax, max over a dimension (a text CNN's max over time) */    \
   X(reduce, "reduce", reduce)                                                         \
   X(resample, "resample", resample)

@@ -356,6 +356,75 @@ bool supports_list_any(const torch::jit::Node* node) { return supports_known_sca
 
 }  // namespace
 
+bool is_zero_state(const torch::jit::Value* value) {
+  const torch::jit::Node* node = value->node();
+  if (!tk::is(node, "aten::new_zeros") || node->inputs().size() != 6) return false;
+  for (std::size_t k = 2; k < 6; ++k)  // dtype, layout, device, pin_memory: the input's
+    if (node->input(k)->type()->kind() != c10::TypeKind::NoneType) return false;
+  return true;
+}
+
+bool supports_zero_state(const torch::jit::Node* node) {
+  // Read by recurrent layers alone (directly, or through an LSTM's list of states), which take it
+  // as no state given: nothing is made.
+  if (!is_zero_state(node->output()) || !tk::known_ints(node->input(1)) || !computed_in_region(node->input(1))) return false;
+  return std::all_of(node->output()->uses().begin(), node->output()->uses().end(), [](const torch::jit::Use& use) {
+    const torch::jit::Node* user = use.user;
+    if (user->kind() == c10::prim::ListConstruct && user->output()->uses().size() == 1) user = user->output()->uses()[0].user;
+    return tk::is_any(user, {"aten::lstm", "aten::gru"}) && supports_recurrent(user);
+  });
+}
+
+bool supports_recurrent(const torch::jit::Node* node) {
+  // lstm.input(input, hx[], params[], has_biases, num_layers, dropout, train, bidirectional,
+  // batch_first) and gru.input(input, hx, params[], ...); not the .data overloads (a PackedSequence's).
+  const bool lstm = tk::is(node, "aten::lstm");
+  // Where our recurrence kernel cannot run (no AVX2 and FMA, or oneDNN capped below AVX2), oneDNN's
+  // RNN primitives run on its reference driver, slower than ATen's LSTM: 80 ms against TorchScript's
+  // 36 for a 2-layer bidirectional LSTM over 300 steps at one thread (docs/onednn.md).
+  if (!own_avx2_kernels_allowed(nullptr)) return false;
+  const auto is_list = [](const torch::jit::Value* v) { return v->type()->kind() == c10::TypeKind::ListType; };
+  if (node->inputs().size() != 9 || !is_list(node->input(2)) || lstm != is_list(node->input(1))) return false;
+  for (std::size_t k = 1; k < node->outputs().size(); ++k)
+    if (node->output(k)->hasUses()) return false;  // the final states: not made by a step
+  const auto flag = [&](std::size_t k) -> std::optional<bool> {
+    const auto known = tk::constant_of(node->input(k));
+    return known && known->isBool() ? std::optional<bool>(known->toBool()) : std::nullopt;
+  };
+  const auto layers = tk::known_int(node->input(4));
+  const auto biases = flag(3), train = flag(6), bidirectional = flag(7), batch_first = flag(8);
+  if (!layers || *layers < 1 || !biases || train != std::optional<bool>(false) || !bidirectional || !batch_first) return false;
+  const auto x = tk::float_sizes(node->input(0));
+  const torch::jit::Node* params = node->input(2)->node();
+  if (!x || x->size() != 3 || params->kind() != c10::prim::ListConstruct) return false;
+  const std::int64_t directions = *bidirectional ? 2 : 1, gates = lstm ? 4 : 3;
+  const std::size_t per = *biases ? 4 : 2;
+  if (params->inputs().size() != static_cast<std::size_t>(*layers * directions) * per) return false;
+  const auto on_state = tk::float_sizes(params->input(1));
+  if (!on_state || on_state->size() != 2 || (*on_state)[0] != gates * (*on_state)[1]) return false;
+  const std::int64_t hidden = (*on_state)[1];
+  const auto has = [&](std::size_t k, const std::vector<std::int64_t>& sizes) {
+    return tk::known_at_lowering(params->input(k)) && tk::float_sizes(params->input(k)) == std::optional<std::vector<std::int64_t>>(sizes);
+  };
+  for (std::int64_t layer = 0; layer < *layers; ++layer)
+    for (std::int64_t direction = 0; direction < directions; ++direction) {
+      const std::size_t first = static_cast<std::size_t>(layer * directions + direction) * per;
+      const std::int64_t features = layer == 0 ? (*x)[2] : directions * hidden;
+      if (!has(first, {gates * hidden, features}) || !has(first + 1, {gates * hidden, hidden})) return false;
+      if (*biases && (!has(first + 2, {gates * hidden}) || !has(first + 3, {gates * hidden}))) return false;
+    }
+  std::vector<const torch::jit::Value*> states{node->input(1)};
+  if (lstm) {
+    const torch::jit::Node* list = node->input(1)->node();
+    if (list->kind() != c10::prim::ListConstruct || list->inputs().size() != 2) return false;
+    states = {list->input(0), list->input(1)};
+  }
+  // Both given, or both zeros (the call gave none).
+  if (lstm && is_zero_state(states[0]) != is_zero_state(states[1])) return false;
+  const std::vector<std::int64_t> state{*layers * directions, *batch_first ? (*x)[0] : (*x)[1], hidden};
+  return std::all_of(states.begin(), states.end(), [&](const torch::jit::Value* v) { return tk::float_sizes(v) == std::optional(state); });
+}
+
 std::optional<std::vector<std::int64_t>> reduced_dims(const torch::jit::Node* node) {
   const auto sizes = tk::known_sizes(node->input(0));
   const auto keepdim = tk::constant_of(node->input(2));
@@ -456,6 +525,8 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
     tk::op_table<step_builder> ops;
     ops.add({"aten::conv1d", "aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
         .add("aten::conv_transpose2d", supports_conv_transpose, emit_deconvolution)
+        .add({"aten::lstm", "aten::gru"}, supports_recurrent, emit_recurrent)
+        .add("aten::new_zeros", supports_zero_state, emit_nothing)  // a recurrent layer's initial state when none is given
         .add({"aten::amax", "aten::max"}, supports_reduce_max, emit_reduce)
         .add(
             {"aten::upsample_nearest2d", "aten::upsample_bilinear2d"},

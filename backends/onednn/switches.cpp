@@ -13,9 +13,11 @@
 namespace onednn_delegate {
 namespace {
 
-constexpr std::array<torch_delegate::runtime_switch, 17> onednn_switches{{
+constexpr std::array<torch_delegate::runtime_switch, 18> onednn_switches{{
     {"TD_ONEDNN_UNAVAILABLE", "unset", "set: is_available() is false, as in a LibTorch built without oneDNN (to try a fallback)", false},
     {"TD_ONEDNN_WINOGRAD", "1", "0: 3x3 convolutions never run as Winograd F(4x4, 3x3) kernels of ours"},
+    {"TD_ONEDNN_RECURRENCE", "1",
+     "0: LSTM and GRU layers run on oneDNN's RNN primitives, not on a matmul and a recurrence kernel of ours (AVX2)"},
     {"TD_ONEDNN_SILU", "1", "0: SiLU runs as oneDNN's swish post-op where oneDNN runs AVX2, not on a kernel of ours"},
     {"TD_ONEDNN_GEMM", "1", "0: where oneDNN runs AVX2, Linears and 1x1 convolutions run on oneDNN's kernels, not on our GEMM"},
     {"TD_ONEDNN_GEMM_1X1", "1", "0: 1x1 convolutions never run on our GEMM (Linears still may)"},
@@ -28,7 +30,8 @@ constexpr std::array<torch_delegate::runtime_switch, 17> onednn_switches{{
     {"TD_ONEDNN_DIRECT_OUTPUTS", "1", "0: a region's results are copied out of its buffer, not written into the returned tensors"},
     {"TD_ONEDNN_NHWC", "1", "0: where oneDNN runs AVX-512, regions stay in blocked layouts, never channels-last"},
     {"TD_ONEDNN_ONE_THREAD", "1", "0: small steps are split between threads like large ones"},
-    {"TD_ONEDNN_SE_WEIGHTS", "1", "0: a squeeze-excitation's scale is a binary multiply, not folded into the next 1x1 convolution's weights"},
+    {"TD_ONEDNN_SE_WEIGHTS", "1",
+     "0: a squeeze-excitation's scale is a binary multiply, not folded into the next 1x1 convolution's weights"},
     {"TD_ONEDNN_CHANNEL_SCALE", "1", "0: a per-channel scale runs as oneDNN's binary, not on a kernel of ours"},
     {"TD_ONEDNN_SHUFFLE", "1", "0: a cat followed by a channel shuffle runs as concat and reorders, not as one copy of ours"},
 }};

@@ -27,6 +27,8 @@ torch.ops.load_library(LIBRARY)
 torch.set_num_threads(2)
 FLAGS = open("/proc/cpuinfo").read()
 AVX2 = " avx2" in FLAGS and " fma" in FLAGS
+# Our kernels run where the CPU has AVX2 and FMA and oneDNN is not capped below AVX2.
+OWN_AVX2_KERNELS = AVX2 and os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL") not in ("SSE41", "AVX")
 AVX512 = " avx512f" in FLAGS and os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL") in ("ALL", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_AMX")
 
 
@@ -1502,6 +1504,126 @@ class Interpolation(unittest.TestCase):
         self.assertIn("aten::upsample_nearest2d", kept(low))
         with torch.no_grad():
             self.assertLess(relative_error(low(x), model(x)), 1e-5)
+
+
+
+class Recurrent(nn.Module):  # nn.LSTM or nn.GRU after a Linear, its output sequence (or final state) out
+    def __init__(self, kind="LSTM", features=20, hidden=24, layers=1, final_state=False, **settings):
+        super().__init__()
+        self.embed = nn.Linear(features, features)
+        self.rnn = getattr(nn, kind)(features, hidden, layers, **settings)
+        self.final_state = final_state
+
+    def forward(self, x):
+        out, state = self.rnn(torch.relu(self.embed(x)))
+        if self.final_state:
+            return state[0] if isinstance(state, tuple) else state
+        return out
+
+
+class WithStates(nn.Module):  # initial states given: an LSTM's (h0, c0), a GRU's h0, as a streaming model passes them
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(16, 12, 2, batch_first=True)
+        self.gru = nn.GRU(12, 12, 2)
+
+    def forward(self, x, h0, c0):
+        return self.gru(self.lstm(x, (h0, c0))[0].transpose(0, 1), h0)[0]
+
+
+class RecurrentLayers(unittest.TestCase):
+    """nn.LSTM and nn.GRU calls as one aten::lstm (aten::gru) in the region: a matmul over the
+    sequence and our recurrence kernel where the CPU has AVX2 (else oneDNN's RNN primitive), one,
+    two and three layers, bidirectional, batch_first, without biases, hidden sizes not a multiple
+    of 8, at the example's shape and others; states given; saved and loaded. The final states
+    are not made by a region: a model that reads them runs its layer in TorchScript."""
+
+    # Outputs are in [-1, 1] (tanh); float32 rounding of a 24-term product and the cell's exp
+    # (relative 2e-7) give about 1e-6 a step, which the gates' contraction keeps from growing.
+    TOLERANCE = 1e-5
+
+    CASES = (("LSTM", {}), ("LSTM", {"layers": 2, "bidirectional": True, "batch_first": True}),
+             ("LSTM", {"layers": 3, "hidden": 13, "bias": False}), ("GRU", {}),
+             ("GRU", {"layers": 2, "bidirectional": True}), ("GRU", {"hidden": 19, "batch_first": True, "bias": False}))
+
+    def check(self, model, x, others):
+        low = lowered(model, x)
+        report = str(torch_delegate.report(low))
+        if OWN_AVX2_KERNELS:
+            self.assertEqual(len(regions(low)), 1, report)
+            self.assertEqual([k for k in kept(low) if k in ("aten::lstm", "aten::gru", "aten::linear")], [], report)
+        else:  # oneDNN's RNN primitives would run on its reference driver: TorchScript's is faster
+            self.assertTrue({"aten::lstm", "aten::gru"} & set(kept(low)), report)
+        with torch.no_grad():
+            for y in (x,) + others:
+                self.assertLess((low(y) - model(y)).abs().max().item(), self.TOLERANCE)
+        return low
+
+    def test_layers_in_the_region(self):
+        torch.manual_seed(14)
+        for kind, settings in self.CASES:
+            with self.subTest(kind=kind, **settings):
+                model = Recurrent(kind, **settings).eval()
+                first = settings.get("batch_first", False)
+                shape = (lambda n, t: (n, t, 20)) if first else (lambda n, t: (t, n, 20))
+                low = self.check(model, torch.randn(*shape(1, 30)), (torch.randn(*shape(3, 7)), torch.randn(*shape(6, 45))))
+                # Our kernel where the CPU has AVX2 (after a matmul over the sequence), else oneDNN's RNN primitive.
+                kernels = [implementation for step, kind, implementation in plan(low) if step.endswith("recurrent") and kind == "rnn"]
+                self.assertTrue(not OWN_AVX2_KERNELS or (kernels and all("recurrence:avx2" in k for k in kernels)), plan(low))
+
+    def test_onednn_rnn_primitives_agree(self):
+        # Our kernel and oneDNN's LSTM and GRU primitives (TD_ONEDNN_RECURRENCE=0) give eager's results.
+        for kind in ("LSTM", "GRU"):
+            made = implementations_by_switch(
+                "TD_ONEDNN_RECURRENCE",
+                f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); from test_onednn_fast_paths import Recurrent;"
+                f"m = Recurrent('{kind}', hidden=16, layers=2, bidirectional=True)",
+                "(9, 2, 20)")
+            if OWN_AVX2_KERNELS:
+                self.assertIn("recurrence:avx2", made["1"])
+            self.assertNotIn("recurrence:avx2", made["0"])
+
+    def test_initial_states_given(self):
+        torch.manual_seed(15)
+        model = WithStates().eval()
+        given = (torch.randn(2, 11, 16), torch.randn(2, 2, 12), torch.randn(2, 2, 12))
+        low = lowered(model, *given)
+        report = str(torch_delegate.report(low))
+        if not OWN_AVX2_KERNELS:
+            self.skipTest("recurrent layers are delegated where our kernel runs")
+        self.assertEqual([k for k in kept(low) if k in ("aten::lstm", "aten::gru")], [], report)
+        with torch.no_grad():
+            for y in (given, (torch.randn(5, 4, 16), torch.randn(2, 5, 12), torch.randn(2, 5, 12))):
+                self.assertLess((low(*y) - model(*y)).abs().max().item(), self.TOLERANCE)
+            with self.assertRaisesRegex(Exception, "initial state"):  # states of another batch than the input's
+                low(torch.randn(3, 4, 16), torch.randn(2, 5, 12), torch.randn(2, 5, 12))
+
+    def test_final_states_read_stay_in_torchscript(self):
+        model = Recurrent("GRU", final_state=True).eval()
+        x = torch.randn(10, 2, 20)
+        low = lowered(model, x)
+        self.assertIn("aten::gru", kept(low))
+        with torch.no_grad():
+            self.assertLess((low(x) - model(x)).abs().max().item(), self.TOLERANCE)
+
+    @unittest.skipUnless(OWN_AVX2_KERNELS, "recurrent layers are delegated where our kernel runs")
+    def test_other_features_are_an_error(self):
+        model = Recurrent("LSTM").eval()
+        low = lowered(model, torch.randn(5, 1, 20))
+        with self.assertRaisesRegex(Exception, "20"):
+            low(torch.randn(5, 1, 21))
+
+    def test_saved_and_loaded(self):
+        torch.manual_seed(16)
+        model = Recurrent("LSTM", layers=2, bidirectional=True, batch_first=True).eval()
+        x = torch.randn(2, 9, 20)
+        low = lowered(model, x)
+        path = os.path.join(os.environ["TD_WORKDIR"], "recurrent_lowered.pt")
+        torch.jit.save(low, path)
+        with torch.no_grad():
+            loaded = torch.jit.load(path)
+            for y in (x, torch.randn(1, 30, 20)):
+                self.assertLess((loaded(y) - model(y)).abs().max().item(), self.TOLERANCE)
 
 
 if __name__ == "__main__":

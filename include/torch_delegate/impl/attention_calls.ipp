@@ -215,12 +215,40 @@ def attend(query: Tensor, key: Tensor, value: Tensor, w_in: Tensor, b_in: Option
 )TS";
 }
 
-/// The graph of `attention_source()`'s function `name`, with its calls inlined.
-inline std::shared_ptr<torch::jit::Graph> attention_function(const std::string& name) {
+/// nn.LSTM's and nn.GRU's forward for a batched tensor in eval mode, as one aten::lstm (aten::gru)
+/// over the module's weights (what the module's forward calls once its checks pass): `applies`
+/// says whether a call's input is one it computes for (batched: a rank lowering folds; an input of
+/// other features than the module's is the region's error, as it is the module's);
+/// `zero_state` is the initial state of a call that gives none. Dropout between layers does not
+/// run in eval mode.
+inline const char* recurrent_source() {
+  return R"TS(
+def recurrent_applies(input: Tensor) -> bool:
+    return input.dim() == 3
+
+def zero_state(input: Tensor, layers: int, bidirectional: bool, batch_first: bool, hidden: int) -> Tensor:
+    directions = 2 if bidirectional else 1
+    batch = input.size(0) if batch_first else input.size(1)
+    return input.new_zeros([layers * directions, batch, hidden])
+
+def lstm_layers(input: Tensor, h: Tensor, c: Tensor, weights: List[Tensor], biases: bool, layers: int, bidirectional: bool,
+                batch_first: bool) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+    out, h_n, c_n = torch.lstm(input, [h, c], weights, biases, layers, 0.0, False, bidirectional, batch_first)
+    return out, (h_n, c_n)
+
+def gru_layers(input: Tensor, h: Tensor, weights: List[Tensor], biases: bool, layers: int, bidirectional: bool,
+               batch_first: bool) -> Tuple[Tensor, Tensor]:
+    out, h_n = torch.gru(input, h, weights, biases, layers, 0.0, False, bidirectional, batch_first)
+    return out, h_n
+)TS";
+}
+
+/// The graph of function `name` of `attention_source()` or `recurrent_source()`, with its calls inlined.
+inline std::shared_ptr<torch::jit::Graph> layer_function(const std::string& name) {
   // BOOL: torch.bool's number (a dtype is an int in TorchScript; compiled outside Python, `torch.bool`
   // does not resolve).
   static const std::shared_ptr<torch::jit::CompilationUnit> unit = [] {
-    std::string source = attention_source();
+    std::string source = std::string(attention_source()) + recurrent_source();
     const std::string number = std::to_string(static_cast<int>(at::kBool));
     for (std::size_t at = source.find("BOOL"); at != std::string::npos; at = source.find("BOOL", at)) source.replace(at, 4, number);
     return torch::jit::compile(source);
@@ -259,12 +287,50 @@ inline void place_as(torch::jit::Node* first, torch::jit::Node* end, const torch
   }
 }
 
+/// Replaces `call` by `if <taken>: <body> else: <call>`, `taken` inserted at the call by
+/// `condition`, `body` (a graph of the call's inputs to its output) inlined as a method of the
+/// call's module would be (its nodes in the call's frame: the report's "in encoder.layers.0.self_attn");
+/// returns the `if` and the else branch's call, still to be inlined.
+inline std::pair<torch::jit::Node*, torch::jit::Node*> guard_call(torch::jit::Node* call, torch::jit::Graph& body,
+                                                                  const std::function<torch::jit::Value*(torch::jit::Graph&)>& condition) {
+  torch::jit::Graph& graph = *call->owningGraph();
+  torch::jit::Node* before = call->prev();
+  torch::jit::Node* branch = nullptr;
+  {
+    torch::jit::WithInsertPoint here(call);
+    branch = graph.create(c10::prim::If, {condition(graph)}, 1);
+  }
+  branch->insertBefore(call);
+  branch->output()->setType(call->output()->type());
+  const auto same = [](torch::jit::Value* value) { return value; };
+  torch::jit::Block* straight = branch->addBlock();
+  torch::jit::Node* inlined = straight->appendNode(graph.createClone(call, same));
+  auto& forward = *torch::jit::tryToGraphFunction(call->input(0)->type()->expect<c10::ClassType>()->getMethod(call->s(c10::attr::name)));
+  torch::jit::Value* result = torch::jit::inlineCallTo(inlined, &forward, &body).at(0);
+  if (result->type() != call->output()->type()) {  // (Tensor, Optional[Tensor]) as the call's (Tensor, Tensor?)
+    torch::jit::WithInsertPoint at(straight->return_node());
+    torch::jit::Node* parts = graph.insertNode(graph.createTupleUnpack(result));
+    result = graph.insertNode(graph.createTuple(parts->outputs()))->output();
+    result->setType(call->output()->type());
+  }
+  straight->registerOutput(result);
+  put_under(straight->nodes().front(), straight->return_node(), call->callstack());
+  torch::jit::Block* other = branch->addBlock();
+  torch::jit::Node* kept = other->appendNode(graph.createClone(call, same));
+  other->registerOutput(kept->output());
+  place_as(before->next(), branch, call);  // the checks
+  branch->setSourceRange(call->sourceRange());
+  if (call->callstack()) branch->setCallStack(*call->callstack());
+  call->output()->replaceAllUsesWith(branch->output());
+  call->destroy();
+  return {branch, kept};
+}
+
 /// Replaces `call` (self_attention_call said yes) by `if applies(query, key, value, attn_mask,
 /// key_padding_mask): attend(...) else: <call>` (attention_source()); returns the call of the else
 /// branch, still to be inlined.
 inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const attention_call& sizes,
                                                 std::vector<torch::jit::Node*>& matmuls) {
-  torch::jit::Graph& graph = *call->owningGraph();
   // The attention as the body of a method of the module, inlined where the call was, so that its
   // nodes get the call stack of one (the report's "in encoder.layers.encoder_layer_0.self_attention").
   auto body = std::make_shared<torch::jit::Graph>();
@@ -298,49 +364,128 @@ inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const at
         parameters[5], parameters[7], body->insertConstant(sizes.heads),
         body->insertConstant(sizes.embed / sizes.heads), body->insertConstant(sizes.embed), body->insertConstant(sizes.batch_first),
         body->insertConstant(static_cast<std::int64_t>(sizes.form)), body->insertConstant(scale), body->insertConstant(false)};
-    const std::vector<torch::jit::Value*> outputs = torch::jit::insertGraph(*body, *attention_function("attend"), arguments);
+    const std::vector<torch::jit::Value*> outputs = torch::jit::insertGraph(*body, *layer_function("attend"), arguments);
     body->registerOutput(outputs.at(0));
   }
 
-  torch::jit::Node* before = call->prev();
-  torch::jit::Node* branch = nullptr;
-  {
-    torch::jit::WithInsertPoint here(call);
-    const std::vector<torch::jit::Value*> taken = torch::jit::insertGraph(
-        graph, *attention_function("applies"), {call->input(1), call->input(2), call->input(3), call->input(6), call->input(4)});
-    branch = graph.create(c10::prim::If, {taken.at(0)}, 1);
-  }
-  branch->insertBefore(call);
-  branch->output()->setType(call->output()->type());
-  const auto same = [](torch::jit::Value* value) { return value; };
-  torch::jit::Block* straight = branch->addBlock();
-  torch::jit::Node* inlined = straight->appendNode(graph.createClone(call, same));
-  auto& forward = *torch::jit::tryToGraphFunction(call->input(0)->type()->expect<c10::ClassType>()->getMethod("forward"));
-  torch::jit::Value* result = torch::jit::inlineCallTo(inlined, &forward, body.get()).at(0);
-  if (result->type() != call->output()->type()) {  // (Tensor, Optional[Tensor]) as the call's (Tensor, Tensor?)
-    torch::jit::WithInsertPoint at(straight->return_node());
-    torch::jit::Node* parts = graph.insertNode(graph.createTupleUnpack(result));
-    result = graph.insertNode(graph.createTuple(parts->outputs()))->output();
-    result->setType(call->output()->type());
-  }
-  straight->registerOutput(result);
-  put_under(straight->nodes().front(), straight->return_node(), call->callstack());
+  const auto [branch, kept] = guard_call(call, *body, [&](torch::jit::Graph& graph) {
+    return torch::jit::insertGraph(graph, *layer_function("applies"), {call->input(1), call->input(2), call->input(3), call->input(6),
+                                                                       call->input(4)})
+        .at(0);
+  });
   const std::function<void(torch::jit::Block*)> collect = [&](torch::jit::Block* block) {
     for (torch::jit::Node* node : block->nodes()) {
       if (node->kind() == c10::aten::matmul) matmuls.push_back(node);
       for (torch::jit::Block* nested : node->blocks()) collect(nested);
     }
   };
-  collect(straight);
-  torch::jit::Block* other = branch->addBlock();
-  torch::jit::Node* kept = other->appendNode(graph.createClone(call, same));
-  other->registerOutput(kept->output());
-  place_as(before->next(), branch, call);  // the checks
-  branch->setSourceRange(call->sourceRange());
-  if (call->callstack()) branch->setCallStack(*call->callstack());
-  call->output()->replaceAllUsesWith(branch->output());
-  call->destroy();
+  collect(branch->blocks()[0]);
   return kept;
+}
+
+
+/// Whether `type` is torch.nn.LSTM's or torch.nn.GRU's scripted class (not a subclass).
+inline bool is_recurrent_layer(const c10::ClassTypePtr& type) {
+  if (!type || !type->name()) return false;
+  const std::string& name = type->name()->name();
+  return (name == "LSTM" || name == "GRU") && type->name()->qualifiedName().rfind("__torch__.torch.nn.modules.rnn.", 0) == 0;
+}
+
+/// What a call of nn.LSTM's or nn.GRU's forward on a batched tensor needs to be one aten::lstm
+/// (aten::gru): the module in eval mode, without projections (an LSTM's proj_size).
+struct recurrent_call {
+  bool lstm = true;
+  std::vector<std::string> weights;  // _flat_weights_names: per layer and direction, weight_ih, weight_hh (, bias_ih, bias_hh)
+  bool biases = true, bidirectional = false, batch_first = false;
+  std::int64_t layers = 1, hidden = 0, features = 0;
+};
+inline std::optional<recurrent_call> recurrent_call_of(const torch::jit::Module& root, const torch::jit::Node* call) {
+  // forward(self, input, hx=None), the overload for a tensor (not a PackedSequence's).
+  if (call->kind() != c10::prim::CallMethod || call->inputs().size() != 3 || !call->input(1)->type()->cast<c10::TensorType>())
+    return std::nullopt;
+  const std::string& method = call->s(c10::attr::name);  // forward, or an overload's forward__<n>
+  if (method != "forward" && method.rfind("forward__", 0) != 0) return std::nullopt;
+  const auto type = call->input(0)->type()->cast<c10::ClassType>();
+  if (!is_recurrent_layer(type)) return std::nullopt;
+  // Initial states: none, or given (a tuple of two for an LSTM); not a value that may be either.
+  const c10::TypePtr& states = call->input(2)->type();
+  const bool lstm = type->name()->name() == "LSTM";
+  if (states->kind() != c10::TypeKind::NoneType &&
+      !(lstm ? states->kind() == c10::TypeKind::TupleType && states->containedTypes().size() == 2 : states->kind() == c10::TypeKind::TensorType))
+    return std::nullopt;
+  const std::optional<c10::IValue> object = attribute_value(root, call->input(0));
+  if (!object || !object->isObject()) return std::nullopt;
+  const torch::jit::Module module(object->toObject());
+  for (const char* name : {"training", "mode", "input_size", "hidden_size", "num_layers", "bias", "batch_first", "bidirectional",
+                           "proj_size", "_flat_weights_names"})
+    if (!module.hasattr(name)) return std::nullopt;
+  const auto flag = [&](const char* name) -> std::optional<bool> {
+    const c10::IValue value = module.attr(name);
+    return value.isBool() ? std::optional<bool>(value.toBool()) : std::nullopt;
+  };
+  const auto number = [&](const char* name) -> std::int64_t {
+    const c10::IValue value = module.attr(name);
+    return value.isInt() ? value.toInt() : -1;
+  };
+  recurrent_call made;
+  made.lstm = lstm;
+  const c10::IValue mode = module.attr("mode");
+  if (!mode.isString() || mode.toStringRef() != (made.lstm ? "LSTM" : "GRU") || number("proj_size") != 0) return std::nullopt;
+  const std::optional<bool> training = flag("training"), biases = flag("bias"), bidirectional = flag("bidirectional"),
+                            batch_first = flag("batch_first");
+  if (training != std::optional<bool>(false) || !biases || !bidirectional || !batch_first) return std::nullopt;
+  made.biases = *biases;
+  made.bidirectional = *bidirectional;
+  made.batch_first = *batch_first;
+  made.layers = number("num_layers");
+  made.hidden = number("hidden_size");
+  made.features = number("input_size");
+  if (made.layers < 1 || made.hidden < 1 || made.features < 1) return std::nullopt;
+  const c10::IValue names = module.attr("_flat_weights_names");
+  if (!names.isList()) return std::nullopt;
+  for (const c10::IValue& name : names.toListRef()) {
+    if (!name.isString() || !module.hasattr(name.toStringRef()) || !module.attr(name.toStringRef()).isTensor()) return std::nullopt;
+    made.weights.push_back(name.toStringRef());
+  }
+  const std::size_t per = made.biases ? 4 : 2, directions = made.bidirectional ? 2 : 1;
+  if (made.weights.size() != static_cast<std::size_t>(made.layers) * directions * per) return std::nullopt;
+  return made;
+}
+
+/// Replaces `call` (recurrent_call_of said yes) by `if recurrent_applies(input):
+/// lstm_layers(...) (gru_layers) else: <call>` (recurrent_source()); returns the else branch's call.
+inline torch::jit::Node* rewrite_recurrent_call(torch::jit::Node* call, const recurrent_call& layer) {
+  auto body = std::make_shared<torch::jit::Graph>();
+  std::vector<torch::jit::Value*> parameters;
+  for (const torch::jit::Value* input : call->inputs()) parameters.push_back(body->addInput()->setType(input->type()));
+  // The initial states: zeros where the call gives none, else the call's (an LSTM's tuple unpacked).
+  std::vector<torch::jit::Value*> arguments{parameters[1]};
+  torch::jit::Value* given = parameters[2];
+  if (given->type()->kind() == c10::TypeKind::NoneType) {
+    torch::jit::Value* zeros =
+        torch::jit::insertGraph(*body, *layer_function("zero_state"),
+                                {parameters[1], body->insertConstant(layer.layers), body->insertConstant(layer.bidirectional),
+                                 body->insertConstant(layer.batch_first), body->insertConstant(layer.hidden)})
+            .at(0);
+    arguments.insert(arguments.end(), layer.lstm ? 2 : 1, zeros);
+  } else if (layer.lstm) {
+    const auto unpacked = body->insertNode(body->createTupleUnpack(given))->outputs();
+    arguments.insert(arguments.end(), unpacked.begin(), unpacked.end());
+  } else {
+    arguments.push_back(given);
+  }
+  // The weights after the states: the list and the call it goes to next to each other (the states'
+  // numbers and zeros stay in TorchScript; a list of tensors does not leave a region).
+  std::vector<torch::jit::Value*> weights;
+  for (const std::string& name : layer.weights) weights.push_back(body->insertGetAttr(parameters[0], name));
+  torch::jit::Value* list = body->insertNode(body->createList(c10::TensorType::get(), weights))->output();
+  arguments.insert(arguments.end(), {list, body->insertConstant(layer.biases), body->insertConstant(layer.layers),
+                                     body->insertConstant(layer.bidirectional), body->insertConstant(layer.batch_first)});
+  body->registerOutput(torch::jit::insertGraph(*body, *layer_function(layer.lstm ? "lstm_layers" : "gru_layers"), arguments).at(0));
+  return guard_call(call, *body, [&](torch::jit::Graph& graph) {
+           return torch::jit::insertGraph(graph, *layer_function("recurrent_applies"), {call->input(1)}).at(0);
+         })
+      .second;
 }
 
 inline void collect_calls(torch::jit::Block* block, std::vector<torch::jit::Node*>& calls) {
@@ -356,10 +501,16 @@ TORCH_DELEGATE_INTERNAL bool has_multihead_attention(const torch::jit::Module& m
   return false;
 }
 
+TORCH_DELEGATE_INTERNAL bool has_recurrent_layers(const torch::jit::Module& module) {
+  for (const torch::jit::Module& submodule : module.modules())
+    if (is_recurrent_layer(submodule.type())) return true;
+  return false;
+}
+
 TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_attention(const torch::jit::Module& module,
                                                                                      const std::string& method,
                                                                                      std::vector<torch::jit::Node*>& matmuls) {
-  if (!has_multihead_attention(module)) return inlined_graph(module, method);
+  if (!has_multihead_attention(module) && !has_recurrent_layers(module)) return inlined_graph(module, method);
   std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(module.get_method(method).function()).graph()->copy();
   std::vector<torch::jit::Node*> pending;
   collect_calls(graph->block(), pending);
@@ -375,11 +526,18 @@ TORCH_DELEGATE_INTERNAL std::shared_ptr<torch::jit::Graph> inlined_graph_with_at
       }
     } else if (const auto type = call->input(0)->type()->cast<c10::ClassType>()) {
       if (std::find(plain.begin(), plain.end(), call) == plain.end())
+      {
         if (const std::optional<attention_call> sizes = self_attention_call(module, call)) {
           plain.push_back(rewrite_attention_call(call, *sizes, matmuls));
           pending.push_back(plain.back());
           continue;
         }
+        if (const std::optional<recurrent_call> layer = recurrent_call_of(module, call)) {
+          plain.push_back(rewrite_recurrent_call(call, *layer));
+          pending.push_back(plain.back());
+          continue;
+        }
+      }
       callee = torch::jit::tryToGraphFunction(type->getMethod(call->s(c10::attr::name)));
     }
     if (!callee) continue;
@@ -442,7 +600,7 @@ TORCH_DELEGATE_INTERNAL void decompose_native_attention(const std::shared_ptr<to
             g.insertConstant(h), g.insertConstant(e / h), g.insertConstant(e), g.insertConstant(true),
             g.insertConstant(static_cast<std::int64_t>(attention_form::self)), g.insertConstant(1.0 / std::sqrt(static_cast<double>(e / h))),
             g.insertConstant(true)};
-        out = torch::jit::insertGraph(g, *attention_function("attend"), arguments).at(0);
+        out = torch::jit::insertGraph(g, *layer_function("attend"), arguments).at(0);
         torch::jit::Node* result = out->node();
         if (result->kind() == c10::prim::TupleConstruct) out = result->input(0);
         else out = g.insertNode(g.createTupleUnpack(out))->output(0);

@@ -437,7 +437,7 @@ inline std::shared_ptr<torch::jit::Graph> canonical_graph_of(const torch::jit::M
                                                              lowering_conditions* conditions) {
   // nn.MultiheadAttention's self-attention calls become straight-line attention behind a rank
   // check that the example ranks fold.
-  const bool calls = attention && example_inputs && has_multihead_attention(module);
+  const bool calls = attention && example_inputs && (has_multihead_attention(module) || has_recurrent_layers(module));
   std::shared_ptr<torch::jit::Graph> graph = calls ? inlined_graph_with_attention(module, method, matmuls) : inlined_graph(module, method);
   forget_traced_types(graph->block());
   if (fold_attributes) fold_scalar_attributes(module, graph);
