@@ -412,6 +412,15 @@ TEST_CASE("payload: a reduce needs its kind and dimensions, a resample its mode 
   CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
         "onednn: region forward: step 1: a resample without its parameters");
   payload.steps[1].resampling = resampling_parameters{"nearest", {}, {8, 8}};
+  payload.steps[0].output_padding = std::vector<std::int64_t>{1, 1};  // below the stride: PyTorch's rule
+  CHECK(decode_steps(payload, "forward")[0].kind == step_kind::deconvolution);
+  for (const std::vector<std::int64_t>& bad :
+       {std::vector<std::int64_t>{2, 1}, std::vector<std::int64_t>{1}, std::vector<std::int64_t>{-1, 0}}) {
+    payload.steps[0].output_padding = bad;
+    CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
+          "onednn: region forward: step 0: a deconvolution without its parameters");
+  }
+  payload.steps[0].output_padding.reset();
   payload.steps[0].convolution->stride = {0, 2};
   CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
         "onednn: region forward: step 0: a deconvolution without its parameters");

@@ -166,11 +166,26 @@ region_payload upgrade_format5(const c10::IValue& value) {
   format5::region old = format5_caster::load(value);
   region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
   for (format5::step& step : old.steps)
-    payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
-                             std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
-                             std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
-                             step.softmax_dim, step.factor, std::move(step.size_program), std::move(step.reduction),
-                             std::move(step.resampling), std::nullopt});
+    payload.steps.push_back({std::move(step.op),
+                             std::move(step.inputs),
+                             step.output,
+                             std::move(step.convolution),
+                             std::move(step.pooling),
+                             std::move(step.activation),
+                             std::move(step.permute_dims),
+                             std::move(step.flatten),
+                             step.layer_norm_eps,
+                             std::move(step.weight),
+                             std::move(step.bias),
+                             std::move(step.reshape_sizes),
+                             std::move(step.slice),
+                             step.softmax_dim,
+                             step.factor,
+                             std::move(step.size_program),
+                             std::move(step.reduction),
+                             std::move(step.resampling),
+                             std::nullopt,
+                             std::nullopt});
   return payload;
 }
 
@@ -179,10 +194,26 @@ region_payload upgrade_format4(const c10::IValue& value) {
   format4::region old = format4_caster::load(value);
   region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
   for (format4::step& step : old.steps)
-    payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
-                             std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
-                             std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
-                             step.softmax_dim, step.factor, std::move(step.size_program), std::nullopt, std::nullopt, std::nullopt});
+    payload.steps.push_back({std::move(step.op),
+                             std::move(step.inputs),
+                             step.output,
+                             std::move(step.convolution),
+                             std::move(step.pooling),
+                             std::move(step.activation),
+                             std::move(step.permute_dims),
+                             std::move(step.flatten),
+                             step.layer_norm_eps,
+                             std::move(step.weight),
+                             std::move(step.bias),
+                             std::move(step.reshape_sizes),
+                             std::move(step.slice),
+                             step.softmax_dim,
+                             step.factor,
+                             std::move(step.size_program),
+                             std::nullopt,
+                             std::nullopt,
+                             std::nullopt,
+                             std::nullopt});
   return payload;
 }
 
@@ -192,10 +223,26 @@ region_payload upgrade_format3(const c10::IValue& value) {
   format3::region old = format3_caster::load(value);
   region_payload payload{old.inputs, old.values, {}, std::move(old.outputs)};
   for (format3::step& step : old.steps)
-    payload.steps.push_back({std::move(step.op), std::move(step.inputs), step.output, std::move(step.convolution), std::move(step.pooling),
-                             std::move(step.activation), std::move(step.permute_dims), std::move(step.flatten), step.layer_norm_eps,
-                             std::move(step.weight), std::move(step.bias), std::move(step.reshape_sizes), std::move(step.slice),
-                             step.softmax_dim, step.factor, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
+    payload.steps.push_back({std::move(step.op),
+                             std::move(step.inputs),
+                             step.output,
+                             std::move(step.convolution),
+                             std::move(step.pooling),
+                             std::move(step.activation),
+                             std::move(step.permute_dims),
+                             std::move(step.flatten),
+                             step.layer_norm_eps,
+                             std::move(step.weight),
+                             std::move(step.bias),
+                             std::move(step.reshape_sizes),
+                             std::move(step.slice),
+                             step.softmax_dim,
+                             step.factor,
+                             std::nullopt,
+                             std::nullopt,
+                             std::nullopt,
+                             std::nullopt,
+                             std::nullopt});
   return payload;
 }
 
@@ -334,9 +381,18 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
     const std::size_t spatial = c && c->stride.size() >= 1 && c->stride.size() <= 3 ? c->stride.size() : 2;  // a convolution's: its weight's rank less 2
     const std::size_t window = *kind == step_kind::max_pool3d ? 3 : 2;
     const bool pooling = *kind == step_kind::max_pool2d || *kind == step_kind::max_pool3d;
+    // A deconvolution's output padding: one a spatial dimension, each below its stride or its dilation (PyTorch's rule).
+    const auto& out_pad = record.output_padding;
+    const bool output_padding_fits =
+        !out_pad || (c && out_pad->size() == c->stride.size() && c->dilation.size() == c->stride.size() && [&] {
+          for (std::size_t k = 0; k < out_pad->size(); ++k)
+            if ((*out_pad)[k] < 0 || ((*out_pad)[k] >= c->stride[k] && (*out_pad)[k] >= c->dilation[k])) return false;
+          return true;
+        }());
     const bool parameters_fit =
         *kind == step_kind::convolution || *kind == step_kind::deconvolution
-            ? c && each(c->stride, spatial, 1) && each(c->padding, spatial, 0) && each(c->dilation, spatial, 1) && c->groups >= 1
+            ? c && each(c->stride, spatial, 1) && each(c->padding, spatial, 0) && each(c->dilation, spatial, 1) && c->groups >= 1 &&
+                  (*kind == step_kind::deconvolution ? output_padding_fits : !out_pad)
         : pooling                        ? w && each(w->kernel, window, 1) && each(w->stride, window, 1) && each(w->padding, window, 0)
         : *kind == step_kind::activation ? record.activation && std::find(std::begin(activation_kinds), std::end(activation_kinds),
                                                                           record.activation->kind) != std::end(activation_kinds)

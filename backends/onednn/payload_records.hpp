@@ -77,7 +77,8 @@ struct slice_parameters {
 /// "max_pool3d", "adaptive_avg_pool3d", and convolutions with three values of each: 3-d; then
 /// "deconvolution", a transposed convolution: its convolution parameters as conv_transpose2d's,
 /// no output padding, its weight [I, O / groups, kh, kw] as PyTorch's; since version 5 "reduce"
-/// and "resample"; since version 6 "recurrent"),
+/// and "resample"; since version 6 "recurrent", and deconvolutions of 1 and 3 spatial dimensions
+/// and with output padding),
 /// the value ids it
 /// reads (mul: the full-shape operand first; cat: in order; matmul: the left operand first) and
 /// the one it makes, the parameters of its family (absent for the others), and the named-data
@@ -116,6 +117,8 @@ struct step_record {
   std::optional<resampling_parameters> resampling;  // "resample": F.interpolate's mode and sizes
   // version 6
   std::optional<recurrent_parameters> recurrent;  // "recurrent": one layer of an LSTM or GRU
+  /// "deconvolution": PyTorch's output_padding, one a spatial dimension (absent: none).
+  std::optional<std::vector<std::int64_t>> output_padding;
 };
 
 /// The payload of a region: how many inputs it takes (value ids 0..inputs-1), how many values it
@@ -139,5 +142,5 @@ BOOST_HANA_ADAPT_STRUCT(onednn_delegate::resampling_parameters, mode, scales, si
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::recurrent_parameters, kind, layer, layers, hidden, batch_first);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::step_record, op, inputs, output, convolution, pooling, activation, permute_dims, flatten,
                         layer_norm_eps, weight, bias, reshape_sizes, slice, softmax_dim, factor, size_program, reduction, resampling,
-                        recurrent);
+                        recurrent, output_padding);
 BOOST_HANA_ADAPT_STRUCT(onednn_delegate::region_payload, inputs, values, steps, outputs);

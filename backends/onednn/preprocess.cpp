@@ -132,6 +132,7 @@ void emit_deconvolution(step_builder& builder, const torch::jit::Node* node) {
   step_record& step = builder.add_unary("deconvolution", node);
   step.convolution = convolution_parameters{*tk::constant_ints(node->input(3)), *tk::constant_ints(node->input(4)),
                                             *tk::constant_ints(node->input(7)), groups};
+  if (!tk::constant_ints_all(node->input(5), 0)) step.output_padding = *tk::constant_ints(node->input(5));
   step.weight = builder.base.store_constant(weight);
   step.bias = builder.base.store_constant(bias ? bias->contiguous() : at::zeros({weight.size(1) * groups}));
 }

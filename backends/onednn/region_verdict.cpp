@@ -23,7 +23,8 @@ namespace {
 /// a region with a 2-d or 3-d convolution, a transposed one, a linear or a recurrent layer.
 bool chains_its_1d_convolutions(std::span<const torch::jit::Node* const> region) {
   if (std::any_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
-        return tk::is_any(node, {"aten::conv2d", "aten::conv3d", "aten::conv_transpose2d", "aten::linear", "aten::lstm", "aten::gru"});
+        return tk::is_any(node, {"aten::conv2d", "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
+                                 "aten::conv_transpose3d", "aten::linear", "aten::lstm", "aten::gru"});
       }))
     return true;
   // Tensors made by a 1-d convolution or computed from one's result (not its sizes: numbers).
@@ -43,8 +44,8 @@ bool chains_its_1d_convolutions(std::span<const torch::jit::Node* const> region)
 torch_delegate::region_verdict OnednnBackend::accepts_region(std::span<const torch::jit::Node* const> region) {
   using torch_delegate::region_verdict;
   if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
-        return tk::is_any(
-            node, {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_transpose2d", "aten::linear", "aten::lstm", "aten::gru"});
+        return tk::is_any(node, {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
+                                 "aten::conv_transpose3d", "aten::linear", "aten::lstm", "aten::gru"});
       }))
     return region_verdict::refuse("no convolution or linear: not worth a call");
   if (!chains_its_1d_convolutions(region))

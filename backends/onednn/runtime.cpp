@@ -160,11 +160,12 @@ compiled_region OnednnBackend::compile(const region_payload& payload, const torc
       const std::int64_t groups = record.convolution->groups;
       const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
       const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
-      TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && weight.dim() == 4 &&
-                      record.convolution->stride.size() == 2 && bias.dim() == 1 && weight.size(0) % groups == 0 &&
-                      bias.size(0) == weight.size(1) * groups,
+      TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && weight.dim() >= 3 && weight.dim() <= 5 &&
+                      record.convolution->stride.size() == static_cast<std::size_t>(weight.dim() - 2) && bias.dim() == 1 &&
+                      weight.size(0) % groups == 0 && bias.size(0) == weight.size(1) * groups,
                   "onednn: region ", context.method(), ": a transposed convolution with weight ", weight.sizes(), ", bias ", bias.sizes(),
-                  " and ", groups, " groups (expected a float weight [I, O / groups, kh, kw], input channels a multiple of ",
+                  ", ", record.convolution->stride.size(), " strides and ", groups,
+                  " groups (expected a float weight [I, O / groups, kernel...] of a kernel size a stride, input channels a multiple of ",
                   "the groups, one bias per output channel)");
       step.weight_sizes = weight.sizes().vec();
       weight_memory = dnnl::memory(deconvolution_weights(step.weight_sizes, groups), cpu_engine(), weight.data_ptr());

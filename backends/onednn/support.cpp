@@ -107,19 +107,25 @@ bool supports_reduce_max(const torch::jit::Node* node) {
   return sizes && !sizes->empty() && sizes->size() <= 6 && reduced_dims(node).has_value();
 }
 
-/// conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation) of a
-/// 4-d float input, its weight and bias known, its lists constants, no output padding (a U-Net's
-/// `ConvTranspose2d(c, c // 2, 2, stride=2)`).
+/// conv_transpose1d/2d/3d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+/// of a float input of 3 to 5 dimensions, its weight and bias known, its lists constants of one
+/// value a spatial dimension (a U-Net's `ConvTranspose2d(c, c // 2, 2, stride=2)`; an output
+/// padding, `ConvTranspose2d(c, c, 3, stride=2, padding=1, output_padding=1)`).
 bool supports_conv_transpose(const torch::jit::Node* node) {
   if (node->inputs().size() != 8 || !tk::known_at_lowering(node->input(1)) || !tk::known_at_lowering(node->input(2))) return false;
+  const std::size_t spatial = tk::is(node, "aten::conv_transpose1d") ? 1 : tk::is(node, "aten::conv_transpose3d") ? 3 : 2;
   for (const std::size_t list : {3, 4, 5, 7}) {
     const auto values = tk::constant_ints(node->input(list));
-    if (!values || values->size() != 2) return false;
+    if (!values || values->size() != spatial) return false;
   }
+  const auto stride = *tk::constant_ints(node->input(3)), output_padding = *tk::constant_ints(node->input(5)),
+             dilation = *tk::constant_ints(node->input(7));
+  for (std::size_t k = 0; k < spatial; ++k)  // PyTorch's rule: below the stride or the dilation
+    if (output_padding[k] < 0 || (output_padding[k] >= stride[k] && output_padding[k] >= dilation[k])) return false;
   const auto sizes = tk::known_sizes(node->input(1));
   const auto groups = tk::known_int(node->input(6));
-  return tk::constant_ints_all(node->input(5), 0) && groups && *groups >= 1 && sizes && sizes->size() == 4 && (*sizes)[0] % *groups == 0 &&
-         float_4d_or_unknown(node->input(0));
+  return groups && *groups >= 1 && sizes && sizes->size() == spatial + 2 && (*sizes)[0] % *groups == 0 &&
+         tk::is_float_of_rank_or_unknown(node->input(0), spatial + 2);
 }
 // Eval mode, its statistics, weight and bias known: folded into the convolution it follows, or
 // else (DenseNet's, after a cat) run as a depthwise 1x1 convolution of its per-channel scale and
@@ -524,7 +530,7 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
   static const tk::op_table<step_builder> table = [] {
     tk::op_table<step_builder> ops;
     ops.add({"aten::conv1d", "aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
-        .add("aten::conv_transpose2d", supports_conv_transpose, emit_deconvolution)
+        .add({"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"}, supports_conv_transpose, emit_deconvolution)
         .add({"aten::lstm", "aten::gru"}, supports_recurrent, emit_recurrent)
         .add("aten::new_zeros", supports_zero_state, emit_nothing)  // a recurrent layer's initial state when none is given
         .add({"aten::amax", "aten::max"}, supports_reduce_max, emit_reduce)

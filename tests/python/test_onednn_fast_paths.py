@@ -1284,12 +1284,14 @@ class PyTorchAttentionModules(unittest.TestCase):
             self.assertLess(relative_error(low(x, causal), model(x, causal)), 1e-5)
 
 
-class UpBlock(nn.Module):  # a U-Net decoder's step: conv, transposed conv up, conv
-    def __init__(self, groups=1, bias=True, kernel=2, stride=2, padding=0, dilation=1):
+class UpBlock(nn.Module):  # a U-Net decoder's step: conv, transposed conv up, conv (2-d, or 1-d or 3-d)
+    def __init__(self, groups=1, bias=True, kernel=2, stride=2, padding=0, dilation=1, output_padding=0, spatial=2):
         super().__init__()
-        self.before = nn.Conv2d(16, 16, 3, padding=1)
-        self.up = nn.ConvTranspose2d(16, 8, kernel, stride=stride, padding=padding, groups=groups, bias=bias, dilation=dilation)
-        self.after = nn.Conv2d(8, 8, 3, padding=1)
+        conv, transposed = {1: (nn.Conv1d, nn.ConvTranspose1d), 2: (nn.Conv2d, nn.ConvTranspose2d), 3: (nn.Conv3d, nn.ConvTranspose3d)}[spatial]
+        self.before = conv(16, 16, 3, padding=1)
+        self.up = transposed(16, 8, kernel, stride=stride, padding=padding, groups=groups, bias=bias, dilation=dilation,
+                             output_padding=output_padding)
+        self.after = conv(8, 8, 3, padding=1)
 
     def forward(self, x):
         return self.after(torch.relu(self.up(torch.relu(self.before(x)))))
@@ -1320,22 +1322,23 @@ class TransposedConvolutions(unittest.TestCase):
         with torch.no_grad():
             self.assertLess(relative_error(torch.jit.load(path)(x), model(x)), 1e-5)
 
-    def test_output_padding_stays_in_torchscript(self):
-        class Padded(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.before = nn.Conv2d(16, 16, 3, padding=1)
-                self.up = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1)
-
-            def forward(self, x):
-                return self.up(torch.relu(self.before(x)))
-
-        model = Padded().eval()
-        x = torch.randn(1, 16, 10, 10)
-        low = lowered(model, x)
-        self.assertIn("aten::conv_transpose2d", kept(low))
-        with torch.no_grad():
-            self.assertLess(relative_error(low(x), model(x)), 1e-5)
+    def test_output_padding_and_other_ranks(self):
+        # Output padding (oneDNN's right padding less it), and 1-d and 3-d transposed convolutions.
+        torch.manual_seed(7)
+        for settings, x, other in (
+                ({"kernel": 3, "padding": 1, "output_padding": 1}, torch.randn(1, 16, 10, 10), torch.randn(2, 16, 7, 12)),
+                ({"kernel": 3, "stride": 3, "output_padding": 2, "groups": 2}, torch.randn(1, 16, 6, 5), torch.randn(1, 16, 9, 4)),
+                ({"spatial": 1}, torch.randn(1, 16, 40), torch.randn(3, 16, 17)),
+                ({"spatial": 1, "kernel": 5, "padding": 2, "output_padding": 1}, torch.randn(1, 16, 40), torch.randn(2, 16, 9)),
+                ({"spatial": 3}, torch.randn(1, 16, 4, 6, 6), torch.randn(2, 16, 3, 5, 7)),
+                ({"spatial": 3, "kernel": 3, "padding": 1, "output_padding": 1}, torch.randn(1, 16, 4, 6, 6), torch.randn(1, 16, 5, 3, 4))):
+            with self.subTest(**settings):
+                model = UpBlock(**settings).eval()
+                low = lowered(model, x)
+                self.assertEqual([k for k in kept(low) if k.startswith("aten::conv")], [], str(torch_delegate.report(low)))
+                with torch.no_grad():
+                    for y in (x, other):
+                        self.assertLess(relative_error(low(y), model(y)), 1e-5)
 
 
 class TextCnn(nn.Module):  # Kim's sentence classifier after its embedding: Conv1d of widths 3-5, max over time
