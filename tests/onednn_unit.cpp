@@ -446,8 +446,9 @@ TEST_CASE("payload: a recurrent layer needs its kind, layer and hidden size, and
         "onednn: region forward: step 0: a recurrent that reads 2 values");
   payload.steps[0].recurrent->kind = "gru";  // a GRU's h
   CHECK(decode_steps(payload, "forward")[0].kind == step_kind::recurrent);
-  for (const recurrent_parameters& bad : {recurrent_parameters{"rnn_tanh", 0, 1, 16, false}, recurrent_parameters{"gru", 2, 2, 16, false},
-                                          recurrent_parameters{"gru", 0, 1, 0, false}, recurrent_parameters{"gru", -1, 1, 8, false}}) {
+  for (const recurrent_parameters& bad :
+       {recurrent_parameters{"peephole_lstm", 0, 1, 16, false}, recurrent_parameters{"gru", 2, 2, 16, false},
+        recurrent_parameters{"gru", 0, 1, 0, false}, recurrent_parameters{"gru", -1, 1, 8, false}}) {
     payload.steps[0].recurrent = bad;
     CHECK(test_helpers::error_of([&] { decode_steps(payload, "forward"); }) ==
           "onednn: region forward: step 0: a recurrent without its parameters");

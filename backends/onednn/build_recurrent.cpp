@@ -27,7 +27,7 @@ void recurrence_on_own_kernel(plan_context& p, std::size_t index, std::size_t x,
   const recurrent_parameters& r = *step.record.recurrent;
   const bool lstm = r.kind == "lstm";
   const std::vector<std::int64_t>& w = step.weight_sizes;
-  const std::int64_t directions = w.at(0), hidden = r.hidden, features = w.at(2) - hidden, gates = lstm ? 4 : 3;
+  const std::int64_t directions = w.at(0), hidden = r.hidden, features = w.at(2) - hidden, gates = recurrent_gates(r.kind);
   const dims d = p.slot(x).dims();
   const std::int64_t rows = d[0] * d[1], columns = directions * gates * hidden;
   const std::size_t src = p.view(md({rows, features}, f32, tag::ab), x);
@@ -45,7 +45,10 @@ void recurrence_on_own_kernel(plan_context& p, std::size_t index, std::size_t x,
          pd.scratchpad_desc());
   p.define(p.finished(index), dense(out));
   recurrence::layer shape;
-  shape.lstm = lstm;
+  shape.kind = lstm                   ? recurrence::cell::lstm
+               : r.kind == "gru"      ? recurrence::cell::gru
+               : r.kind == "rnn_relu" ? recurrence::cell::relu
+                                      : recurrence::cell::tanh;
   shape.batch_first = r.batch_first;
   shape.steps = r.batch_first ? d[1] : d[0];
   shape.batch = r.batch_first ? d[0] : d[1];
@@ -66,7 +69,9 @@ void recurrence_on_own_kernel(plan_context& p, std::size_t index, std::size_t x,
       for (std::int64_t task = first; task < last; ++task) recurrence::run_task(layer, task);
     });
   };
-  p.call(dnnl::primitive(), std::move(arguments), md(), run, "rnn", lstm ? "lstm_recurrence:avx2" : "gru_recurrence:avx2");
+  static const std::string names[] = {"lstm_recurrence:avx2", "gru_recurrence:avx2", "rnn_tanh_recurrence:avx2",
+                                      "rnn_relu_recurrence:avx2"};
+  p.call(dnnl::primitive(), std::move(arguments), md(), run, "rnn", names[static_cast<int>(shape.kind)].c_str());
   for (const std::size_t next : step.fusion.post_ops) post_op_alone(p, next);
 }
 }  // namespace
@@ -74,9 +79,9 @@ void recurrence_on_own_kernel(plan_context& p, std::size_t index, std::size_t x,
 void recurrent(plan_context& p, std::size_t index) {
   const compiled_step& step = p.step(index);
   const recurrent_parameters& r = *step.record.recurrent;
-  const bool lstm = r.kind == "lstm";
+  const bool lstm = r.kind == "lstm", gru = r.kind == "gru";
   const std::vector<std::int64_t>& w = step.weight_sizes;  // [directions, gates * hidden, features + hidden]
-  const std::int64_t directions = w.at(0), hidden = r.hidden, features = w.at(2) - hidden, gates = lstm ? 4 : 3;
+  const std::int64_t directions = w.at(0), hidden = r.hidden, features = w.at(2) - hidden, gates = recurrent_gates(r.kind);
   const std::size_t in = p.value(step.record.inputs[0]);
   const dims d = p.slot(in).dims();
   if (d.size() != 3 || d[2] != features)
@@ -108,7 +113,7 @@ void recurrent(plan_context& p, std::size_t index) {
   const md state_desc = states.empty() ? md() : md({1, directions, batch, hidden}, f32, tag::ldnc);
   const md on_input({1, directions, features, gates, hidden}, f32, tag::any),
       on_state({1, directions, hidden, gates, hidden}, f32, tag::any);
-  const md bias({1, directions, lstm ? gates : gates + 1, hidden}, f32, tag::ldgo);
+  const md bias({1, directions, gru ? gates + 1 : gates, hidden}, f32, tag::ldgo);
   const auto direction = directions == 2 ? dnnl::rnn_direction::bidirectional_concat : dnnl::rnn_direction::unidirectional_left2right;
   const auto inference = dnnl::prop_kind::forward_inference;
   dnnl::primitive primitive;
@@ -119,6 +124,14 @@ void recurrent(plan_context& p, std::size_t index) {
           {inference, direction, src_layer, state_desc, state_desc, on_input, on_state, bias, dst_layer, md(), md()}, attributes(),
           cpu_engine());
       primitive = dnnl::lstm_forward(pd);
+      weights_layer = pd.weights_layer_desc();
+      weights_iter = pd.weights_iter_desc();
+      scratchpad = pd.scratchpad_desc();
+    } else if (!gru) {  // an Elman RNN
+      const auto activation = r.kind == "rnn_relu" ? dnnl::algorithm::eltwise_relu : dnnl::algorithm::eltwise_tanh;
+      const dnnl::vanilla_rnn_forward::primitive_desc pd(
+          {inference, activation, direction, src_layer, state_desc, on_input, on_state, bias, dst_layer, md()}, attributes(), cpu_engine());
+      primitive = dnnl::vanilla_rnn_forward(pd);
       weights_layer = pd.weights_layer_desc();
       weights_iter = pd.weights_iter_desc();
       scratchpad = pd.scratchpad_desc();

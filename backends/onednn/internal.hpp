@@ -56,8 +56,9 @@ void emit_resample(step_builder& builder, const torch::jit::Node* node);
 /// runs: float input of rank 3 and states of known sizes, weights known at lowering, eval mode,
 /// the states it returns read by nothing.
 bool supports_recurrent(const torch::jit::Node* node);
-/// Whether `value` is `input.new_zeros(sizes)`: a recurrent layer's initial state when the call
-/// gives none (the layer's step then reads no state).
+/// Whether `value` is `input.new_zeros(sizes)` (or a trace's float `torch.zeros(sizes)` on the
+/// CPU): a recurrent layer's initial state when the call gives none (the layer's step then reads
+/// no state).
 bool is_zero_state(const torch::jit::Value* value);
 void emit_recurrent(step_builder& builder, const torch::jit::Node* node);
 

@@ -417,7 +417,7 @@ std::vector<compiled_step> decode_steps(const region_payload& payload, std::stri
                    (record.resampling->sizes.size() == 2 && record.resampling->scales.empty() &&
                     std::all_of(record.resampling->sizes.begin(), record.resampling->sizes.end(), [](std::int64_t k) { return k >= 1; })))
         : *kind == step_kind::recurrent
-            ? record.recurrent && (record.recurrent->kind == "lstm" || record.recurrent->kind == "gru") && record.recurrent->layers >= 1 &&
+            ? record.recurrent && recurrent_gates(record.recurrent->kind) > 0 && record.recurrent->layers >= 1 &&
                   record.recurrent->layer >= 0 && record.recurrent->layer < record.recurrent->layers && record.recurrent->hidden >= 1
             : true;
     if (!parameters_fit) fail(i, "a " + record.op + " without its parameters");

@@ -53,8 +53,8 @@ struct resampling_parameters {
   std::vector<std::int64_t> sizes;
 };
 
-/// One layer of an nn.LSTM or nn.GRU ("lstm", "gru": PyTorch's formulas, its gates in PyTorch's
-/// order): layer `layer` of `layers`, `hidden` features a direction, over [batch, time, features]
+/// One layer of an nn.LSTM, nn.GRU or nn.RNN ("lstm", "gru", "rnn_tanh", "rnn_relu": PyTorch's
+/// formulas, its gates in PyTorch's order): layer `layer` of `layers`, `hidden` features a direction, over [batch, time, features]
 /// when `batch_first`, else [time, batch, features]. Its weight is [directions, gates * hidden,
 /// features + hidden] (weight_ih and weight_hh side by side, each direction's), its bias
 /// [directions, 2, gates * hidden] (bias_ih, bias_hh; zeros without biases). It reads the layer's
@@ -65,6 +65,11 @@ struct recurrent_parameters {
   std::int64_t layer = 0, layers = 1, hidden = 0;
   bool batch_first = false;
 };
+/// The gates of a recurrent layer of kind `kind`: 4 (lstm), 3 (gru), 1 (rnn_tanh, rnn_relu), 0
+/// for a kind this build does not know.
+inline std::int64_t recurrent_gates(const std::string& kind) {
+  return kind == "lstm" ? 4 : kind == "gru" ? 3 : kind == "rnn_tanh" || kind == "rnn_relu" ? 1 : 0;
+}
 
 /// A slice of one dimension: `length` indices from `start` (a chunk's part).
 struct slice_parameters {

@@ -81,7 +81,7 @@ void emit_convolution(step_builder& builder, const torch::jit::Node* node) {
   step.bias = builder.base.store_constant(conv.bias);
 }
 
-// An LSTM's or GRU's layers (supports_recurrent), a step each, the last making the node's output:
+// An LSTM's, GRU's or RNN's layers (supports_recurrent), a step each, the last making the node's output:
 // each layer's weights side by side per direction, its biases (zeros without), in PyTorch's order.
 void emit_recurrent(step_builder& builder, const torch::jit::Node* node) {
   const bool lstm = tk::is(node, "aten::lstm");
@@ -116,7 +116,8 @@ void emit_recurrent(step_builder& builder, const torch::jit::Node* node) {
     inputs.insert(inputs.end(), states.begin(), states.end());
     step_record& step = layer + 1 == layers ? builder.add("recurrent", std::move(inputs), node->output(0))
                                             : builder.add_unnamed("recurrent", std::move(inputs));
-    step.recurrent = recurrent_parameters{lstm ? "lstm" : "gru", layer, layers, hidden, batch_first};
+    const char* kind = lstm ? "lstm" : tk::is(node, "aten::gru") ? "gru" : tk::is(node, "aten::rnn_relu") ? "rnn_relu" : "rnn_tanh";
+    step.recurrent = recurrent_parameters{kind, layer, layers, hidden, batch_first};
     step.weight = builder.base.store_constant(at::stack(weights).contiguous());
     step.bias = builder.base.store_constant(at::stack(bias).contiguous());
     x = step.output;

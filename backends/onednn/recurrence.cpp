@@ -110,15 +110,25 @@ __attribute__((target("avx2,fma"))) void gru_cell(const float* x, const float* s
   }
 }
 
+/// An Elman RNN's cell: h = tanh(x + s), or max(x + s, 0).
+__attribute__((target("avx2,fma"))) void elman_cell(const float* x, const float* s, std::int64_t hidden, bool relu, float* h) {
+  std::int64_t j = 0;
+  for (; j + 8 <= hidden; j += 8) {
+    const __m256 sum = sum8(x, s, j);
+    _mm256_storeu_ps(h + j, relu ? _mm256_max_ps(sum, _mm256_setzero_ps()) : tanh8(sum));
+  }
+  for (; j < hidden; ++j) h[j] = relu ? std::max(x[j] + s[j], 0.0f) : std::tanh(x[j] + s[j]);
+}
+
 template <int R>
 void run_rows(const layer& l, std::int64_t direction, std::int64_t first_row) {
-  const std::int64_t gates = l.lstm ? 4 : 3, hidden = l.hidden, columns = gates * hidden;
+  const std::int64_t hidden = l.hidden, columns = gates(l.kind) * hidden;
   const float* packed = l.packed + direction * padded(columns) * hidden;
   std::vector<float> h(R * hidden), c(R * hidden), s(R * padded(columns));
   for (int r = 0; r < R; ++r) {
     const std::int64_t at = (direction * l.batch + first_row + r) * hidden;
     if (l.h0) std::memcpy(h.data() + r * hidden, l.h0 + at, hidden * sizeof(float));
-    if (l.lstm && l.c0) std::memcpy(c.data() + r * hidden, l.c0 + at, hidden * sizeof(float));
+    if (l.kind == cell::lstm && l.c0) std::memcpy(c.data() + r * hidden, l.c0 + at, hidden * sizeof(float));
   }
   const std::int64_t gate_width = l.directions * columns, out_width = l.directions * hidden;
   for (std::int64_t step = 0; step < l.steps; ++step) {
@@ -129,10 +139,13 @@ void run_rows(const layer& l, std::int64_t direction, std::int64_t first_row) {
       const std::int64_t row = l.batch_first ? n * l.steps + t : t * l.batch + n;
       const float* x = l.input_gates + row * gate_width + direction * columns;
       float* state = h.data() + r * hidden;
-      if (l.lstm)
-        lstm_cell(x, s.data() + r * padded(columns), hidden, c.data() + r * hidden, state);
+      const float* product = s.data() + r * padded(columns);
+      if (l.kind == cell::lstm)
+        lstm_cell(x, product, hidden, c.data() + r * hidden, state);
+      else if (l.kind == cell::gru)
+        gru_cell(x, product, l.new_gate_bias + direction * hidden, hidden, state);
       else
-        gru_cell(x, s.data() + r * padded(columns), l.new_gate_bias + direction * hidden, hidden, state);
+        elman_cell(x, product, hidden, l.kind == cell::relu, state);
       std::memcpy(l.out + row * out_width + direction * hidden, state, hidden * sizeof(float));
     }
   }

@@ -23,11 +23,16 @@ inline std::int64_t padded(std::int64_t columns) { return (columns + panel - 1) 
 /// row, so that the product reads them in one sequential pass.
 void pack_state_weights(const float* weights, std::int64_t gates_hidden, std::int64_t hidden, float* into);
 
+/// A layer's cell: an LSTM's, a GRU's (linear before reset), or an Elman RNN's with tanh or ReLU.
+enum class cell { lstm, gru, tanh, relu };
+/// Its gates: 4, 3, 1.
+inline std::int64_t gates(cell kind) { return kind == cell::lstm ? 4 : kind == cell::gru ? 3 : 1; }
+
 /// One layer, every direction, over a sequence whose rows (time step t of batch row n) are
 /// n * steps + t when batch_first, else t * batch + n. Gates in oneDNN's order: an LSTM's input,
 /// forget, cell, output (PyTorch's); a GRU's update, reset, new (PyTorch's z, r, n).
 struct layer {
-  bool lstm = true;
+  cell kind = cell::lstm;
   bool batch_first = false;
   std::int64_t steps = 0, batch = 0, hidden = 0, directions = 1;
   /// [rows][directions * gates * hidden]: the input's part of each gate, its biases added (a GRU's

@@ -24,7 +24,7 @@ namespace {
 bool chains_its_1d_convolutions(std::span<const torch::jit::Node* const> region) {
   if (std::any_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
         return tk::is_any(node, {"aten::conv2d", "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
-                                 "aten::conv_transpose3d", "aten::linear", "aten::lstm", "aten::gru"});
+                                 "aten::conv_transpose3d", "aten::linear", "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"});
       }))
     return true;
   // Tensors made by a 1-d convolution or computed from one's result (not its sizes: numbers).
@@ -45,7 +45,7 @@ torch_delegate::region_verdict OnednnBackend::accepts_region(std::span<const tor
   using torch_delegate::region_verdict;
   if (std::none_of(region.begin(), region.end(), [](const torch::jit::Node* node) {
         return tk::is_any(node, {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
-                                 "aten::conv_transpose3d", "aten::linear", "aten::lstm", "aten::gru"});
+                                 "aten::conv_transpose3d", "aten::linear", "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"});
       }))
     return region_verdict::refuse("no convolution or linear: not worth a call");
   if (!chains_its_1d_convolutions(region))

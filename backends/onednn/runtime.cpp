@@ -82,8 +82,8 @@ std::tuple<dnnl::memory, dnnl::memory, dnnl::memory> recurrent_weights(const tor
   const at::Tensor weight = context.named_data().tensor(record.weight).contiguous();
   const at::Tensor bias = context.named_data().tensor(record.bias).contiguous();
   const recurrent_parameters& r = *record.recurrent;
-  const bool lstm = r.kind == "lstm";
-  const std::int64_t gates = lstm ? 4 : 3, hidden = r.hidden;
+  const bool gru = r.kind == "gru";  // else the biases on input and state add up
+  const std::int64_t gates = recurrent_gates(r.kind), hidden = r.hidden;
   TORCH_CHECK(weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && weight.dim() == 3 && bias.dim() == 3 &&
                   (weight.size(0) == 1 || weight.size(0) == 2) && weight.size(1) == gates * hidden && weight.size(2) > hidden &&
                   bias.size(0) == weight.size(0) && bias.size(1) == 2 && bias.size(2) == gates * hidden,
@@ -94,7 +94,7 @@ std::tuple<dnnl::memory, dnnl::memory, dnnl::memory> recurrent_weights(const tor
   const at::Tensor by_gate = weight.view({directions, gates, hidden, features + hidden});
   at::Tensor on_input = by_gate.narrow(3, 0, features), on_state = by_gate.narrow(3, features, hidden);
   at::Tensor b = bias.view({directions, 2, gates, hidden}), made_bias;
-  if (lstm) {
+  if (!gru) {
     made_bias = b.select(1, 0) + b.select(1, 1);
   } else {
     const at::Tensor order = at::tensor(std::vector<std::int64_t>{1, 0, 2});
@@ -114,7 +114,7 @@ std::tuple<dnnl::memory, dnnl::memory, dnnl::memory> recurrent_weights(const tor
     recurrence::pack_state_weights(on_state[d].reshape({columns, hidden}).contiguous().data_ptr<float>(), columns, hidden,
                                    packed[d].data_ptr<float>());
   const at::Tensor input_bias = made_bias.narrow(1, 0, gates).contiguous();
-  const at::Tensor new_gate_bias = lstm ? at::zeros({directions, hidden}) : made_bias.select(1, 3).contiguous();
+  const at::Tensor new_gate_bias = gru ? made_bias.select(1, 3).contiguous() : at::zeros({directions, hidden});
   store.recurrent.insert(store.recurrent.end(), {on_input, on_state, made_bias, packed, input_bias, new_gate_bias});
   const auto flat = [](const at::Tensor& t) { return dnnl::memory(dense({t.numel()}), cpu_engine(), t.data_ptr()); };
   store.weights.recurrence.push_back({flat(packed), flat(input_bias), flat(new_gate_bias)});

@@ -364,26 +364,34 @@ bool supports_list_any(const torch::jit::Node* node) { return supports_known_sca
 
 bool is_zero_state(const torch::jit::Value* value) {
   const torch::jit::Node* node = value->node();
-  if (!tk::is(node, "aten::new_zeros") || node->inputs().size() != 6) return false;
-  for (std::size_t k = 2; k < 6; ++k)  // dtype, layout, device, pin_memory: the input's
-    if (node->input(k)->type()->kind() != c10::TypeKind::NoneType) return false;
-  return true;
+  const auto none = [&](std::size_t k) { return node->input(k)->type()->kind() == c10::TypeKind::NoneType; };
+  if (tk::is(node, "aten::new_zeros") && node->inputs().size() == 6)  // the rewritten call's: dtype, layout, device, pin_memory the input's
+    return none(2) && none(3) && none(4) && none(5);
+  // A trace's (nn.LSTM's forward traced): aten::zeros(size, dtype, layout, device, pin_memory) of
+  // float32 (or the default), strided, on the CPU.
+  if (!tk::is(node, "aten::zeros") || node->inputs().size() != 5) return false;
+  const auto is = [&](std::size_t k, const c10::IValue& expected) { return none(k) || tk::constant_is(node->input(k), expected); };
+  const auto device = tk::constant_of(node->input(3));
+  return is(1, static_cast<std::int64_t>(at::kFloat)) && is(2, static_cast<std::int64_t>(at::kStrided)) && is(4, false) &&
+         (none(3) || (device && device->isDevice() && device->toDevice().is_cpu()));
 }
 
 bool supports_zero_state(const torch::jit::Node* node) {
   // Read by recurrent layers alone (directly, or through an LSTM's list of states), which take it
   // as no state given: nothing is made.
-  if (!is_zero_state(node->output()) || !tk::known_ints(node->input(1)) || !computed_in_region(node->input(1))) return false;
+  const torch::jit::Value* sizes = node->input(tk::is(node, "aten::new_zeros") ? 1 : 0);
+  if (!is_zero_state(node->output()) || !tk::known_ints(sizes) || !computed_in_region(sizes)) return false;
   return std::all_of(node->output()->uses().begin(), node->output()->uses().end(), [](const torch::jit::Use& use) {
     const torch::jit::Node* user = use.user;
     if (user->kind() == c10::prim::ListConstruct && user->output()->uses().size() == 1) user = user->output()->uses()[0].user;
-    return tk::is_any(user, {"aten::lstm", "aten::gru"}) && supports_recurrent(user);
+    return tk::is_any(user, {"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"}) && supports_recurrent(user);
   });
 }
 
 bool supports_recurrent(const torch::jit::Node* node) {
   // lstm.input(input, hx[], params[], has_biases, num_layers, dropout, train, bidirectional,
-  // batch_first) and gru.input(input, hx, params[], ...); not the .data overloads (a PackedSequence's).
+  // batch_first), gru.input, rnn_tanh.input and rnn_relu.input(input, hx, params[], ...); not the
+  // .data overloads (a PackedSequence's).
   const bool lstm = tk::is(node, "aten::lstm");
   // Where our recurrence kernel cannot run (no AVX2 and FMA, or oneDNN capped below AVX2), oneDNN's
   // RNN primitives run on its reference driver, slower than ATen's LSTM: 80 ms against TorchScript's
@@ -403,7 +411,7 @@ bool supports_recurrent(const torch::jit::Node* node) {
   const auto x = tk::float_sizes(node->input(0));
   const torch::jit::Node* params = node->input(2)->node();
   if (!x || x->size() != 3 || params->kind() != c10::prim::ListConstruct) return false;
-  const std::int64_t directions = *bidirectional ? 2 : 1, gates = lstm ? 4 : 3;
+  const std::int64_t directions = *bidirectional ? 2 : 1, gates = lstm ? 4 : tk::is(node, "aten::gru") ? 3 : 1;
   const std::size_t per = *biases ? 4 : 2;
   if (params->inputs().size() != static_cast<std::size_t>(*layers * directions) * per) return false;
   const auto on_state = tk::float_sizes(params->input(1));
@@ -531,8 +539,8 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
     tk::op_table<step_builder> ops;
     ops.add({"aten::conv1d", "aten::conv2d", "aten::conv3d"}, supports_conv, emit_convolution)
         .add({"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"}, supports_conv_transpose, emit_deconvolution)
-        .add({"aten::lstm", "aten::gru"}, supports_recurrent, emit_recurrent)
-        .add("aten::new_zeros", supports_zero_state, emit_nothing)  // a recurrent layer's initial state when none is given
+        .add({"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"}, supports_recurrent, emit_recurrent)
+        .add({"aten::new_zeros", "aten::zeros"}, supports_zero_state, emit_nothing)  // a recurrent layer's initial state when none is given
         .add({"aten::amax", "aten::max"}, supports_reduce_max, emit_reduce)
         .add(
             {"aten::upsample_nearest2d", "aten::upsample_bilinear2d"},

@@ -1534,8 +1534,11 @@ class WithStates(nn.Module):  # initial states given: an LSTM's (h0, c0), a GRU'
         return self.gru(self.lstm(x, (h0, c0))[0].transpose(0, 1), h0)[0]
 
 
+RECURRENT = ("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu")
+
+
 class RecurrentLayers(unittest.TestCase):
-    """nn.LSTM and nn.GRU calls as one aten::lstm (aten::gru) in the region: a matmul over the
+    """nn.LSTM, nn.GRU and nn.RNN calls as one aten::lstm (aten::gru, aten::rnn_tanh, aten::rnn_relu) in the region: a matmul over the
     sequence and our recurrence kernel where the CPU has AVX2 (else oneDNN's RNN primitive), one,
     two and three layers, bidirectional, batch_first, without biases, hidden sizes not a multiple
     of 8, at the example's shape and others; states given; saved and loaded. The final states
@@ -1547,16 +1550,17 @@ class RecurrentLayers(unittest.TestCase):
 
     CASES = (("LSTM", {}), ("LSTM", {"layers": 2, "bidirectional": True, "batch_first": True}),
              ("LSTM", {"layers": 3, "hidden": 13, "bias": False}), ("GRU", {}),
-             ("GRU", {"layers": 2, "bidirectional": True}), ("GRU", {"hidden": 19, "batch_first": True, "bias": False}))
+             ("GRU", {"layers": 2, "bidirectional": True}), ("GRU", {"hidden": 19, "batch_first": True, "bias": False}),
+             ("RNN", {"layers": 2, "bidirectional": True}), ("RNN", {"nonlinearity": "relu", "hidden": 11, "batch_first": True}))
 
     def check(self, model, x, others):
         low = lowered(model, x)
         report = str(torch_delegate.report(low))
         if OWN_AVX2_KERNELS:
             self.assertEqual(len(regions(low)), 1, report)
-            self.assertEqual([k for k in kept(low) if k in ("aten::lstm", "aten::gru", "aten::linear")], [], report)
+            self.assertEqual([k for k in kept(low) if k in RECURRENT + ("aten::linear",)], [], report)
         else:  # oneDNN's RNN primitives would run on its reference driver: TorchScript's is faster
-            self.assertTrue({"aten::lstm", "aten::gru"} & set(kept(low)), report)
+            self.assertTrue(set(RECURRENT) & set(kept(low)), report)
         with torch.no_grad():
             for y in (x,) + others:
                 self.assertLess((low(y) - model(y)).abs().max().item(), self.TOLERANCE)
@@ -1574,9 +1578,26 @@ class RecurrentLayers(unittest.TestCase):
                 kernels = [implementation for step, kind, implementation in plan(low) if step.endswith("recurrent") and kind == "rnn"]
                 self.assertTrue(not OWN_AVX2_KERNELS or (kernels and all("recurrence:avx2" in k for k in kernels)), plan(low))
 
+    @unittest.skipUnless(OWN_AVX2_KERNELS, "recurrent layers are delegated where our kernel runs")
+    def test_traced(self):
+        # A trace calls aten::lstm (aten::gru) itself, its zero states made by aten::zeros from the
+        # input's size: one region with the Linear before it, at other shapes too.
+        torch.manual_seed(17)
+        for kind in ("LSTM", "GRU", "RNN"):
+            with self.subTest(kind=kind):
+                model = Recurrent(kind, layers=2, bidirectional=True).eval()
+                x = torch.randn(30, 2, 20)
+                low = torch_delegate.lower(torch.jit.trace(model, (x,)), "onednn", partial=True, example_inputs=(x,))
+                report = str(torch_delegate.report(low))
+                self.assertEqual(len(regions(low)), 1, report)
+                self.assertEqual(kept(low), [], report)
+                with torch.no_grad():
+                    for y in (x, torch.randn(9, 5, 20)):
+                        self.assertLess((low(y) - model(y)).abs().max().item(), self.TOLERANCE)
+
     def test_onednn_rnn_primitives_agree(self):
         # Our kernel and oneDNN's LSTM and GRU primitives (TD_ONEDNN_RECURRENCE=0) give eager's results.
-        for kind in ("LSTM", "GRU"):
+        for kind in ("LSTM", "GRU", "RNN"):
             made = implementations_by_switch(
                 "TD_ONEDNN_RECURRENCE",
                 f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); from test_onednn_fast_paths import Recurrent;"

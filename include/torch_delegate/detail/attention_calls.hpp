@@ -18,7 +18,7 @@ namespace torch_delegate::detail {
 
 /// Whether `module` or one of its submodules is an nn.MultiheadAttention.
 TORCH_DELEGATE_INTERNAL bool has_multihead_attention(const torch::jit::Module& module);
-/// Whether `module` or one of its submodules is an nn.LSTM or nn.GRU.
+/// Whether `module` or one of its submodules is an nn.LSTM, nn.GRU or nn.RNN.
 TORCH_DELEGATE_INTERNAL bool has_recurrent_layers(const torch::jit::Module& module);
 
 /// The method's graph with every call inlined, as detail::inlined_graph makes it, except that each
@@ -29,7 +29,7 @@ TORCH_DELEGATE_INTERNAL bool has_recurrent_layers(const torch::jit::Module& modu
 /// conditions decided at lowering and the constants fold the `if` away. Self-attention (query, key
 /// and value one value) projects with the packed weights once; attention to a memory (key and value
 /// one value) and separate key and value with their parts. Masks become additive, computed before
-/// the attention. Each call of an nn.LSTM's or nn.GRU's forward on a tensor (eval mode, no
+/// the attention. Each call of an nn.LSTM's, nn.GRU's or nn.RNN's forward on a tensor (eval mode, no
 /// projections) becomes `if <its input is batched, of the module's features>: <one aten::lstm
 /// (aten::gru) over the module's weights, zeros as the initial states it is not given> else:
 /// <the call>`. Other calls are inlined as they are. The attention's matmul nodes are appended to

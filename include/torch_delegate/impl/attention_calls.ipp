@@ -215,7 +215,8 @@ def attend(query: Tensor, key: Tensor, value: Tensor, w_in: Tensor, b_in: Option
 )TS";
 }
 
-/// nn.LSTM's and nn.GRU's forward for a batched tensor in eval mode, as one aten::lstm (aten::gru)
+/// nn.LSTM's, nn.GRU's and nn.RNN's forward for a batched tensor in eval mode, as one aten::lstm
+/// (aten::gru, aten::rnn_tanh, aten::rnn_relu)
 /// over the module's weights (what the module's forward calls once its checks pass): `applies`
 /// says whether a call's input is one it computes for (batched: a rank lowering folds; an input of
 /// other features than the module's is the region's error, as it is the module's);
@@ -239,6 +240,16 @@ def lstm_layers(input: Tensor, h: Tensor, c: Tensor, weights: List[Tensor], bias
 def gru_layers(input: Tensor, h: Tensor, weights: List[Tensor], biases: bool, layers: int, bidirectional: bool,
                batch_first: bool) -> Tuple[Tensor, Tensor]:
     out, h_n = torch.gru(input, h, weights, biases, layers, 0.0, False, bidirectional, batch_first)
+    return out, h_n
+
+def rnn_tanh_layers(input: Tensor, h: Tensor, weights: List[Tensor], biases: bool, layers: int, bidirectional: bool,
+                    batch_first: bool) -> Tuple[Tensor, Tensor]:
+    out, h_n = torch.rnn_tanh(input, h, weights, biases, layers, 0.0, False, bidirectional, batch_first)
+    return out, h_n
+
+def rnn_relu_layers(input: Tensor, h: Tensor, weights: List[Tensor], biases: bool, layers: int, bidirectional: bool,
+                    batch_first: bool) -> Tuple[Tensor, Tensor]:
+    out, h_n = torch.rnn_relu(input, h, weights, biases, layers, 0.0, False, bidirectional, batch_first)
     return out, h_n
 )TS";
 }
@@ -384,17 +395,18 @@ inline torch::jit::Node* rewrite_attention_call(torch::jit::Node* call, const at
 }
 
 
-/// Whether `type` is torch.nn.LSTM's or torch.nn.GRU's scripted class (not a subclass).
+/// Whether `type` is torch.nn.LSTM's, torch.nn.GRU's or torch.nn.RNN's scripted class (not a subclass).
 inline bool is_recurrent_layer(const c10::ClassTypePtr& type) {
   if (!type || !type->name()) return false;
   const std::string& name = type->name()->name();
-  return (name == "LSTM" || name == "GRU") && type->name()->qualifiedName().rfind("__torch__.torch.nn.modules.rnn.", 0) == 0;
+  return (name == "LSTM" || name == "GRU" || name == "RNN") && type->name()->qualifiedName().rfind("__torch__.torch.nn.modules.rnn.", 0) == 0;
 }
 
 /// What a call of nn.LSTM's or nn.GRU's forward on a batched tensor needs to be one aten::lstm
 /// (aten::gru): the module in eval mode, without projections (an LSTM's proj_size).
 struct recurrent_call {
   bool lstm = true;
+  std::string layers_function;  // recurrent_source()'s: lstm_layers, gru_layers, rnn_tanh_layers, rnn_relu_layers
   std::vector<std::string> weights;  // _flat_weights_names: per layer and direction, weight_ih, weight_hh (, bias_ih, bias_hh)
   bool biases = true, bidirectional = false, batch_first = false;
   std::int64_t layers = 1, hidden = 0, features = 0;
@@ -430,7 +442,10 @@ inline std::optional<recurrent_call> recurrent_call_of(const torch::jit::Module&
   recurrent_call made;
   made.lstm = lstm;
   const c10::IValue mode = module.attr("mode");
-  if (!mode.isString() || mode.toStringRef() != (made.lstm ? "LSTM" : "GRU") || number("proj_size") != 0) return std::nullopt;
+  const std::string& name = type->name()->name();
+  if (!mode.isString() || number("proj_size") != 0) return std::nullopt;
+  if (name == "RNN" ? mode.toStringRef() != "RNN_TANH" && mode.toStringRef() != "RNN_RELU" : mode.toStringRef() != name) return std::nullopt;
+  made.layers_function = name == "LSTM" ? "lstm_layers" : name == "GRU" ? "gru_layers" : mode.toStringRef() == "RNN_TANH" ? "rnn_tanh_layers" : "rnn_relu_layers";
   const std::optional<bool> training = flag("training"), biases = flag("bias"), bidirectional = flag("bidirectional"),
                             batch_first = flag("batch_first");
   if (training != std::optional<bool>(false) || !biases || !bidirectional || !batch_first) return std::nullopt;
@@ -481,7 +496,7 @@ inline torch::jit::Node* rewrite_recurrent_call(torch::jit::Node* call, const re
   torch::jit::Value* list = body->insertNode(body->createList(c10::TensorType::get(), weights))->output();
   arguments.insert(arguments.end(), {list, body->insertConstant(layer.biases), body->insertConstant(layer.layers),
                                      body->insertConstant(layer.bidirectional), body->insertConstant(layer.batch_first)});
-  body->registerOutput(torch::jit::insertGraph(*body, *layer_function(layer.lstm ? "lstm_layers" : "gru_layers"), arguments).at(0));
+  body->registerOutput(torch::jit::insertGraph(*body, *layer_function(layer.layers_function), arguments).at(0));
   return guard_call(call, *body, [&](torch::jit::Graph& graph) {
            return torch::jit::insertGraph(graph, *layer_function("recurrent_applies"), {call->input(1)}).at(0);
          })
