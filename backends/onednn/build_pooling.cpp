@@ -126,7 +126,11 @@ void resample(plan_context& p, std::size_t index) {
   const std::size_t in = p.value(step.record.inputs[0]);
   const dims d = p.slot(in).dims();
   if (d.size() != 4) p.refuse("an upsampling of a " + std::to_string(d.size()) + "-d input (" + p.describe(step) + "), expected 4-d");
-  const dims out{d[0], d[1], r.sizes.empty() ? d[2] * r.scales[0] : r.sizes[0], r.sizes.empty() ? d[3] * r.scales[1] : r.sizes[1]};
+  // Its sizes: whole factors of the input's, constants, or its size program's at this plan's shapes.
+  const std::vector<std::int64_t> sizes = step.record.size_program ? *p.program_sizes(index) : r.sizes;
+  if (!r.sizes.empty() && (sizes.size() != 2 || sizes[0] < 1 || sizes[1] < 1))
+    p.refuse("an upsampling to sizes its program gives as " + std::to_string(sizes.size()) + " values, not two of at least 1");
+  const dims out{d[0], d[1], r.sizes.empty() ? d[2] * r.scales[0] : sizes[0], r.sizes.empty() ? d[3] * r.scales[1] : sizes[1]};
   const bool nearest = r.mode == "nearest";
   // oneDNN's nearest rounds half-pixel centres, PyTorch's floors: the same where each output size
   // is a whole multiple of the input's.

@@ -111,7 +111,9 @@ struct step_record {
   // version 4
   /// How the step's sizes follow from the sizes of the region's values (toolkit/size_programs.hpp),
   /// so that a plan for other input shapes computes them again. A reshape: its sizes (reshape_sizes
-  /// holds them at the example's shapes). A slice: one size, the size of the sliced dimension it was
+  /// holds them at the example's shapes). A resample to sizes (since version 6): the output's height
+  /// and width, where they are computed from the region's values' sizes (`size=skip.shape[2:]`;
+  /// resampling's sizes hold them at the example's shapes). A slice: one size, the size of the sliced dimension it was
   /// made for (a chunk's part), or none (any size). Another step: the trailing sizes of its input it
   /// was made for (an adaptive pool's fixed windows: the spatial sizes), which a plan checks.
   /// Absent: a reshape or slice holds only the example's sizes, and its region serves the

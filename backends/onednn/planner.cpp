@@ -160,7 +160,8 @@ bool plan_context::small_step(std::size_t index) const {
 void plan_context::plan_step(std::size_t index) {
   step_ = index;
   const compiled_step& planned = step(index);
-  if (planned.record.size_program && planned.kind != step_kind::reshape && planned.kind != step_kind::slice) {
+  if (planned.record.size_program && planned.kind != step_kind::reshape && planned.kind != step_kind::slice &&
+      planned.kind != step_kind::resample) {
     // Made for its input's trailing sizes (an adaptive pool's windows): refused for others.
     const std::vector<std::int64_t> made_for = *program_sizes(index);
     const dims given = plan_.slots[value(planned.record.inputs.at(0))].dims();

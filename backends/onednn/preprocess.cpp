@@ -150,7 +150,13 @@ void emit_reduce(step_builder& builder, const torch::jit::Node* node) {
 void emit_resample(step_builder& builder, const torch::jit::Node* node) {
   const std::optional<resampling_parameters> resampling = resampling_of(node);
   if (!resampling) builder.base.reject(node, "an upsampling whose sizes or factors are not known at lowering");
-  builder.add_unary("resample", node).resampling = *resampling;
+  step_record& step = builder.add_unary("resample", node);
+  step.resampling = *resampling;
+  // Sizes computed from the region's values' sizes: their program, run again for other shapes.
+  if (!resampling->sizes.empty() && !tk::constant_ints(node->input(1))) {
+    step.size_program = program_of(builder, node->input(1));
+    if (!step.size_program) builder.base.reject(node, "an upsampling to sizes the region cannot compute again for other shapes");
+  }
 }
 
 /// A depthwise convolution step (groups = channels) over the 4-d (5-d) value `input` with `weight`

@@ -467,7 +467,10 @@ std::optional<resampling_parameters> resampling_of(const torch::jit::Node* node)
   if (bilinear && !tk::constant_is(node->input(2), false)) return std::nullopt;  // align_corners=True: another mapping
   const torch::jit::Value* scales = node->input(nearest ? 2 : 3);
   resampling_parameters made{nearest ? "nearest" : "bilinear", {}, {}};
-  if (const auto sizes = tk::constant_ints(node->input(1)); sizes && scales->type()->kind() == c10::TypeKind::NoneType) {
+  // Sizes: constants, or computed in the region from its values' sizes (`size=skip.shape[2:]`: the
+  // step's size program computes them again for other shapes).
+  if (const auto sizes = tk::known_ints(node->input(1)); sizes && scales->type()->kind() == c10::TypeKind::NoneType &&
+                                                         (tk::constant_ints(node->input(1)) || computed_in_region(node->input(1)))) {
     if (sizes->size() != 2 || (*sizes)[0] < 1 || (*sizes)[1] < 1) return std::nullopt;
     made.sizes = *sizes;
     return made;
@@ -575,7 +578,8 @@ const torch_delegate::toolkit::op_table<step_builder>& onednn_ops() {
         .add("aten::softmax", supports_softmax, emit_softmax)
         .add("aten::mean", supports_mean, emit_mean)
         .add({"aten::size", "aten::dim", "aten::floordiv", "aten::sub", "aten::__getitem__", "aten::len", "aten::Int", "aten::Float",
-              "aten::sqrt", "aten::neg", "prim::NumToTensor", "aten::floor_divide", "aten::pow", "aten::remainder"},
+              "aten::list", "aten::slice", "aten::sqrt", "aten::neg", "prim::NumToTensor", "aten::floor_divide", "aten::pow",
+              "aten::remainder"},
              supports_known_scalar, emit_nothing);
     return ops;
   }();

@@ -12,7 +12,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace torch_delegate::toolkit {
@@ -51,6 +53,22 @@ inline std::optional<c10::IValue> known_number_tensor(const torch::jit::Value* v
   return c10::IValue(is(node, "aten::mul") ? x * y : is(node, "aten::add") ? x + y : x - y);
 }
 
+/// The elements [first, last) that slice.t(list, start, end, 1) of a list of `count` takes
+/// (Python's rules: negative from the end, clamped; None: the ends), or nothing where its bounds
+/// are not known or its step is not 1.
+inline std::optional<std::pair<std::int64_t, std::int64_t>> list_slice(const torch::jit::Node* node, std::int64_t count) {
+  const auto bound = [&](std::size_t k, std::int64_t absent) -> std::optional<std::int64_t> {
+    if (node->input(k)->type()->kind() == c10::TypeKind::NoneType) return absent;
+    const auto known = constant_of(node->input(k));
+    if (!known || !known->isInt()) return std::nullopt;
+    std::int64_t at = known->toInt() < 0 ? known->toInt() + count : known->toInt();
+    return std::clamp<std::int64_t>(at, 0, count);
+  };
+  const auto first = bound(1, 0), last = bound(2, count), step = bound(3, 1);
+  if (!first || !last || step != std::optional<std::int64_t>(1)) return std::nullopt;
+  return std::make_pair(*first, std::max(*first, *last));
+}
+
 inline std::optional<c10::IValue> known_value(const torch::jit::Value* value, int depth) {
   if (depth > 64) return std::nullopt;
   if (is_tensor(value)) return known_number_tensor(value, depth);
@@ -76,6 +94,17 @@ inline std::optional<c10::IValue> known_value(const torch::jit::Value* value, in
     const std::int64_t at = dim->toInt() < 0 ? dim->toInt() + rank : dim->toInt();
     if (at < 0 || at >= rank) return std::nullopt;
     return c10::IValue((*sizes)[static_cast<std::size_t>(at)]);
+  }
+  // A list's copy or slice (`x.shape[2:]`, `list(size)`): the list's elements.
+  if (is(node, "aten::list") && node->inputs().size() == 1 && is_list(node->input(0))) return known_value(node->input(0), depth + 1);
+  if (is(node, "aten::slice") && node->inputs().size() == 4 && is_list(node->input(0))) {
+    const auto list = known_value(node->input(0), depth + 1);
+    if (!list || !list->isList()) return std::nullopt;
+    const auto range = list_slice(node, static_cast<std::int64_t>(list->toList().size()));
+    if (!range) return std::nullopt;
+    c10::impl::GenericList part(list->toList().elementType());
+    for (std::int64_t at = range->first; at < range->second; ++at) part.push_back(list->toList().get(static_cast<std::size_t>(at)));
+    return c10::IValue(std::move(part));
   }
   // Lists: element by element (prim::ListUnpack and prim::ListConstruct are interpreter
   // instructions, not operators getOperation() can give).

@@ -121,6 +121,14 @@ inline std::optional<std::vector<code>> list_program(const torch::jit::Value* va
     for (const std::int64_t c : *known) list.push_back(constant(c));
     return list;
   }
+  if (is(node, "aten::list") && node->inputs().size() == 1) return list_program(node->input(0), ids, depth + 1);
+  if (is(node, "aten::slice") && node->inputs().size() == 4 && is_list(node->input(0))) {  // `x.shape[2:]`
+    auto list = list_program(node->input(0), ids, depth + 1);
+    if (!list) return std::nullopt;
+    const auto range = list_slice(node, static_cast<std::int64_t>(list->size()));
+    if (!range) return std::nullopt;
+    return std::vector<code>(list->begin() + range->first, list->begin() + range->second);
+  }
   return std::nullopt;
 }
 }  // namespace detail_size_programs

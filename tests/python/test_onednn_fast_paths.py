@@ -1473,6 +1473,23 @@ class Upsampled(nn.Module):  # a decoder step: conv, F.interpolate by a factor, 
         return self.after(F.interpolate(torch.relu(self.before(x)), scale_factor=self.scale, mode=self.mode))
 
 
+class UpToSkip(nn.Module):  # an FPN's or a segmentation head's upsampling: to the sizes of another tensor
+    def __init__(self, mode="bilinear"):
+        super().__init__()
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.mode = mode
+
+    def forward(self, x):
+        skip = self.conv(x)
+        y = torch.relu(self.down(x))
+        if self.mode == "nearest":
+            y = F.interpolate(y, size=skip.shape[2:], mode="nearest")
+        else:
+            y = F.interpolate(y, size=skip.shape[-2:], mode="bilinear", align_corners=False)
+        return y + skip
+
+
 class Interpolation(unittest.TestCase):
     """F.interpolate and nn.Upsample by whole factors, nearest and bilinear (align_corners False),
     in the region on oneDNN's resampling: its checks of the input's rank and its list of factors
@@ -1499,6 +1516,22 @@ class Interpolation(unittest.TestCase):
         self.assertEqual(len(regions(low)), 1, str(torch_delegate.report(low)))
         with torch.no_grad():
             self.assertLess(relative_error(low(x), upsample(x)), 1e-5)
+
+    def test_to_the_sizes_of_another_tensor(self):
+        # `size=skip.shape[2:]`: F.interpolate's check of the list's length folds at lowering, and
+        # the sizes are computed in the region for each shape (its size program).
+        torch.manual_seed(13)
+        for mode in ("bilinear", "nearest"):
+            with self.subTest(mode=mode):
+                model = UpToSkip(mode).eval()
+                x = torch.randn(1, 8, 20, 24)
+                low = lowered(model, x)
+                report = str(torch_delegate.report(low))
+                self.assertEqual(len(regions(low)), 1, report)
+                self.assertEqual(kept(low), [], report)
+                with torch.no_grad():
+                    for y in (x, torch.randn(2, 8, 15, 9), torch.randn(1, 8, 32, 32)):
+                        self.assertLess(relative_error(low(y), model(y)), 1e-5)
 
     def test_a_fractional_factor_stays_in_torchscript(self):
         model = Upsampled("nearest", 1.5).eval()

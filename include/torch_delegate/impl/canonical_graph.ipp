@@ -306,8 +306,41 @@ inline std::size_t fold_known_ranks(const std::shared_ptr<torch::jit::Graph>& gr
     return std::any_of(reshaping.begin(), reshaping.end(),
                        [&](torch::jit::Node* node) { return alias->writesToAlias(node, {tensor}); });
   };
+  // The length of `t.size()`, of a slice of it with constant bounds (`t.shape[2:]`, F.interpolate's
+  // `len(size) != dim` check of `size=skip.shape[2:]`) or of its copy (`list(...)`).
+  const std::function<std::optional<std::int64_t>(const torch::jit::Value*)> sizes_length =
+      [&](const torch::jit::Value* list) -> std::optional<std::int64_t> {
+    const torch::jit::Node* made = list->node();
+    if (made->kind() == c10::aten::size && made->inputs().size() == 1) {
+      const auto type = made->input(0)->type()->cast<c10::TensorType>();
+      if (!type || !type->dim() || reshaped(made->input(0))) return std::nullopt;
+      return static_cast<std::int64_t>(*type->dim());
+    }
+    if (made->kind() == c10::aten::list && made->inputs().size() == 1) return sizes_length(made->input(0));
+    if (made->kind() != c10::aten::slice || made->inputs().size() != 4 || made->input(0)->type()->kind() != c10::TypeKind::ListType)
+      return std::nullopt;
+    const std::optional<std::int64_t> count = sizes_length(made->input(0));
+    if (!count) return std::nullopt;
+    const auto bound = [&](std::size_t k, std::int64_t absent) -> std::optional<std::int64_t> {
+      if (made->input(k)->type()->kind() == c10::TypeKind::NoneType) return absent;
+      const c10::optional<c10::IValue> known = torch::jit::toIValue(made->input(k));
+      if (!known || !known->isInt()) return std::nullopt;
+      return std::clamp<std::int64_t>(known->toInt() < 0 ? known->toInt() + *count : known->toInt(), 0, *count);
+    };
+    const auto first = bound(1, 0), last = bound(2, *count), step = bound(3, 1);
+    if (!first || !last || step != std::optional<std::int64_t>(1)) return std::nullopt;
+    return std::max<std::int64_t>(*last - *first, 0);
+  };
   for (torch::jit::Node* node : nodes) {
     const bool dim = node->kind() == c10::aten::dim;
+    if (node->kind() == c10::aten::len && node->inputs().size() == 1 && node->input(0)->node()->kind() != c10::aten::size) {
+      if (const std::optional<std::int64_t> length = sizes_length(node->input(0))) {
+        torch::jit::WithInsertPoint here(node);
+        node->output()->replaceAllUsesWith(graph->insertConstant(*length));
+        ++folded;
+        continue;
+      }
+    }
     const bool len_of_size = node->kind() == c10::aten::len && node->inputs().size() == 1 &&
                              node->input(0)->node()->kind() == c10::aten::size && node->input(0)->node()->inputs().size() == 1;
     // The length of a constant list (F.adaptive_avg_pool2d's `len(output_size)` of `(1, 1)`:
